@@ -1,0 +1,208 @@
+"""The exception tree of streamlog.
+
+Every error a user can meet is a subclass of StreamlogError. Where Kafka has
+an error code for the same condition the class carries Kafka's name, so code
+written against a Kafka client reads the same. `retriable` says whether trying
+the same call again later can succeed. Each message says what to do.
+
+Programmer errors inside the library are assertions, not these classes; bytes
+read from disk are checked with real checks that raise CorruptRecordError.
+"""
+
+
+class StreamlogError(Exception):
+    """Base of every streamlog error."""
+
+    retriable = False
+
+
+# --- storage -------------------------------------------------------------
+
+
+class CorruptRecordError(StreamlogError):
+    """Bytes on disk fail a check (length, magic, CRC, record framing).
+
+    Carries the file and byte position so `streamlog dump`/`verify` can be
+    pointed at them. Corrupt bytes are never returned as records.
+    """
+
+    def __init__(self, message, path=None, position=None):
+        where = ""
+        if path is not None:
+            where = f" in {path}" + (f" at byte {position}" if position is not None else "")
+        super().__init__(f"{message}{where}. Run `streamlog verify` on the directory; "
+                         "restore the partition from a replica or backup if the damage is in a "
+                         "sealed segment")
+        self.reason = message
+        self.path = path
+        self.position = position
+
+
+class UnsupportedCompressionTypeError(StreamlogError):
+    """A batch uses a compression codec this installation cannot handle."""
+
+
+class UnsupportedVersionError(StreamlogError):
+    """A batch or file has a format version this library does not read."""
+
+
+class RecordTooLargeError(StreamlogError):
+    """A record or batch exceeds max.message.bytes (or the segment size)."""
+
+
+class RecordBatchTooLargeError(RecordTooLargeError):
+    """A batch exceeds the segment size and can never be appended."""
+
+
+class InvalidRecordError(StreamlogError):
+    """A batch handed to the log is malformed (not data corruption on disk)."""
+
+
+class OffsetOutOfRangeError(StreamlogError):
+    """A fetch asked for an offset below the log start or above the log end."""
+
+    def __init__(self, message, partition=None, offset=None):
+        super().__init__(message)
+        self.partition = partition
+        self.offset = offset
+
+
+class KafkaStorageError(StreamlogError):
+    """An I/O error on the log directory (disk full, permissions, vanished files)."""
+
+
+class LogClosedError(StreamlogError):
+    """The partition log (or the database) was closed."""
+
+
+# --- database / broker ---------------------------------------------------
+
+
+class DatabaseLockedError(StreamlogError):
+    """Another process holds the writer lock on the directory."""
+
+    retriable = True
+
+
+class ReadOnlyError(StreamlogError):
+    """A write was attempted on a database opened with readonly=True."""
+
+
+class UnknownTopicOrPartitionError(StreamlogError):
+    """The topic or partition does not exist."""
+
+
+class TopicAlreadyExistsError(StreamlogError):
+    """create_topic was called for a topic that exists."""
+
+
+class InvalidTopicError(StreamlogError):
+    """A topic name breaks Kafka's naming rule."""
+
+
+class InvalidPartitionsError(StreamlogError):
+    """A partition count is invalid (zero, negative, or a decrease)."""
+
+
+class InvalidConfigurationError(StreamlogError):
+    """A topic or client configuration key or value is invalid."""
+
+
+class InvalidRequestError(StreamlogError):
+    """A request is malformed for its state (wrong arguments for the call)."""
+
+
+class RequestTimedOutError(StreamlogError):
+    """An operation did not complete within its timeout."""
+
+    retriable = True
+
+
+class KafkaTimeoutError(RequestTimedOutError):
+    """A client-side wait (flush, metadata, future) ran out of time."""
+
+
+class TimerClosedError(StreamlogError):
+    """A task was added to a timer (or purgatory) that has been closed with its broker."""
+
+
+# --- producer ------------------------------------------------------------
+
+
+class ProducerClosedError(StreamlogError):
+    """send() on a producer that has been closed."""
+
+
+class ProducerFencedError(StreamlogError):
+    """A newer producer with the same transactional.id exists; close this one."""
+
+
+class InvalidProducerEpochError(ProducerFencedError):
+    """The producer epoch is older than the partition's current one."""
+
+
+class OutOfOrderSequenceError(StreamlogError):
+    """A batch's sequence number is not the next expected one for its producer."""
+
+
+class DuplicateSequenceError(StreamlogError):
+    """The batch was already written (treated as success by the producer)."""
+
+
+class InvalidTxnStateError(StreamlogError):
+    """A transactional call in the wrong state (e.g. commit with no transaction)."""
+
+
+class ConcurrentTransactionsError(StreamlogError):
+    """The previous transaction of this producer is still completing."""
+
+    retriable = True
+
+
+class TransactionAbortedError(StreamlogError):
+    """The transaction was aborted (e.g. timed out); begin a new one."""
+
+
+# --- consumer groups -----------------------------------------------------
+
+
+class RebalanceInProgressError(StreamlogError):
+    """The group is rebalancing; poll() again to rejoin."""
+
+    retriable = True
+
+
+class CommitFailedError(StreamlogError):
+    """An offset commit was refused because the group moved on."""
+
+
+class IllegalGenerationError(StreamlogError):
+    """A request carried a generation that is no longer current."""
+
+
+class UnknownMemberIdError(StreamlogError):
+    """The member is not (or no longer) part of the group."""
+
+
+class GroupIdNotFoundError(StreamlogError):
+    """The group does not exist."""
+
+
+class NonEmptyGroupError(StreamlogError):
+    """The group still has members, so it cannot be deleted or reset."""
+
+
+class InconsistentGroupProtocolError(StreamlogError):
+    """The member's assignors share none with the group's."""
+
+
+class FencedInstanceIdError(StreamlogError):
+    """Another consumer joined with the same group_instance_id."""
+
+
+class IllegalStateError(StreamlogError):
+    """A client call in a state that does not allow it (e.g. poll with no assignment)."""
+
+
+class NoOffsetForPartitionError(OffsetOutOfRangeError):
+    """No committed offset and auto_offset_reset='none'."""

@@ -1,0 +1,197 @@
+"""The one module that touches the cffi extension `streamlog._native`.
+
+It loads the compiled module (unless STREAMLOG_NO_NATIVE=1 asks for the
+pure-Python paths), converts Python buffers to C pointers, and turns C return
+codes into typed exceptions. Everything above it calls these functions, never
+`lib` directly, so the Python fallbacks can share one interface with them.
+
+AVAILABLE tells whether the native paths are in use; UNAVAILABLE_REASON says
+why not.
+"""
+import marshal
+import os
+import threading
+
+import numpy as np
+
+from .errors import CorruptRecordError, StreamlogError, TimerClosedError
+
+AVAILABLE = False
+UNAVAILABLE_REASON = None
+ffi = lib = None
+
+if os.environ.get("STREAMLOG_NO_NATIVE", "") not in ("", "0"):
+    UNAVAILABLE_REASON = "disabled by STREAMLOG_NO_NATIVE"
+else:
+    try:
+        from ._native import ffi, lib  # noqa: F811
+
+        AVAILABLE = True
+    except ImportError as exc:  # an install without a compiler: Python paths still work
+        UNAVAILABLE_REASON = f"streamlog._native could not be imported: {exc}"
+
+
+def require():
+    """Raise unless the native module is loaded (for callers with no Python fallback)."""
+    if not AVAILABLE:
+        raise StreamlogError(f"the native module is not available ({UNAVAILABLE_REASON}); "
+                             "reinstall streamlog with a C compiler present")
+
+
+# --- CRC32C --------------------------------------------------------------
+
+
+def crc32c(data, crc=0):
+    """CRC-32C of a bytes-like object, continuing from crc (0 to start)."""
+    buf = ffi.from_buffer(data)
+    return lib.sl_crc32c(crc, buf, len(buf))
+
+
+def crc32c_table(data, crc=0):
+    """CRC-32C through the native table path even where the CPU instruction exists."""
+    buf = ffi.from_buffer(data)
+    return lib.sl_crc32c_sw(crc, buf, len(buf))
+
+
+def crc32c_hw_enabled():
+    return bool(lib.sl_crc32c_hw_enabled())
+
+
+# --- record codec --------------------------------------------------------
+
+_DECODE_ERRORS = {
+    -2: "record runs past the end of the batch",
+    -3: "varint longer than its maximum size",
+    -4: "record fields do not add up to the record length",
+    -5: "negative length in a record",
+    -6: "bytes left after the last record of the batch",
+    -7: "invalid arguments",
+}
+
+
+def records_bound(n, keys_bytes, values_bytes, headers_bytes):
+    return lib.sl_records_bound(n, keys_bytes, values_bytes, headers_bytes)
+
+
+def _i32(arr):
+    return ffi.NULL if arr is None else ffi.from_buffer("int32_t[]", arr)
+
+
+def records_encode_into(out, out_pos, n, base_timestamp, timestamps, keys, key_lens, values,
+                        value_lens, headers, header_lens):
+    """Encode n records into the writable buffer `out` at out_pos; return bytes written.
+
+    keys/values/headers are the non-null items back to back (bytes-like);
+    *_lens are int32 buffers (array('i') or numpy) with -1 for null, or None
+    (all null; for headers: none). timestamps: int64 buffer or None.
+    """
+    dst = ffi.from_buffer(out)
+    cap = len(dst) - out_pos
+    ts = ffi.NULL if timestamps is None else ffi.from_buffer("int64_t[]", timestamps)
+    written = lib.sl_records_encode(
+        dst + out_pos, cap, n, base_timestamp, ts,
+        ffi.from_buffer(keys) if keys is not None else ffi.NULL, _i32(key_lens),
+        ffi.from_buffer(values) if values is not None else ffi.NULL, _i32(value_lens),
+        ffi.from_buffer(headers) if headers is not None else ffi.NULL, _i32(header_lens))
+    if written < 0:
+        # Inputs are built by the library itself, so this is a programming error.
+        raise ValueError(f"sl_records_encode failed with code {written}")
+    return written
+
+
+def records_decode(buf, pos, length, n, path=None, file_position=None):
+    """Decode n records from buf[pos:pos+length].
+
+    Returns (offset_deltas, timestamp_deltas, key_pos, key_lens, value_pos,
+    value_lens, header_pos, header_lens, header_counts) as numpy arrays, with
+    positions relative to buf (not to pos). Raises CorruptRecordError.
+    """
+    ints = np.empty((8, n), dtype=np.int32)
+    ts = np.empty(n, dtype=np.int64)
+    src = ffi.from_buffer(buf)
+    err_pos = ffi.new("size_t *")
+    p = [ffi.from_buffer("int32_t[]", ints[i]) for i in range(8)]
+    rc = lib.sl_records_decode(src + pos, length, n, p[0], ffi.from_buffer("int64_t[]", ts),
+                               p[1], p[2], p[3], p[4], p[5], p[6], p[7], err_pos)
+    if rc != 0:
+        at = None if file_position is None else file_position + err_pos[0]
+        raise CorruptRecordError(f"malformed record: {_DECODE_ERRORS.get(rc, rc)}", path, at)
+    if pos:
+        # Present positions relative to buf; null fields keep position 0 unused.
+        ints[1] += pos
+        ints[3] += pos
+        ints[5] += pos
+    return ints[0], ts, ints[1], ints[2], ints[3], ints[4], ints[5], ints[6], ints[7]
+
+
+_local = threading.local()
+
+
+def _scratch(size):
+    """A per-thread buffer of at least `size` bytes for marshal streams.
+
+    marshal.loads copies everything out, so the buffer is free again as soon
+    as it returns; reusing it saves zero-filling and faulting in fresh memory
+    for every batch (which cost as much as the decoding itself).
+    """
+    buf = getattr(_local, "buf", None)
+    if buf is None or len(buf) < size:
+        buf = _local.buf = bytearray(max(size, 1 << 16))
+    return buf
+
+
+def records_to_tuples(buf, pos, length, n, base_offset, base_timestamp, fixed_timestamp=None,
+                      path=None, file_position=None):
+    """Decode n records of buf[pos:pos+length] into [(offset, timestamp, key, value), ...].
+
+    Returns (tuples, records_with_headers). One C pass writes marshal's
+    encoding of the list and marshal.loads builds every object in C.
+    Raises CorruptRecordError as records_decode does.
+    """
+    cap = lib.sl_records_marshal_bound(length, n)
+    out = _scratch(cap)
+    err_pos = ffi.new("size_t *")
+    with_headers = ffi.new("int32_t *")
+    written = lib.sl_records_to_marshal(
+        ffi.from_buffer(buf) + pos, length, n, base_offset, base_timestamp,
+        fixed_timestamp is not None, fixed_timestamp or 0, ffi.from_buffer(out), cap, err_pos,
+        with_headers)
+    if written < 0:
+        at = None if file_position is None else file_position + err_pos[0]
+        raise CorruptRecordError(f"malformed record: {_DECODE_ERRORS.get(written, written)}",
+                                 path, at)
+    return marshal.loads(memoryview(out)[:written]), with_headers[0]
+
+
+def slices_to_list(src, pos, lens):
+    """[bytes or None, ...] of the (pos, len) slices of src, every object made in C.
+
+    The slices are written in marshal's list-of-bytes format and read back
+    with marshal.loads: one call instead of one Python-level slice per item.
+    """
+    n = len(lens)
+    c_lens = ffi.from_buffer("int32_t[]", lens)
+    cap = lib.sl_marshal_bound(c_lens, n)
+    out = _scratch(cap)
+    written = lib.sl_marshal_slices(ffi.from_buffer(src), ffi.from_buffer("int32_t[]", pos),
+                                    c_lens, n, ffi.from_buffer(out), cap)
+    if written < 0:
+        raise ValueError(f"sl_marshal_slices failed with code {written}")
+    return marshal.loads(memoryview(out)[:written])
+
+
+def gather(src, pos, lens):
+    """Copy the (pos, len) slices of src back to back: (uint8 array, int32 offsets[n+1])."""
+    n = len(lens)
+    total = int(np.maximum(lens, 0).sum())
+    dst = np.empty(total, dtype=np.uint8)
+    offsets = np.empty(n + 1, dtype=np.int32)
+    lib.sl_gather(ffi.from_buffer(src), ffi.from_buffer("int32_t[]", pos),
+                  ffi.from_buffer("int32_t[]", lens), n, ffi.from_buffer(dst),
+                  ffi.from_buffer("int32_t[]", offsets))
+    return dst, offsets
+
+
+# --- timing wheel --------------------------------------------------------
+# (bindings for native/sl_timer.h are added below by the timing-wheel module)
+# (bindings for native/sl_timer.h are added below by the timing-wheel module)

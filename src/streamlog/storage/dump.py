@@ -1,0 +1,78 @@
+"""Human-readable listings of segment files (`streamlog dump`), in the spirit of kafka-dump-log.
+
+Each function yields text lines so the CLI (or a test) decides where they go.
+"""
+import os
+
+from . import compression, files
+from .file_records import FileRecords, IncompleteBatch
+from .offset_index import OffsetIndex
+from .record_batch import TIMESTAMP_TYPE_NAMES
+from .time_index import TimeIndex
+from ..errors import CorruptRecordError
+
+
+def dump_file(path, print_records=False, max_value_bytes=60):
+    """Lines describing a .log, .index or .timeindex file."""
+    name = os.path.basename(path)
+    parsed = files.parse_segment_file_name(name)
+    if parsed is None:
+        raise ValueError(f"{path} is not a segment file (expected <20-digit offset>.log/.index/"
+                         ".timeindex)")
+    base, suffix, _ = parsed
+    yield f"Dumping {path}"
+    if suffix == files.LOG_SUFFIX:
+        yield from _dump_log(path, print_records, max_value_bytes)
+    elif suffix == files.INDEX_SUFFIX:
+        index = OffsetIndex(path, base, 0, readonly=True)
+        for slot in range(index.entries):
+            relative, position = index.entry(slot)
+            yield f"offset: {base + relative} position: {position}"
+    elif suffix == files.TIME_INDEX_SUFFIX:
+        index = TimeIndex(path, base, 0, readonly=True)
+        for slot in range(index.entries):
+            timestamp, relative = index.entry(slot)
+            yield f"timestamp: {timestamp} offset: {base + relative}"
+    else:
+        raise ValueError(f"cannot dump {suffix} files")
+
+
+def _show(value, limit):
+    if value is None:
+        return "null"
+    text = value[:limit].decode("utf-8", errors="backslashreplace")
+    return text + ("..." if len(value) > limit else "")
+
+
+def _dump_log(path, print_records, limit):
+    log = FileRecords(path, readonly=True)
+    try:
+        for batch in log.batches():
+            valid = batch.is_valid()
+            horizon = batch.delete_horizon_ms if batch.has_delete_horizon else "none"
+            yield (f"baseOffset: {batch.base_offset} lastOffset: {batch.last_offset} "
+                   f"count: {batch.records_count} baseSequence: {batch.base_sequence} "
+                   f"lastSequence: {batch.last_sequence} producerId: {batch.producer_id} "
+                   f"producerEpoch: {batch.producer_epoch} "
+                   f"partitionLeaderEpoch: {batch.partition_leader_epoch} "
+                   f"isTransactional: {str(batch.is_transactional).lower()} "
+                   f"isControl: {str(batch.is_control).lower()} deleteHorizonMs: {horizon} "
+                   f"position: {batch.file_position} "
+                   f"{TIMESTAMP_TYPE_NAMES[batch.timestamp_type]}: {batch.max_timestamp} "
+                   f"size: {batch.size_in_bytes} magic: {batch.magic} "
+                   f"compresscodec: {compression.NAMES.get(batch.compression, batch.compression)} "
+                   f"crc: {batch.crc} isvalid: {str(valid).lower()}")
+            if print_records and valid:
+                recs = batch.records()
+                for offset, ts, key, value, headers in recs:
+                    yield (f"| offset: {offset} {TIMESTAMP_TYPE_NAMES[batch.timestamp_type]}: "
+                           f"{ts} keySize: {-1 if key is None else len(key)} "
+                           f"valueSize: {-1 if value is None else len(value)} "
+                           f"headerKeys: [{','.join(k for k, _ in headers)}] "
+                           f"key: {_show(key, limit)} payload: {_show(value, limit)}")
+    except IncompleteBatch as exc:
+        yield f"Found {exc.available} trailing bytes at position {exc.position}: a partial batch"
+    except CorruptRecordError as exc:
+        yield f"Stopped at position {exc.position}: {exc.reason}"
+    finally:
+        log.close()

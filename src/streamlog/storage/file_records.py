@@ -1,0 +1,222 @@
+"""The `.log` file of a segment: append whole batches, read byte ranges, walk batches.
+
+Invariants:
+  1. `size` is raised only after the bytes below it are written, so a reader
+     that bounds itself by `size` never sees a batch being written.
+  2. In the writer process `size` always ends on a batch boundary: an append
+     that fails half way is cut back before the error is raised.
+  3. The writer process serves fetches from a read-only memory map of the
+     file (view(): no copy), remapped when the file has grown past it. Its
+     files are truncated only by recovery at open, before any reader exists,
+     so a mapped page never vanishes under a reader. A read-only process may
+     see a file that another writer's recovery truncates, where touching a
+     mapped page past the new end is a SIGBUS: it reads with pread, which just
+     returns short. Scans (headers, batches) use pread in both.
+
+Thread-safety: append / truncate_to / close are serialised by the segment's
+owner; reads need no lock.
+"""
+import errno
+import mmap
+import os
+
+from ..errors import CorruptRecordError, KafkaStorageError
+from .record_batch import LOG_OVERHEAD, RECORD_BATCH_OVERHEAD, RecordBatch, iter_batches
+
+_LENGTH_FIELD_END = LOG_OVERHEAD
+_SCAN_CHUNK_BYTES = 1 << 20
+_HEADER_CHUNK_BYTES = 64 << 10
+# pwritev takes at most IOV_MAX (1024 on Linux) buffers per call.
+_IOV_MAX = 1024
+
+
+class IncompleteBatch(Exception):
+    """The bytes end inside a batch: a torn write (writer) or a batch still being written."""
+
+    def __init__(self, position, available, needed):
+        super().__init__(f"incomplete batch at byte {position}: {available} of {needed} bytes")
+        self.position = position
+        self.available = available
+        self.needed = needed
+
+
+class FileRecords:
+    def __init__(self, path, readonly=False):
+        self.path = path
+        self.readonly = readonly
+        flags = os.O_RDONLY if readonly else os.O_RDWR | os.O_CREAT
+        try:
+            self._fd = os.open(path, flags, 0o644)
+            self.size = os.fstat(self._fd).st_size
+        except OSError as exc:
+            raise KafkaStorageError(f"cannot open log file {path}: {exc}") from exc
+        self._map = None  # read-only mapping for view(); replaced as the file grows
+
+    # --- writing -----------------------------------------------------------
+
+    def append(self, pieces):
+        """Write the byte pieces back to back at the end; return the start position."""
+        position = self.size
+        total = 0
+        try:
+            for i in range(0, len(pieces), _IOV_MAX):
+                chunk = pieces[i:i + _IOV_MAX]
+                want = sum(len(p) for p in chunk)
+                done = os.pwritev(self._fd, chunk, position + total)
+                while done < want:  # short write: finish it piece by piece
+                    flat = b"".join(chunk)
+                    done += os.pwrite(self._fd, memoryview(flat)[done:], position + total + done)
+                total += want
+        except OSError as exc:
+            # Invariant 2: cut the partial append back before reporting it.
+            try:
+                os.ftruncate(self._fd, position)
+            except OSError:
+                pass
+            hint = " (disk full)" if exc.errno == errno.ENOSPC else ""
+            raise KafkaStorageError(f"cannot append to {self.path}{hint}: {exc}") from exc
+        self.size = position + total
+        return position
+
+    def flush(self):
+        try:
+            os.fdatasync(self._fd)
+        except OSError as exc:
+            raise KafkaStorageError(f"cannot fsync {self.path}: {exc}") from exc
+
+    def truncate_to(self, size):
+        """Cut the file to `size` bytes; returns how many bytes were removed.
+
+        Only for recovery, before any view of the file is handed out (invariant 3).
+        """
+        if size > self.size or size < 0:
+            raise KafkaStorageError(f"cannot truncate {self.path} to {size} (size {self.size})")
+        removed = self.size - size
+        if removed:
+            self._map = None
+            os.ftruncate(self._fd, size)
+            self.size = size
+        return removed
+
+    def refresh_size(self):
+        """Re-read the file length (a read-only process following a live writer)."""
+        self.size = os.fstat(self._fd).st_size
+        return self.size
+
+    def close(self):
+        # Views handed out keep the mapping alive (it outlives the descriptor);
+        # dropping our reference lets the last view unmap it.
+        self._map = None
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def rename(self, new_path):
+        os.replace(self.path, new_path)
+        self.path = new_path
+
+    def delete(self):
+        self.close()
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass
+
+    @property
+    def closed(self):
+        return self._fd is None
+
+    # --- reading -----------------------------------------------------------
+
+    def read(self, position, size, buffer=None):
+        """Up to `size` bytes from `position`, never past `self.size`.
+
+        Returns bytes, or with `buffer` (a bytearray, grown if needed) a
+        memoryview of the bytes read into it: a reader that reuses one buffer
+        does not fault in fresh memory for every read.
+        """
+        size = min(size, self.size - position)
+        if size <= 0:
+            return b""
+        try:
+            if buffer is None:
+                return os.pread(self._fd, size, position)
+            if len(buffer) < size:
+                buffer.extend(bytes(size - len(buffer)))
+            view = memoryview(buffer)[:size]
+            got = os.preadv(self._fd, [view], position)
+            return view[:got]
+        except OSError as exc:
+            raise KafkaStorageError(f"cannot read {self.path}: {exc}") from exc
+        except TypeError:  # fd is None: closed under us
+            raise KafkaStorageError(f"{self.path} was closed") from None
+
+    def view(self, position, size):
+        """Up to `size` bytes from `position` as a zero-copy view of the mapped file.
+
+        Writer process only (invariant 3). The view stays valid after the file
+        is closed or deleted.
+        """
+        size = min(size, self.size - position)
+        if size <= 0:
+            return b""
+        mapped = self._map
+        if mapped is None or len(mapped) < position + size:
+            try:
+                mapped = self._map = mmap.mmap(self._fd, self.size, access=mmap.ACCESS_READ)
+            except (OSError, ValueError, TypeError) as exc:
+                raise KafkaStorageError(f"cannot map {self.path}: {exc}") from exc
+        return memoryview(mapped)[position:position + size]
+
+    def headers(self, start=0, end=None):
+        """Yield a header-only RecordBatch for each batch in [start, end).
+
+        Only the 61-byte headers are guaranteed to be in each view's buffer.
+        Raises IncompleteBatch when the range ends inside a batch and
+        CorruptRecordError on an impossible batch length.
+        """
+        end = self.size if end is None else min(end, self.size)
+        pos = start
+        buf, buf_start = b"", start
+        while pos < end:
+            off = pos - buf_start
+            if len(buf) - off < RECORD_BATCH_OVERHEAD:
+                buf, buf_start, off = self.read(pos, min(_HEADER_CHUNK_BYTES, end - pos)), pos, 0
+                if len(buf) < RECORD_BATCH_OVERHEAD:
+                    raise IncompleteBatch(pos, len(buf), RECORD_BATCH_OVERHEAD)
+            batch = RecordBatch(buf, off, self.path, pos)
+            batch.check_header()
+            if pos + batch.size_in_bytes > end:
+                raise IncompleteBatch(pos, end - pos, batch.size_in_bytes)
+            yield batch
+            pos += batch.size_in_bytes
+
+    def batches(self, start=0, end=None):
+        """Yield each whole batch in [start, end) (its bytes in the view's buffer).
+
+        Raises IncompleteBatch at a partial tail, as headers() does.
+        """
+        end = self.size if end is None else min(end, self.size)
+        pos = start
+        while pos < end:
+            buf = self.read(pos, min(_SCAN_CHUNK_BYTES, end - pos))
+            consumed = 0
+            for batch in iter_batches(buf, 0, len(buf), self.path, pos):
+                yield batch
+                consumed = batch.position + batch.size_in_bytes
+            if consumed == 0:
+                # The first batch is larger than the chunk, or the data ends inside it.
+                if len(buf) < _LENGTH_FIELD_END:
+                    raise IncompleteBatch(pos, len(buf), RECORD_BATCH_OVERHEAD)
+                needed = int.from_bytes(buf[8:12], "big", signed=True) + LOG_OVERHEAD
+                if needed < RECORD_BATCH_OVERHEAD:
+                    raise CorruptRecordError(f"record batch size {needed} is below the "
+                                             f"{RECORD_BATCH_OVERHEAD}-byte header",
+                                             self.path, pos)
+                if pos + needed > end:
+                    raise IncompleteBatch(pos, end - pos, needed)
+                buf = self.read(pos, needed)
+                batch = RecordBatch(buf, 0, self.path, pos)
+                yield batch
+                consumed = needed
+            pos += consumed

@@ -1,0 +1,101 @@
+"""The one module that knows the names and suffixes of files in a log directory.
+
+Segment files are named by their base offset printed as 20 zero-padded
+decimal digits; partition directories as `<topic>-<partition>` (parsed at the
+last '-'). Temporary suffixes are appended after the normal one:
+`.cleaned` (cleaner output), `.swap` (being swapped in), `.deleted`
+(scheduled for deletion). Anything that builds or parses such a name calls
+this module.
+"""
+import os
+import re
+
+LOG_SUFFIX = ".log"
+INDEX_SUFFIX = ".index"
+TIME_INDEX_SUFFIX = ".timeindex"
+TXN_INDEX_SUFFIX = ".txnindex"
+SNAPSHOT_SUFFIX = ".snapshot"
+
+CLEANED_SUFFIX = ".cleaned"
+SWAP_SUFFIX = ".swap"
+DELETED_SUFFIX = ".deleted"
+TMP_SUFFIX = ".tmp"
+
+SEGMENT_FILE_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
+
+RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
+LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
+CLEANER_OFFSET_CHECKPOINT = "cleaner-offset-checkpoint"
+CLEAN_SHUTDOWN_MARKER = ".clean-shutdown"
+LOCK_FILE = "LOCK"
+
+_OFFSET_NAME = re.compile(r"^(\d{20})(\.[a-z]+)((?:\.[a-z]+)?)$")
+# Kafka's legal topic characters; names are validated before a directory is made.
+_TOPIC_CHARS = re.compile(r"^[a-zA-Z0-9._-]+$")
+MAX_TOPIC_NAME_LENGTH = 249
+
+
+def offset_prefix(offset):
+    """The 20-digit zero-padded file name prefix for a base offset."""
+    return f"{offset:020d}"
+
+
+def log_file(directory, base_offset, suffix=""):
+    return os.path.join(directory, offset_prefix(base_offset) + LOG_SUFFIX + suffix)
+
+
+def offset_index_file(directory, base_offset, suffix=""):
+    return os.path.join(directory, offset_prefix(base_offset) + INDEX_SUFFIX + suffix)
+
+
+def time_index_file(directory, base_offset, suffix=""):
+    return os.path.join(directory, offset_prefix(base_offset) + TIME_INDEX_SUFFIX + suffix)
+
+
+def txn_index_file(directory, base_offset, suffix=""):
+    return os.path.join(directory, offset_prefix(base_offset) + TXN_INDEX_SUFFIX + suffix)
+
+
+def snapshot_file(directory, offset):
+    return os.path.join(directory, offset_prefix(offset) + SNAPSHOT_SUFFIX)
+
+
+def parse_segment_file_name(name):
+    """(base_offset, suffix, temp_suffix) for a segment-related file name, else None.
+
+    '00000000000000000042.index.swap' -> (42, '.index', '.swap').
+    """
+    m = _OFFSET_NAME.match(name)
+    if not m:
+        return None
+    return int(m.group(1)), m.group(2), m.group(3)
+
+
+def partition_dir_name(topic, partition):
+    return f"{topic}-{partition}"
+
+
+def parse_partition_dir_name(name):
+    """(topic, partition) for `<topic>-<partition>`, else None (split at the last '-')."""
+    topic, sep, part = name.rpartition("-")
+    if not sep or not topic or not part.isdigit():
+        return None
+    if topic_name_problem(topic) is not None:
+        return None
+    return topic, int(part)
+
+
+def topic_name_problem(name):
+    """None if `name` is a legal topic name, else a sentence saying why not."""
+    if not isinstance(name, str):
+        return f"topic name must be a str, not {type(name).__name__}"
+    if not name:
+        return "topic name is empty"
+    if name in (".", ".."):
+        return f"topic name cannot be {name!r}"
+    if len(name) > MAX_TOPIC_NAME_LENGTH:
+        return f"topic name is {len(name)} characters long; the limit is {MAX_TOPIC_NAME_LENGTH}"
+    if not _TOPIC_CHARS.match(name):
+        return (f"topic name {name!r} contains characters other than ASCII letters, "
+                "digits, '.', '_' and '-'")
+    return None

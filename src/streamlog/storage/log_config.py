@@ -1,0 +1,175 @@
+"""Per-topic log configuration: Kafka's config names, defaults and validation rules.
+
+Keys are accepted with Kafka's dotted names ("retention.ms") or as Python
+names ("retention_ms"); values may be given as Python values or as strings
+(from the command line). Every problem raises InvalidConfigurationError
+naming the key, the rule and the value.
+"""
+from dataclasses import dataclass, fields, replace
+
+from ..errors import InvalidConfigurationError
+
+LONG_MAX = 2**63 - 1
+
+
+def _int(minimum=None, maximum=None):
+    def parse(key, value):
+        if isinstance(value, bool):
+            raise _bad(key, value, "an integer")
+        if isinstance(value, str):
+            try:
+                value = int(value.strip())
+            except ValueError:
+                raise _bad(key, value, "an integer") from None
+        if not isinstance(value, int):
+            raise _bad(key, value, "an integer")
+        if minimum is not None and value < minimum:
+            raise _bad(key, value, f"an integer >= {minimum}")
+        if maximum is not None and value > maximum:
+            raise _bad(key, value, f"an integer <= {maximum}")
+        return value
+    return parse
+
+
+def _float(minimum, maximum):
+    def parse(key, value):
+        try:
+            value = float(value)
+        except (TypeError, ValueError):
+            raise _bad(key, value, "a number") from None
+        if not minimum <= value <= maximum:
+            raise _bad(key, value, f"a number in [{minimum}, {maximum}]")
+        return value
+    return parse
+
+
+def _bool(key, value):
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+        return value.strip().lower() == "true"
+    raise _bad(key, value, "true or false")
+
+
+def _choice(*options):
+    def parse(key, value):
+        if not isinstance(value, str) or value not in options:
+            raise _bad(key, value, "one of " + ", ".join(options))
+        return value
+    return parse
+
+
+def _policy(key, value):
+    items = value.split(",") if isinstance(value, str) else list(value)
+    items = tuple(sorted({str(i).strip() for i in items if str(i).strip()}))
+    if not items or any(i not in ("delete", "compact") for i in items):
+        raise _bad(key, value, "'delete', 'compact' or 'compact,delete'")
+    return items
+
+
+def _bad(key, value, rule):
+    return InvalidConfigurationError(f"invalid value {value!r} for topic config {key!r}: "
+                                     f"must be {rule}")
+
+
+# dotted name -> (attribute, parser). Defaults live on the dataclass below.
+_RULES = {
+    "segment.bytes": ("segment_bytes", _int(14, 2**31 - 1)),
+    "segment.ms": ("segment_ms", _int(1)),
+    "segment.jitter.ms": ("segment_jitter_ms", _int(0)),
+    "segment.index.bytes": ("segment_index_bytes", _int(4, 2**31 - 1)),
+    "index.interval.bytes": ("index_interval_bytes", _int(0, 2**31 - 1)),
+    "retention.ms": ("retention_ms", _int(-1)),
+    "retention.bytes": ("retention_bytes", _int()),
+    "cleanup.policy": ("cleanup_policy", _policy),
+    "max.message.bytes": ("max_message_bytes", _int(0, 2**31 - 1)),
+    "message.timestamp.type": ("message_timestamp_type", _choice("CreateTime", "LogAppendTime")),
+    "flush.messages": ("flush_messages", _int(1)),
+    "flush.ms": ("flush_ms", _int(0)),
+    "min.insync.replicas": ("min_insync_replicas", _int(1)),
+    "delete.retention.ms": ("delete_retention_ms", _int(0)),
+    "min.cleanable.dirty.ratio": ("min_cleanable_dirty_ratio", _float(0.0, 1.0)),
+    "min.compaction.lag.ms": ("min_compaction_lag_ms", _int(0)),
+    "max.compaction.lag.ms": ("max_compaction_lag_ms", _int(1)),
+    "file.delete.delay.ms": ("file_delete_delay_ms", _int(0)),
+    "preallocate": ("preallocate", _bool),
+    "compression.type": ("compression_type",
+                         _choice("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd")),
+}
+_BY_ATTRIBUTE = {attr: name for name, (attr, _) in _RULES.items()}
+
+
+@dataclass(frozen=True)
+class LogConfig:
+    segment_bytes: int = 1 << 30
+    segment_ms: int = 7 * 24 * 3600 * 1000
+    segment_jitter_ms: int = 0
+    segment_index_bytes: int = 10 << 20
+    index_interval_bytes: int = 4096
+    retention_ms: int = 7 * 24 * 3600 * 1000
+    retention_bytes: int = -1
+    cleanup_policy: tuple = ("delete",)
+    max_message_bytes: int = (1 << 20) + 12
+    message_timestamp_type: str = "CreateTime"
+    flush_messages: int = LONG_MAX
+    flush_ms: int = LONG_MAX
+    min_insync_replicas: int = 1
+    delete_retention_ms: int = 24 * 3600 * 1000
+    min_cleanable_dirty_ratio: float = 0.5
+    min_compaction_lag_ms: int = 0
+    max_compaction_lag_ms: int = LONG_MAX
+    file_delete_delay_ms: int = 60000
+    preallocate: bool = False
+    compression_type: str = "producer"
+
+    @classmethod
+    def from_dict(cls, overrides=None, base=None):
+        """A config from `base` (default: Kafka's defaults) with `overrides` applied and checked."""
+        return (base or cls()).with_overrides(overrides or {})
+
+    def with_overrides(self, overrides):
+        changes = {}
+        for key, value in dict(overrides).items():
+            name = key if key in _RULES else _BY_ATTRIBUTE.get(key)
+            if name is None:
+                raise InvalidConfigurationError(
+                    f"unknown topic config {key!r}; known configs: {', '.join(sorted(_RULES))}")
+            attr, parse = _RULES[name]
+            changes[attr] = parse(name, value)
+        return replace(self, **changes)
+
+    def to_dict(self):
+        """Every config under its dotted name, as Kafka's DescribeConfigs would show it."""
+        out = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            out[_BY_ATTRIBUTE[f.name]] = ",".join(value) if f.name == "cleanup_policy" else value
+        return out
+
+    def overrides(self):
+        """Only the configs that differ from the defaults (what a topic stores)."""
+        default = LogConfig()
+        full, base = self.to_dict(), default.to_dict()
+        return {k: v for k, v in full.items() if v != base[k]}
+
+    @property
+    def compact(self):
+        return "compact" in self.cleanup_policy
+
+    @property
+    def delete(self):
+        return "delete" in self.cleanup_policy
+
+    @property
+    def log_append_time(self):
+        return self.message_timestamp_type == "LogAppendTime"
+
+    @property
+    def max_segment_ms(self):
+        """segment.ms, shortened to max.compaction.lag.ms for compacted topics."""
+        if self.compact and self.max_compaction_lag_ms > 0:
+            return min(self.max_compaction_lag_ms, self.segment_ms)
+        return self.segment_ms
+
+
+CONFIG_NAMES = tuple(_RULES)

@@ -1,0 +1,250 @@
+"""Opening a partition directory: finish or discard interrupted file operations,
+check or rebuild indexes, and recover the log after an unclean stop.
+
+Steps (writer), in order:
+  1. Delete `.deleted`, `.cleaned` and `.tmp` files. Complete an interrupted
+     swap: every ordinary segment inside the offset range of the `.swap`
+     segments is deleted and the `.swap` files take their final names.
+  2. Delete index files that have no `.log`.
+  3. Open every segment; an index that fails its sanity check is rebuilt.
+  4. Unclean stop: recover every segment from the one holding the recovery
+     point to the end (re-validate each batch, rebuild its indexes). At the
+     first invalid byte the log is cut, the cut is reported, and every later
+     segment is deleted (its data follows a hole, so it cannot be kept).
+  5. No segment left, or the log ends below the checkpointed log start
+     offset: start over with one empty segment at the log start offset.
+  6. The active segment's indexes get back their preallocated size.
+
+A read-only open (another process, the writer may be live) changes nothing:
+it opens the ordinary segments and finds the end of the last whole batch.
+"""
+import logging
+import os
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+from ..errors import CorruptRecordError, KafkaStorageError
+from . import files
+from .file_records import IncompleteBatch
+from .segment import LogSegment
+
+log = logging.getLogger("streamlog.storage")
+
+
+@dataclass
+class RecoveryReport:
+    """What opening a partition found and changed; printed by `streamlog verify`."""
+
+    directory: str
+    clean_shutdown: bool
+    recovered_segments: list = field(default_factory=list)  # (base_offset, RecoveryResult)
+    truncated_bytes: int = 0
+    truncated_at: tuple = None                              # (log file, byte position)
+    truncation_reason: str = ""
+    deleted_segments: list = field(default_factory=list)    # base offsets dropped after a cut
+    rebuilt_indexes: list = field(default_factory=list)     # (base_offset, problem)
+    removed_files: list = field(default_factory=list)       # leftovers of interrupted work
+
+    @property
+    def dropped_data(self):
+        return self.truncated_bytes > 0 or bool(self.deleted_segments)
+
+    def summary(self):
+        parts = []
+        if self.truncated_bytes:
+            path, pos = self.truncated_at
+            parts.append(f"cut {self.truncated_bytes} bytes from {os.path.basename(path)} at byte "
+                         f"{pos} ({self.truncation_reason})")
+        if self.deleted_segments:
+            parts.append(f"deleted {len(self.deleted_segments)} later segment(s) "
+                         f"{self.deleted_segments}")
+        if self.rebuilt_indexes:
+            parts.append(f"rebuilt indexes of {len(self.rebuilt_indexes)} segment(s)")
+        if self.recovered_segments:
+            parts.append(f"re-validated {len(self.recovered_segments)} segment(s)")
+        return f"{self.directory}: " + ("; ".join(parts) if parts else "nothing to recover")
+
+
+class LoadedLog(NamedTuple):
+    segments: list
+    next_offset: int
+    recovery_point: int
+    log_start_offset: int
+    report: RecoveryReport
+
+
+def load_log(directory, config, *, recovery_point=0, log_start_offset=0, clean_shutdown=False,
+             readonly=False, now_ms=None):
+    if readonly:
+        return _load_readonly(directory, config, log_start_offset, now_ms)
+    report = RecoveryReport(directory, clean_shutdown)
+    os.makedirs(directory, exist_ok=True)
+    _remove_leftovers(directory, report)
+    _complete_swaps(directory, config, report, now_ms)
+    bases = segment_bases(directory)
+    _remove_orphan_indexes(directory, bases, report)
+
+    segments = []
+    try:
+        # After an unclean stop, step 4 recovers everything from the recovery point's
+        # segment anyway (rebuilding its indexes), so step 3 checks only what lies before.
+        recover_from = None if clean_shutdown else _segment_holding(bases, recovery_point)
+        for base in bases:
+            segment = LogSegment(directory, base, config, now_ms=now_ms)
+            segments.append(segment)
+            if recover_from is not None and base >= recover_from:
+                continue
+            problem = segment.index_problem()
+            if problem:
+                report.rebuilt_indexes.append((base, problem))
+                result = segment.recover()
+                if result.truncated_bytes or result.reason:
+                    # Bytes below the recovery point were fsynced: this is damage, not a
+                    # torn write. Keep later segments (their data is valid) and say so.
+                    _note_truncation(report, segment, result)
+
+        next_offset = None
+        if clean_shutdown and segments:
+            try:
+                next_offset = _next_offset(segments)
+            except (IncompleteBatch, CorruptRecordError) as exc:
+                log.warning("%s: marked clean but %s; recovering", directory, exc)
+                report.clean_shutdown = clean_shutdown = False
+        if not clean_shutdown and segments:
+            next_offset = _recover_from(segments, recovery_point, report)
+        if not segments or next_offset < log_start_offset:
+            for segment in segments:
+                report.deleted_segments.append(segment.base_offset)
+                segment.delete()
+            segments = [LogSegment(directory, log_start_offset, config, now_ms=now_ms)]
+            next_offset = log_start_offset
+        segments[-1].resize_indexes(config.segment_index_bytes)
+    except BaseException:
+        for segment in segments:
+            segment.close()
+        raise
+
+    log_start_offset = max(log_start_offset, segments[0].base_offset)
+    recovery_point = next_offset if clean_shutdown else min(recovery_point, next_offset)
+    if report.dropped_data or report.rebuilt_indexes:
+        log.warning("recovery: %s", report.summary())
+    return LoadedLog(segments, next_offset, recovery_point, log_start_offset, report)
+
+
+def _next_offset(segments):
+    for segment in reversed(segments):
+        if segment.size:
+            return segment.read_next_offset()
+    return segments[-1].base_offset
+
+
+def _segment_holding(bases, offset):
+    """Base offset of the segment that holds `offset` (the first one when it is below all)."""
+    holding = bases[0] if bases else None
+    for base in bases:
+        if base <= offset:
+            holding = base
+    return holding
+
+
+def _note_truncation(report, segment, result):
+    report.truncated_bytes += result.truncated_bytes
+    report.truncated_at = (segment.path, result.valid_bytes)
+    report.truncation_reason = result.reason
+
+
+def _recover_from(segments, recovery_point, report):
+    """Step 4; returns the log's next offset and deletes what follows a cut."""
+    holding = _segment_holding([s.base_offset for s in segments], recovery_point)
+    start = next(i for i, s in enumerate(segments) if s.base_offset == holding)
+    next_offset = segments[start].base_offset
+    for i in range(start, len(segments)):
+        segment = segments[i]
+        result = segment.recover()
+        report.recovered_segments.append((segment.base_offset, result))
+        next_offset = result.next_offset if result.batches else max(next_offset,
+                                                                     segment.base_offset)
+        if result.truncated_bytes or result.reason:
+            _note_truncation(report, segment, result)
+            for later in segments[i + 1:]:
+                report.deleted_segments.append(later.base_offset)
+                later.delete()
+            del segments[i + 1:]
+            break
+        if i + 1 < len(segments) and segments[i + 1].base_offset < next_offset:
+            raise KafkaStorageError(
+                f"segment {segments[i + 1].path} starts at offset {segments[i + 1].base_offset}, "
+                f"inside the previous segment (which ends at {next_offset - 1})")
+    return next_offset
+
+
+def segment_bases(directory, temp_suffix=""):
+    """Sorted base offsets of the segments in a directory (with that temporary suffix)."""
+    bases = set()
+    for name in os.listdir(directory):
+        parsed = files.parse_segment_file_name(name)
+        if parsed and parsed[1] == files.LOG_SUFFIX and parsed[2] == temp_suffix:
+            bases.add(parsed[0])
+    return sorted(bases)
+
+
+def _remove_leftovers(directory, report):
+    for name in os.listdir(directory):
+        if name.endswith((files.DELETED_SUFFIX, files.CLEANED_SUFFIX, files.TMP_SUFFIX)):
+            os.unlink(os.path.join(directory, name))
+            report.removed_files.append(name)
+
+
+def _complete_swaps(directory, config, report, now_ms):
+    swap_bases = segment_bases(directory, files.SWAP_SUFFIX)
+    if not swap_bases:
+        return
+    swapped = []
+    for base in swap_bases:
+        segment = LogSegment(directory, base, config, suffix=files.SWAP_SUFFIX, now_ms=now_ms)
+        segment.recover()  # a .swap was complete when renamed, but its indexes may not be
+        swapped.append(segment)
+    low = swap_bases[0]
+    high = max(_safe_next_offset(s) for s in swapped)
+    for base in segment_bases(directory):
+        if low <= base < high:
+            for suffix in files.SEGMENT_FILE_SUFFIXES:
+                path = os.path.join(directory, files.offset_prefix(base) + suffix)
+                if os.path.exists(path):
+                    os.unlink(path)
+                    report.removed_files.append(os.path.basename(path))
+    for segment in swapped:
+        segment.rename_suffix(files.SWAP_SUFFIX, "")
+        segment.close()
+
+
+def _safe_next_offset(segment):
+    try:
+        return segment.read_next_offset()
+    except (IncompleteBatch, CorruptRecordError):
+        return segment.base_offset
+
+
+def _remove_orphan_indexes(directory, bases, report):
+    base_set = set(bases)
+    for name in os.listdir(directory):
+        parsed = files.parse_segment_file_name(name)
+        if parsed and parsed[2] == "" and parsed[1] in (files.INDEX_SUFFIX,
+                                                         files.TIME_INDEX_SUFFIX,
+                                                         files.TXN_INDEX_SUFFIX):
+            if parsed[0] not in base_set:
+                os.unlink(os.path.join(directory, name))
+                report.removed_files.append(name)
+
+
+def _load_readonly(directory, config, log_start_offset, now_ms):
+    report = RecoveryReport(directory, clean_shutdown=False)
+    if not os.path.isdir(directory):
+        raise KafkaStorageError(f"partition directory {directory} does not exist")
+    segments = [LogSegment(directory, base, config, readonly=True, now_ms=now_ms)
+                for base in segment_bases(directory)]
+    if not segments:
+        raise KafkaStorageError(f"partition directory {directory} holds no segment")
+    next_offset = _next_offset(segments)
+    log_start_offset = max(log_start_offset, segments[0].base_offset)
+    return LoadedLog(segments, next_offset, next_offset, log_start_offset, report)

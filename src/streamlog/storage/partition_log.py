@@ -1,0 +1,501 @@
+"""A partition's log: ordered segments, offsets, high watermark, retention and flushing.
+
+Invariants:
+  1. Offsets are dense on append: each batch gets base offset = log end
+     offset (LEO) and LEO moves past its last offset. Segments never overlap
+     and are kept sorted by base offset.
+  2. log_start_offset <= high_watermark <= LEO, and log_start_offset never
+     decreases. With one replica the high watermark is the LEO as soon as an
+     append returns (acks=1 semantics); durability is tracked separately by
+     the recovery point.
+  3. recovery_point <= LEO, and everything below it was fsynced: after an
+     unclean stop only segments from the one holding it need re-validating.
+  4. Retention deletes whole segments, oldest first, stopping at the first
+     one that must stay, never one that reaches past the high watermark, and
+     never the last remaining segment (a new empty one is rolled first).
+  5. A deleted segment's files are renamed `.deleted` and closed only after
+     file.delete.delay.ms, so a reader that picked the segment up just
+     before keeps a valid file descriptor.
+
+Thread-safety: append, roll, retention and truncation hold `_lock`; flush
+holds `_flush_lock` and takes `_lock` only to snapshot, so appends continue
+while a flush waits on the disk (many appends share one fsync). Reads take no
+lock: they work on a snapshot of the segment list, and a segment's readable
+size only grows after its bytes are written.
+
+On a crash: see log_loader (recovery from the recovery point).
+"""
+import bisect
+import logging
+import os
+import threading
+import time
+from typing import NamedTuple
+
+from ..errors import (CorruptRecordError, InvalidRecordError, KafkaStorageError, LogClosedError,
+                      OffsetOutOfRangeError, ReadOnlyError, RecordBatchTooLargeError,
+                      RecordTooLargeError)
+from . import files
+from .durable import fsync_dir
+from .file_records import IncompleteBatch
+from .log_loader import load_log, segment_bases
+from .record_batch import (LOG_OVERHEAD, RECORD_BATCH_OVERHEAD, RecordBatch, iter_batches,
+                           set_log_append_time)
+from .segment import BatchInfo, LogSegment
+
+log = logging.getLogger("streamlog.storage")
+
+
+def wall_clock_ms():
+    return int(time.time() * 1000)
+
+
+class AppendInfo(NamedTuple):
+    first_offset: int
+    last_offset: int
+    max_timestamp: int
+    offset_of_max_timestamp: int
+    log_append_time: int  # -1 unless the topic uses LogAppendTime
+    record_count: int
+    batch_count: int
+    size: int
+
+
+class FetchData(NamedTuple):
+    """Whole batches starting with the one that holds the fetch offset."""
+
+    batches: list
+    high_watermark: int
+    log_start_offset: int
+    log_end_offset: int
+
+    @property
+    def size(self):
+        return sum(b.size_in_bytes for b in self.batches)
+
+
+class PartitionLog:
+    def __init__(self, directory, config, *, recovery_point=0, log_start_offset=0,
+                 clean_shutdown=False, readonly=False, clock_ms=wall_clock_ms):
+        self.directory = directory
+        self.config = config
+        self.readonly = readonly
+        self.clock_ms = clock_ms
+        self.name = os.path.basename(directory)
+        self._lock = threading.Lock()
+        self._flush_lock = threading.Lock()
+        loaded = load_log(directory, config, recovery_point=recovery_point,
+                          log_start_offset=log_start_offset, clean_shutdown=clean_shutdown,
+                          readonly=readonly, now_ms=clock_ms())
+        self._segments = loaded.segments
+        self._bases = [s.base_offset for s in self._segments]
+        self._next_offset = loaded.next_offset
+        self.high_watermark = loaded.next_offset
+        self.log_start_offset = loaded.log_start_offset
+        self.recovery_point = loaded.recovery_point
+        self.recovery_report = loaded.report
+        self._pending_deletes = []  # (deadline_ms, segment)
+        self._unflushed_records = 0
+        self._last_flush_ms = clock_ms()
+        self._dir_dirty = False
+        self._closed = False
+        self._tail = (None, 0, 0)  # read-only: (segment base, position, next offset) scanned
+
+    # --- state -------------------------------------------------------------
+
+    @property
+    def log_end_offset(self):
+        return self._next_offset
+
+    @property
+    def segments(self):
+        return tuple(self._segments)
+
+    @property
+    def active_segment(self):
+        return self._segments[-1]
+
+    @property
+    def size_in_bytes(self):
+        return sum(s.size for s in self._segments)
+
+    @property
+    def closed(self):
+        return self._closed
+
+    def __repr__(self):
+        return (f"PartitionLog({self.name}, start={self.log_start_offset}, "
+                f"end={self._next_offset}, segments={len(self._segments)})")
+
+    def _check_writable(self):
+        if self._closed:
+            raise LogClosedError(f"partition log {self.name} is closed")
+        if self.readonly:
+            raise ReadOnlyError(f"partition log {self.name} was opened read-only")
+
+    # --- append ------------------------------------------------------------
+
+    def append(self, data, assign_offsets=True):
+        """Append one or more whole batches (bytes-like); returns AppendInfo.
+
+        Each batch is checked (header, CRC, size limits) before anything is
+        written. With assign_offsets the log gives the batches consecutive
+        offsets from its end; otherwise their own offsets must lie above it.
+        """
+        view = memoryview(data).cast("B")
+        with self._lock:
+            self._check_writable()
+            now_ms = self.clock_ms()
+            infos, pieces, summary = self._validate(view, assign_offsets, now_ms)
+            first_offset, last_offset, max_ts, offset_of_max_ts, records = summary
+            total = sum(i.size for i in infos)
+            segment = self.active_segment
+            if segment.should_roll(total, max_ts, last_offset, now_ms, self.config.segment_bytes,
+                                   self.config.max_segment_ms):
+                segment = self._roll_locked(first_offset, now_ms)
+            segment.append(infos, pieces)
+            self._next_offset = last_offset + 1
+            self.high_watermark = self._next_offset
+            self._unflushed_records += records
+            need_flush = self._unflushed_records >= self.config.flush_messages
+        if need_flush:
+            self.flush()
+        log_append_time = now_ms if self.config.log_append_time else -1
+        return AppendInfo(first_offset, last_offset, max_ts, offset_of_max_ts, log_append_time,
+                          records, len(infos), total)
+
+    def _validate(self, view, assign_offsets, now_ms):
+        """Check every batch and build what to write: (infos, pieces, summary)."""
+        infos, pieces = [], []
+        next_offset = self._next_offset
+        first_offset = None
+        max_ts, offset_of_max_ts, records = -1, -1, 0
+        consumed = 0
+        max_message_bytes = self.config.max_message_bytes
+        for batch in iter_batches(view, 0, len(view)):
+            size = batch.size_in_bytes
+            try:
+                batch.ensure_valid()
+            except CorruptRecordError as exc:
+                raise InvalidRecordError(f"rejected a batch for {self.name}: {exc.reason}") from None
+            if size > self.config.segment_bytes:
+                raise RecordBatchTooLargeError(
+                    f"a {size}-byte batch can never fit {self.name}'s {self.config.segment_bytes}"
+                    "-byte segments; raise segment.bytes or send smaller batches")
+            if size > max_message_bytes:
+                raise RecordTooLargeError(
+                    f"a {size}-byte batch exceeds max.message.bytes={max_message_bytes} of "
+                    f"{self.name}; raise the topic's max.message.bytes or send less per batch")
+            if batch.records_count == 0 and assign_offsets:
+                raise InvalidRecordError("a produced batch must hold at least one record")
+            if assign_offsets:
+                base = next_offset
+            else:
+                base = batch.base_offset
+                if base < next_offset:
+                    raise InvalidRecordError(
+                        f"batch offset {base} is below the log end offset {next_offset}")
+            last = base + batch.last_offset_delta
+            piece = batch.view()
+            if self.config.log_append_time:
+                piece = bytearray(piece)
+                set_log_append_time(piece, 0, now_ms)
+                batch = RecordBatch(piece)
+            if assign_offsets:
+                pieces.append(base.to_bytes(8, "big", signed=True))
+                pieces.append(piece[8:])
+            else:
+                pieces.append(piece)
+            if first_offset is None:
+                first_offset = base
+            if batch.max_timestamp > max_ts:
+                max_ts, offset_of_max_ts = batch.max_timestamp, last
+            infos.append(BatchInfo(last, batch.max_timestamp, size))
+            records += batch.records_count
+            next_offset = last + 1
+            consumed += size
+        if consumed != len(view):
+            raise InvalidRecordError(
+                f"{len(view) - consumed} trailing bytes do not form a whole record batch "
+                f"(a batch is at least {RECORD_BATCH_OVERHEAD} bytes, its size at byte "
+                f"{LOG_OVERHEAD - 4})")
+        if not infos:
+            raise InvalidRecordError("nothing to append: no record batch in the data")
+        return infos, pieces, (first_offset, next_offset - 1, max_ts, offset_of_max_ts, records)
+
+    # --- roll --------------------------------------------------------------
+
+    def roll(self):
+        """Start a new active segment at the log end offset (no-op if the active one is empty)."""
+        with self._lock:
+            self._check_writable()
+            return self._roll_locked(self._next_offset, self.clock_ms())
+
+    def _roll_locked(self, new_base, now_ms):
+        active = self.active_segment
+        if active.size == 0:
+            if active.base_offset == new_base:
+                return active
+            # An empty active segment at another offset (a gap): replace it.
+            self._segments.pop()
+            self._bases.pop()
+            active.delete()
+        else:
+            active.on_become_inactive()
+        if os.path.exists(files.log_file(self.directory, new_base)):
+            raise KafkaStorageError(
+                f"cannot roll {self.name}: a segment file for offset {new_base} already exists")
+        segment = LogSegment(self.directory, new_base, self.config, now_ms=now_ms)
+        # Copy-on-write: readers iterate the old lists without a lock.
+        self._segments = self._segments + [segment]
+        self._bases = self._bases + [new_base]
+        self._dir_dirty = True
+        return segment
+
+    # --- read --------------------------------------------------------------
+
+    def read(self, fetch_offset, max_bytes=1 << 20, max_offset=None, min_one_batch=True,
+             buffer=None):
+        """Whole batches from the one holding fetch_offset, up to max_bytes.
+
+        max_offset bounds what is visible (default: the high watermark; a
+        read_committed reader passes the last stable offset). Raises
+        OffsetOutOfRangeError below the log start offset or above the LEO.
+        buffer: a bytearray the caller reuses across reads; the batches are
+        then views into it, valid until the next read with that buffer.
+        """
+        if self._closed:
+            raise LogClosedError(f"partition log {self.name} is closed")
+        if self.readonly and fetch_offset >= self._next_offset:
+            self.refresh()  # caught up with what we know: look for more
+        segments, bases = self._segments, self._bases
+        high_watermark = self.high_watermark
+        upper = high_watermark if max_offset is None else min(max_offset, high_watermark)
+        log_start = self.log_start_offset
+        end = self._next_offset
+        if fetch_offset < log_start or fetch_offset > end:
+            raise OffsetOutOfRangeError(
+                f"offset {fetch_offset} is out of range for {self.name} (log start {log_start}, "
+                f"log end {end})", self.name, fetch_offset)
+        batches = []
+        if fetch_offset < upper:
+            i = max(bisect.bisect_right(bases, fetch_offset) - 1, 0)
+            for j in range(i, len(segments)):
+                segment = segments[j]
+                found = segment.read(fetch_offset, max_bytes, upper, min_one_batch,
+                                     bases[j + 1] if j + 1 < len(bases) else end, buffer)
+                if found is not None and found.batches:
+                    batches = found.batches
+                    break
+        return FetchData(batches, high_watermark, log_start, end)
+
+    def find_offset_by_timestamp(self, timestamp):
+        """(offset, timestamp) of the first record with timestamp >= the target, or None.
+
+        As Kafka's ListOffsets: the first segment whose largest timestamp
+        reaches the target is searched, from the log start offset on.
+        """
+        if self.readonly:
+            self.refresh()
+        segments = self._segments
+        start = self.log_start_offset
+        end = self._next_offset
+        for i, segment in enumerate(segments):
+            if segment.largest_timestamp >= timestamp or (self.readonly and
+                                                          i == len(segments) - 1):
+                upper = segments[i + 1].base_offset if i + 1 < len(segments) else end
+                found = segment.find_offset_by_timestamp(timestamp, start, upper)
+                if found is not None and found[0] < self.high_watermark:
+                    return found
+        return None
+
+    # --- retention -----------------------------------------------------------
+
+    def delete_old_segments(self, now_ms=None):
+        """Apply retention (log start offset, retention.bytes, retention.ms); returns segments deleted."""
+        with self._lock:
+            self._check_writable()
+            now_ms = self.clock_ms() if now_ms is None else now_ms
+            deleted = self._delete_segments_locked(self._log_start_breached)
+            if self.config.delete:
+                deleted += self._delete_size_breached_locked()
+                retention_ms = self.config.retention_ms
+                if retention_ms >= 0:
+                    deleted += self._delete_segments_locked(
+                        lambda seg, nxt: now_ms - seg.largest_timestamp > retention_ms)
+            return deleted
+
+    def _log_start_breached(self, segment, next_segment):
+        return next_segment is not None and next_segment.base_offset <= self.log_start_offset
+
+    def _delete_size_breached_locked(self):
+        retention_bytes = self.config.retention_bytes
+        size = self.size_in_bytes
+        if retention_bytes < 0 or size < retention_bytes:
+            return 0
+        excess = [size - retention_bytes]
+
+        def breached(segment, _next):
+            if excess[0] - segment.size >= 0:
+                excess[0] -= segment.size
+                return True
+            return False
+        return self._delete_segments_locked(breached)
+
+    def _delete_segments_locked(self, predicate):
+        deletable = []
+        segments = self._segments
+        for i, segment in enumerate(segments):
+            nxt = segments[i + 1] if i + 1 < len(segments) else None
+            upper = nxt.base_offset if nxt is not None else self._next_offset
+            if upper > self.high_watermark or not predicate(segment, nxt):
+                break
+            if nxt is None and segment.size == 0:
+                break  # the empty active segment stays
+            deletable.append(segment)
+        if not deletable:
+            return 0
+        if deletable[-1] is segments[-1]:
+            self._roll_locked(self._next_offset, self.clock_ms())
+        keep = self._segments[len(deletable):]
+        self.log_start_offset = max(self.log_start_offset, keep[0].base_offset)
+        self._segments = keep
+        self._bases = [s.base_offset for s in keep]
+        deadline = self.clock_ms() + self.config.file_delete_delay_ms
+        for segment in deletable:
+            segment.rename_suffix("", files.DELETED_SUFFIX)
+            self._pending_deletes.append((deadline, segment))
+        self._dir_dirty = True
+        log.info("%s: deleted %d segment(s); log start offset now %d", self.name, len(deletable),
+                 self.log_start_offset)
+        return len(deletable)
+
+    def delete_pending_files(self, now_ms=None, force=False):
+        """Close and remove segments deleted at least file.delete.delay.ms ago; returns count."""
+        with self._lock:
+            now_ms = self.clock_ms() if now_ms is None else now_ms
+            due = [(d, s) for d, s in self._pending_deletes if force or d <= now_ms]
+            self._pending_deletes = [(d, s) for d, s in self._pending_deletes
+                                     if not (force or d <= now_ms)]
+        for _, segment in due:
+            segment.delete()
+        return len(due)
+
+    def increase_log_start_offset(self, new_start):
+        """Move the log start offset up (delete records); whole segments go at the next retention pass."""
+        with self._lock:
+            self._check_writable()
+            if new_start > self.high_watermark:
+                raise OffsetOutOfRangeError(
+                    f"cannot move the log start of {self.name} to {new_start}, past its high "
+                    f"watermark {self.high_watermark}", self.name, new_start)
+            self.log_start_offset = max(self.log_start_offset, new_start)
+            return self.log_start_offset
+
+    # --- durability ----------------------------------------------------------
+
+    def flush(self):
+        """fsync everything appended so far and advance the recovery point; returns it."""
+        with self._flush_lock:
+            with self._lock:
+                if self._closed or self.readonly:
+                    return self.recovery_point
+                target = self._next_offset
+                i = max(bisect.bisect_right(self._bases, self.recovery_point) - 1, 0)
+                segments = self._segments[i:]
+                dir_dirty, self._dir_dirty = self._dir_dirty, False
+                self._unflushed_records = 0
+            for segment in segments:
+                if not segment.log.closed:
+                    segment.log.flush()
+            with self._lock:
+                for segment in segments:
+                    if not segment.log.closed:
+                        segment.offset_index.flush()
+                        segment.time_index.flush()
+            if dir_dirty:
+                fsync_dir(self.directory)
+            self.recovery_point = max(self.recovery_point, target)
+            self._last_flush_ms = self.clock_ms()
+            return self.recovery_point
+
+    def maybe_flush_on_time(self, now_ms=None):
+        """Flush when flush.ms has passed since the last flush and data is unflushed."""
+        now_ms = self.clock_ms() if now_ms is None else now_ms
+        if self.recovery_point < self._next_offset and \
+                now_ms - self._last_flush_ms >= self.config.flush_ms:
+            self.flush()
+            return True
+        return False
+
+    # --- read-only following ---------------------------------------------------
+
+    def refresh(self):
+        """Read-only: pick up what the writer appended, rolled or deleted since the last look."""
+        if not self.readonly:
+            return
+        with self._lock:
+            present = set(segment_bases(self.directory))
+            previous_last = self._segments[-1].base_offset if self._segments else -1
+            keep = []
+            for segment in self._segments:
+                if segment.base_offset in present:
+                    keep.append(segment)
+                else:
+                    segment.close()  # deleted by the writer's retention
+            for base in sorted(present):
+                if not keep or base > keep[-1].base_offset:
+                    keep.append(LogSegment(self.directory, base, self.config, readonly=True))
+            if not keep:
+                return
+            for segment in keep:
+                if segment.base_offset >= previous_last:  # the old active one may have grown
+                    segment.log.refresh_size()
+            self._segments = keep
+            self._bases = [s.base_offset for s in keep]
+            self.log_start_offset = max(self.log_start_offset, keep[0].base_offset)
+            self._next_offset = max(self._next_offset, self._scan_tail(keep))
+            self.high_watermark = self._next_offset
+
+    def _scan_tail(self, segments):
+        """Next offset after the last whole batch, scanning only what is new since last time."""
+        for segment in reversed(segments):
+            if segment.size:
+                break
+        else:
+            return segments[-1].base_offset
+        base, position, next_offset = self._tail
+        if base != segment.base_offset:
+            position, next_offset = segment.offset_index.lookup(2**62)[1], segment.base_offset
+        try:
+            for header in segment.log.headers(position):
+                position = header.file_position + header.size_in_bytes
+                next_offset = header.next_offset
+        except IncompleteBatch:
+            pass  # the writer is still writing this batch
+        self._tail = (segment.base_offset, position, next_offset)
+        if segment is not segments[-1]:
+            next_offset = max(next_offset, segments[-1].base_offset)
+        return next_offset
+
+    # --- lifecycle -------------------------------------------------------------
+
+    def close(self, flush=True):
+        """Flush (unless told not to), seal the indexes and close every file."""
+        if self._closed:
+            return
+        if flush and not self.readonly:
+            self.flush()
+        with self._lock:
+            self._closed = True
+            for segment in self._segments:
+                segment.close()
+        self.delete_pending_files(force=True)
+
+    def delete(self):
+        """Close and remove the whole partition directory."""
+        self.close(flush=False)
+        for name in os.listdir(self.directory):
+            os.unlink(os.path.join(self.directory, name))
+        os.rmdir(self.directory)
+

@@ -1,0 +1,382 @@
+"""A log segment: the `.log` file of a range of offsets plus its offset and time indexes.
+
+Invariants:
+  1. Batches in the file have strictly increasing offsets, all >= base_offset
+     and within int32 of it (so relative offsets fit the indexes).
+  2. Index rule, per batch, identical on append and on recovery so a rebuilt
+     index equals the original: once more than index_interval_bytes have been
+     appended since the last entry, the batch's last offset is indexed at the
+     batch's start position (the first batch is never indexed), and the time
+     index gets (max timestamp so far, batch where it was first reached).
+  3. An inactive segment's indexes are trimmed to their entries and end with
+     the entry for the segment's largest timestamp.
+
+Thread-safety: append, roll-related calls, recover and close run under the
+partition's append lock; read, translate_offset and find_offset_by_timestamp
+may run on any thread at the same time.
+
+On a crash: bytes written after the last fsync may be missing or torn, and
+the indexes may disagree with the log; recover() rebuilds both indexes from
+the log and cuts the log after the last valid batch.
+"""
+import os
+import time
+from typing import NamedTuple
+
+from ..errors import CorruptRecordError
+from . import files
+from .file_records import FileRecords, IncompleteBatch
+from .offset_index import OffsetIndex
+from .record_batch import LOG_OVERHEAD, NO_TIMESTAMP, iter_batches
+from .time_index import TimeIndex
+
+_INT32_MAX = 2**31 - 1
+
+
+class BatchInfo(NamedTuple):
+    """What the segment needs to know of each appended batch (gathered by the log)."""
+
+    last_offset: int
+    max_timestamp: int
+    size: int
+
+
+class FetchSlice(NamedTuple):
+    """Whole batches read from one segment: header-parsed views over one buffer."""
+
+    batches: list
+    position: int  # file position of the first batch
+    size: int      # bytes covered by `batches`
+
+
+class RecoveryResult(NamedTuple):
+    valid_bytes: int
+    truncated_bytes: int
+    next_offset: int     # one past the last valid batch (base_offset if none)
+    batches: int
+    reason: str          # why recovery stopped early ('' if it read to the end)
+
+
+class LogSegment:
+    def __init__(self, directory, base_offset, config, readonly=False, suffix="", now_ms=None):
+        self.directory = directory
+        self.base_offset = base_offset
+        self.readonly = readonly
+        self.index_interval_bytes = config.index_interval_bytes
+        self.log = FileRecords(files.log_file(directory, base_offset, suffix), readonly)
+        try:
+            self.offset_index = OffsetIndex(files.offset_index_file(directory, base_offset, suffix),
+                                            base_offset, config.segment_index_bytes, readonly)
+            self.time_index = TimeIndex(files.time_index_file(directory, base_offset, suffix),
+                                        base_offset, config.segment_index_bytes, readonly)
+        except Exception:
+            self.log.close()
+            raise
+        self.bytes_since_last_index_entry = 0
+        self.created_ms = now_ms if now_ms is not None else int(time.time() * 1000)
+        # The first append's largest timestamp decides time-based rolling; loaded lazily.
+        self._rolling_based_timestamp = None
+        ts, offset = self.time_index.last_entry()
+        self.max_timestamp_so_far = ts
+        self.offset_of_max_timestamp_so_far = offset
+
+    # --- size and offsets -------------------------------------------------
+
+    @property
+    def size(self):
+        return self.log.size
+
+    @property
+    def path(self):
+        return self.log.path
+
+    def __repr__(self):
+        return f"LogSegment(base_offset={self.base_offset}, size={self.size})"
+
+    def read_next_offset(self):
+        """One past the last offset in the segment (scans from the last index entry)."""
+        _, pos = self.offset_index.lookup(2**62)
+        next_offset = self.base_offset
+        try:
+            for header in self.log.headers(pos):
+                next_offset = header.next_offset
+        except IncompleteBatch:
+            if not self.readonly:
+                raise
+        return next_offset
+
+    def rolling_based_timestamp(self):
+        if self._rolling_based_timestamp is None and self.size > 0:
+            for header in self.log.headers(0):
+                self._rolling_based_timestamp = header.max_timestamp
+                break
+        return self._rolling_based_timestamp
+
+    @property
+    def largest_timestamp(self):
+        """The largest record timestamp, or the file's mtime when there is none (for retention)."""
+        if self.max_timestamp_so_far >= 0:
+            return self.max_timestamp_so_far
+        try:
+            return int(os.stat(self.log.path).st_mtime * 1000)
+        except FileNotFoundError:
+            return self.created_ms
+
+    # --- appending --------------------------------------------------------
+
+    def should_roll(self, incoming_bytes, max_timestamp, last_offset, now_ms, segment_bytes,
+                    max_segment_ms, jitter_ms=0):
+        """Whether the next append must go to a new segment (Kafka's four reasons)."""
+        if self.size == 0:
+            return False
+        if self.size > segment_bytes - incoming_bytes:
+            return True
+        rolling_ts = self.rolling_based_timestamp()
+        waited = (max_timestamp - rolling_ts if rolling_ts is not None and rolling_ts >= 0
+                  else now_ms - self.created_ms)
+        if waited > max_segment_ms - jitter_ms:
+            return True
+        if self.offset_index.is_full() or self.time_index.is_full():
+            return True
+        return last_offset - self.base_offset > _INT32_MAX
+
+    def append(self, batch_infos, pieces):
+        """Write validated batches (pieces of bytes) and index them (invariant 2)."""
+        position = self.log.append(pieces)
+        if position == 0 and batch_infos:
+            self._rolling_based_timestamp = max(b.max_timestamp for b in batch_infos)
+        for info in batch_infos:
+            self._index_batch(info.last_offset, info.max_timestamp, info.size, position)
+            position += info.size
+
+    def _index_batch(self, last_offset, max_timestamp, size, position):
+        if max_timestamp > self.max_timestamp_so_far:
+            self.max_timestamp_so_far = max_timestamp
+            self.offset_of_max_timestamp_so_far = last_offset
+        if self.bytes_since_last_index_entry > self.index_interval_bytes:
+            self.offset_index.append(last_offset, position)
+            self.time_index.maybe_append(self.max_timestamp_so_far,
+                                         self.offset_of_max_timestamp_so_far)
+            self.bytes_since_last_index_entry = 0
+        self.bytes_since_last_index_entry += size
+
+    def on_become_inactive(self):
+        """Seal: record the final time-index entry and trim the indexes (invariant 3)."""
+        self._append_final_time_entry()
+        self.offset_index.trim_to_valid_size()
+        self.time_index.trim_to_valid_size()
+
+    def _append_final_time_entry(self):
+        if self.max_timestamp_so_far >= 0 and not self.readonly:
+            self.time_index.maybe_append(self.max_timestamp_so_far,
+                                         self.offset_of_max_timestamp_so_far,
+                                         skip_full_check=True)
+
+    def resize_indexes(self, size):
+        self.offset_index.resize(size)
+        self.time_index.resize(size)
+
+    # --- reading ----------------------------------------------------------
+
+    def translate_offset(self, offset, upper_offset=None):
+        """File position of the first batch whose last offset is >= offset, or None."""
+        found = self._locate(offset, upper_offset)
+        return None if found is None else found[0]
+
+    def _locate(self, offset, upper_offset=None):
+        """(position, previous batch's last offset or None) of the first batch ending >= offset.
+
+        The baseOffset field is outside the CRC, so offsets are checked
+        structurally while scanning: the batch an index entry points at must
+        end at that entry's offset, and every batch must lie in the segment's
+        range after the one before it (invariant 1).
+        """
+        index_offset, position = self.offset_index.lookup(offset)
+        if self.readonly and position and not self._plausible_batch_start(position, offset):
+            index_offset, position = self.base_offset, 0  # the snapshot no longer matches
+        expect_last = index_offset if position else None
+        prev_last = None
+        try:
+            for header in self.log.headers(position):
+                self._check_offsets(header, prev_last, upper_offset)
+                if expect_last is not None and header.last_offset != expect_last:
+                    raise CorruptRecordError(
+                        f"record batch ends at offset {header.last_offset} but the index says "
+                        f"{expect_last}", self.log.path, header.file_position)
+                expect_last = None
+                if header.last_offset >= offset:
+                    return header.file_position, prev_last
+                prev_last = header.last_offset
+        except IncompleteBatch:
+            if not self.readonly:
+                raise CorruptRecordError("log ends inside a record batch", self.log.path,
+                                         self.log.size) from None
+        return None
+
+    def _check_offsets(self, header, prev_last, upper_offset):
+        if header.base_offset < self.base_offset or \
+                header.last_offset - self.base_offset > _INT32_MAX or \
+                (prev_last is not None and header.base_offset <= prev_last) or \
+                (upper_offset is not None and header.last_offset >= upper_offset):
+            raise CorruptRecordError(
+                f"record batch offsets {header.base_offset}..{header.last_offset} are out of "
+                f"order for segment {self.base_offset}", self.log.path, header.file_position)
+
+    def _plausible_batch_start(self, position, offset):
+        try:
+            header = next(self.log.headers(position), None)
+        except (IncompleteBatch, CorruptRecordError):
+            return False
+        return header is not None and self.base_offset <= header.base_offset <= offset
+
+    def read(self, start_offset, max_size, max_offset=None, min_one_batch=True,
+             upper_offset=None, buffer=None):
+        """Whole batches from the one holding start_offset, up to max_size bytes.
+
+        Stops before any batch whose base offset is >= max_offset (the high
+        watermark or last stable offset). With min_one_batch, the first batch
+        is returned even when it is larger than max_size. upper_offset is
+        where the next segment starts (or the log end): no batch may reach it.
+        None when the segment has no offset >= start_offset. With `buffer`,
+        the batches are views into it (see FileRecords.read).
+        """
+        found = self._locate(start_offset, upper_offset)
+        if found is None:
+            return None
+        start, prev_last = found
+        limit = self.log.size  # snapshot: everything below it is fully written
+        want = min(max_size, limit - start)
+        if self.readonly or buffer is not None:
+            buf = self.log.read(start, want, buffer)
+        else:
+            buf = self.log.view(start, want)  # zero-copy from the mapping
+        head = buf if len(buf) >= LOG_OVERHEAD else self.log.read(start, LOG_OVERHEAD)
+        if min_one_batch and len(head) >= LOG_OVERHEAD:
+            needed = int.from_bytes(bytes(head[8:12]), "big", signed=True) + LOG_OVERHEAD
+            if needed > len(buf):
+                # The first batch alone is larger than max_size: read exactly that batch.
+                if start + needed > limit:
+                    if self.readonly:
+                        return FetchSlice([], start, 0)  # still being written
+                    raise CorruptRecordError("record batch runs past the end of the log",
+                                             self.log.path, start)
+                buf = self.log.read(start, needed)
+        batches = []
+        pos = 0
+        for batch in iter_batches(buf, 0, len(buf), self.log.path, start):
+            batch.check_header()
+            if max_offset is not None and batch.base_offset >= max_offset:
+                break  # not visible yet (or appended after the caller's snapshot)
+            self._check_offsets(batch, prev_last, upper_offset)
+            batches.append(batch)
+            prev_last = batch.last_offset
+            pos += batch.size_in_bytes
+        if batches and len(buf) - pos >= LOG_OVERHEAD:
+            # The header of the batch after the last one returned is at hand: check it too.
+            next_base = int.from_bytes(bytes(buf[pos:pos + 8]), "big", signed=True)
+            if next_base <= prev_last:
+                raise CorruptRecordError(
+                    f"record batch at offset {next_base} follows one ending at {prev_last}",
+                    self.log.path, start + pos)
+        return FetchSlice(batches, start, pos)
+
+    def find_offset_by_timestamp(self, timestamp, starting_offset, upper_offset=None):
+        """(offset, timestamp) of the first record with timestamp >= target and
+        offset >= starting_offset in this segment, or None."""
+        if self.readonly:
+            ts_offset = self.base_offset  # the snapshot may not match the file any more: scan
+        else:
+            _, ts_offset = self.time_index.lookup(timestamp)
+        position = self.translate_offset(max(ts_offset, starting_offset), upper_offset) or 0
+        try:
+            for header in self.log.headers(position):
+                if header.max_timestamp < timestamp or header.last_offset < starting_offset:
+                    continue
+                batch = next(self.log.batches(header.file_position,
+                                              header.file_position + header.size_in_bytes))
+                recs = batch.records()
+                for off, ts in zip(recs.offsets.tolist(), recs.timestamps.tolist()):
+                    if ts >= timestamp and off >= starting_offset:
+                        return off, ts
+        except IncompleteBatch:
+            if not self.readonly:
+                raise CorruptRecordError("log ends inside a record batch", self.log.path,
+                                         self.log.size) from None
+        return None
+
+    # --- recovery ---------------------------------------------------------
+
+    def recover(self):
+        """Re-validate every batch, rebuild both indexes, cut the log after the last valid batch."""
+        self.offset_index.reset()
+        self.time_index.reset()
+        self.max_timestamp_so_far = NO_TIMESTAMP
+        self.offset_of_max_timestamp_so_far = self.base_offset
+        self.bytes_since_last_index_entry = 0
+        self._rolling_based_timestamp = None
+        valid = batches = 0
+        next_offset = self.base_offset
+        reason = ""
+        try:
+            for batch in self.log.batches():
+                batch.ensure_valid()
+                if batch.base_offset < next_offset:
+                    raise CorruptRecordError(
+                        f"record batch offset {batch.base_offset} is not above the previous "
+                        f"batch's {next_offset - 1}", self.log.path, valid)
+                if batch.last_offset - self.base_offset > _INT32_MAX:
+                    raise CorruptRecordError("record batch offset out of the segment's range",
+                                             self.log.path, valid)
+                if self.offset_index.is_full() or self.time_index.is_full():
+                    raise CorruptRecordError("segment holds more batches than its index",
+                                             self.log.path, valid)
+                self._index_batch(batch.last_offset, batch.max_timestamp, batch.size_in_bytes,
+                                  valid)
+                valid += batch.size_in_bytes
+                next_offset = batch.next_offset
+                batches += 1
+        except (CorruptRecordError, IncompleteBatch) as exc:
+            reason = getattr(exc, "reason", str(exc))
+        truncated = self.log.truncate_to(valid)
+        self._append_final_time_entry()
+        self.offset_index.trim_to_valid_size()
+        self.time_index.trim_to_valid_size()
+        return RecoveryResult(valid, truncated, next_offset, batches, reason)
+
+    def index_problem(self):
+        """None if both indexes pass their sanity checks against the log, else why not."""
+        if self.log.size and (self.offset_index.created or self.time_index.created):
+            return f"an index file of {self.log.path} is missing"
+        return (self.offset_index.sanity_problem(self.log.size)
+                or self.time_index.sanity_problem(self.base_offset + _INT32_MAX))
+
+    # --- lifecycle --------------------------------------------------------
+
+    def flush(self):
+        self.log.flush()
+        self.offset_index.flush()
+        self.time_index.flush()
+
+    def close(self):
+        """Write the final time-index entry, trim the indexes and close the files."""
+        if not self.readonly and not self.log.closed:
+            self._append_final_time_entry()
+        self.offset_index.close(trim=not self.readonly)
+        self.time_index.close(trim=not self.readonly)
+        self.log.close()
+
+    def rename_suffix(self, old_suffix, new_suffix):
+        """Rename all of the segment's files from one temporary suffix to another."""
+        for make, obj in ((files.log_file, self.log), (files.offset_index_file, self.offset_index),
+                          (files.time_index_file, self.time_index)):
+            target = make(self.directory, self.base_offset, new_suffix)
+            if os.path.exists(obj.path):
+                obj.rename(target)
+            else:
+                obj.path = target
+
+    def delete(self):
+        """Close and remove every file of the segment."""
+        self.offset_index.delete()
+        self.time_index.delete()
+        self.log.delete()

@@ -1,0 +1,235 @@
+"""What the offset and time indexes share: a preallocated file of fixed-size
+big-endian entries, memory-mapped and viewed as a numpy structured array.
+
+Invariants:
+  1. Entries are strictly increasing in their key; lookups binary-search the
+     first `entries` rows with numpy.searchsorted.
+  2. A new index file is created at its full preallocated size
+     (round_down(max_index_size, entry_size), sparse and zero-filled); an
+     existing file is assumed to be exactly full of valid entries, because
+     the log trims every index to its used size on roll and on close. After an
+     unclean stop the loader rebuilds indexes instead of trusting them.
+  3. The writer maps the file read-write. A read-only process never maps an
+     index: the writer may trim or rebuild the file under it, and touching a
+     mapped page past the new end of file kills the process with SIGBUS.
+     It loads a snapshot of the valid prefix instead (reading stops at the
+     first entry that breaks the ordering: the zero-filled preallocated tail).
+  4. A stale or short snapshot is harmless: a lookup then returns an earlier
+     position and the caller scans forward from there.
+
+Thread-safety: lookups may run on any thread; mutation (append, truncate,
+resize, close) is serialised by the owning segment's append lock. The mapping
+is swapped under `_lock` so a lookup never sees a closed map.
+"""
+import mmap
+import os
+import threading
+
+import numpy as np
+
+from ..errors import KafkaStorageError
+
+_SNAPSHOT_CHUNK_ENTRIES = 8192
+
+
+class SparseIndex:
+    """Base class; subclasses set DTYPE and define the ordering key."""
+
+    DTYPE = None  # numpy structured dtype with big-endian fields, packed
+    KEY = None    # name of the field entries are ordered by
+
+    def __init__(self, path, base_offset, max_index_size, readonly=False):
+        self.path = path
+        self.base_offset = base_offset
+        self.readonly = readonly
+        self.entry_size = self.DTYPE.itemsize
+        self.max_index_size = max_index_size
+        self._lock = threading.Lock()
+        self._mm = None
+        self._fd = None
+        self.entries = 0
+        self.created = False
+        if readonly:
+            self._arr = self._load_snapshot()
+            self.max_entries = self.entries
+            return
+        try:
+            # A missing file of a non-empty segment is a reason to rebuild (the loader checks).
+            self.created = not os.path.exists(path)
+            self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            length = os.fstat(self._fd).st_size
+            if self.created:
+                length = self._round(max_index_size)
+                os.ftruncate(self._fd, length)
+                entries = 0
+            else:
+                entries = length // self.entry_size
+        except OSError as exc:
+            self._close_fd()
+            raise KafkaStorageError(f"cannot open index file {path}: {exc}") from exc
+        self._map(length)
+        self.entries = entries
+
+    # --- mapping ---------------------------------------------------------
+
+    def _round(self, size):
+        return max(size, 0) // self.entry_size * self.entry_size
+
+    def _map(self, length):
+        self.length = length
+        self.max_entries = length // self.entry_size
+        if length == 0:
+            self._mm = None
+            self._arr = np.zeros(0, dtype=self.DTYPE)
+        else:
+            self._mm = mmap.mmap(self._fd, length, access=mmap.ACCESS_WRITE)
+            # A torn file may end inside an entry: view the whole entries only (the sanity
+            # check then reports the odd length and the loader rebuilds the index).
+            self._arr = np.frombuffer(self._mm, dtype=self.DTYPE, count=self.max_entries)
+
+    def _unmap(self):
+        self._arr = np.zeros(0, dtype=self.DTYPE)
+        if self._mm is not None:
+            self._mm.close()
+            self._mm = None
+
+    def _load_snapshot(self):
+        """Read the valid prefix of the file without mapping it (invariant 3)."""
+        try:
+            with open(self.path, "rb") as f:
+                chunks = []
+                last_key = None
+                while True:
+                    raw = f.read(_SNAPSHOT_CHUNK_ENTRIES * self.entry_size)
+                    whole = len(raw) // self.entry_size
+                    if whole == 0:
+                        break
+                    arr = np.frombuffer(raw, dtype=self.DTYPE, count=whole)
+                    valid = self._valid_prefix(arr, last_key)
+                    chunks.append(arr[:valid])
+                    if valid < whole or whole < _SNAPSHOT_CHUNK_ENTRIES:
+                        break
+                    last_key = arr[self.KEY][valid - 1]
+        except FileNotFoundError:
+            chunks = []
+        arr = np.concatenate(chunks) if chunks else np.zeros(0, dtype=self.DTYPE)
+        self.entries = len(arr)
+        self.length = len(arr) * self.entry_size
+        return arr
+
+    def _valid_prefix(self, arr, last_key):
+        """How many leading entries keep the key strictly increasing (and are not zero fill)."""
+        keys = arr[self.KEY].astype(np.int64)
+        if len(keys) == 0:
+            return 0
+        ok = np.empty(len(keys), dtype=bool)
+        ok[0] = True if last_key is None else keys[0] > last_key
+        ok[1:] = keys[1:] > keys[:-1]
+        ok &= self._entry_plausible(arr)
+        bad = np.flatnonzero(~ok)
+        return int(bad[0]) if len(bad) else len(keys)
+
+    def _entry_plausible(self, arr):
+        """Subclass hook: a boolean mask of entries that can be real (not zero fill)."""
+        return np.ones(len(arr), dtype=bool)
+
+    # --- state -------------------------------------------------------------
+
+    @property
+    def size_in_bytes(self):
+        return self.entries * self.entry_size
+
+    def is_full(self):
+        return self.entries >= self.max_entries
+
+    def _used(self):
+        """The valid entries as a numpy view (a snapshot of the count at call time)."""
+        return self._arr[:self.entries]
+
+    def _append_row(self, row):
+        if self.readonly:
+            raise KafkaStorageError(f"index {self.path} is open read-only")
+        if self.entries >= self.max_entries:
+            raise KafkaStorageError(
+                f"index {self.path} is full ({self.entries} entries); the segment should "
+                "have rolled")
+        self._arr[self.entries] = row
+        self.entries += 1
+
+    def truncate_to_entries(self, n):
+        """Keep the first n entries; zero the rest so no stale entry survives a crash."""
+        n = max(0, min(n, self.entries))
+        if n < self.entries:
+            self._arr[n:self.entries] = 0
+        self.entries = n
+
+    def reset(self):
+        """Drop every entry and grow back to the preallocated size (before a rebuild)."""
+        self.truncate_to_entries(0)
+        self.resize(self.max_index_size)
+
+    def resize(self, new_size):
+        """Change the file's length (rounded to entries) and remap; keeps the entries."""
+        if self.readonly:
+            return
+        new_length = max(self._round(new_size), self.entries * self.entry_size)
+        if new_length == self.length:
+            return
+        with self._lock:
+            if self._mm is not None:
+                self._mm.flush()
+            self._unmap()
+            try:
+                os.ftruncate(self._fd, new_length)
+            except OSError as exc:
+                raise KafkaStorageError(f"cannot resize index {self.path}: {exc}") from exc
+            self._map(new_length)
+
+    def trim_to_valid_size(self):
+        self.resize(self.entries * self.entry_size)
+
+    def flush(self):
+        if self._mm is not None:
+            self._mm.flush()
+
+    def close(self, trim=True):
+        """Trim (unless told not to), flush and release the file."""
+        if self._fd is None:
+            return
+        if trim:
+            self.trim_to_valid_size()
+        self.flush()
+        with self._lock:
+            self._unmap()
+            self._close_fd()
+
+    def _close_fd(self):
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def delete(self):
+        self.close(trim=False)
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass
+
+    def rename(self, new_path):
+        os.replace(self.path, new_path)
+        self.path = new_path
+
+    # --- search ------------------------------------------------------------
+
+    def _largest_lower_bound(self, key, strict=False):
+        """Slot of the largest entry with KEY <= key (< key if strict), or -1."""
+        with self._lock:
+            keys = self._arr[self.KEY][:self.entries]
+            slot = int(np.searchsorted(keys, key, side="left" if strict else "right")) - 1
+            del keys  # drop the view of the map before the lock is released
+        return slot
+
+    def entry(self, slot):
+        """Entry `slot` as a tuple of Python ints."""
+        with self._lock:
+            return tuple(int(self._arr[name][slot]) for name in self.DTYPE.names)

@@ -1,0 +1,12 @@
+"""Small value types shared by every layer (bottom layer: imports nothing of streamlog)."""
+from typing import NamedTuple
+
+
+class TopicPartition(NamedTuple):
+    """A partition of a topic, the unit of ordering and of storage."""
+
+    topic: str
+    partition: int
+
+    def __str__(self):
+        return f"{self.topic}-{self.partition}"

@@ -1,0 +1,85 @@
+"""`streamlog dump` and `streamlog verify` through the console entry point."""
+import os
+import subprocess
+import sys
+
+from streamlog.storage.log_directory import LogDirectory
+from streamlog.structs import TopicPartition
+
+from support import config, make_batch, segment_files
+
+
+def make_root(tmp_path, batches=30):
+    root = str(tmp_path / "db")
+    d = LogDirectory(root)
+    log = d.open_log(TopicPartition("orders", 0), config(segment_bytes=3000,
+                                                         index_interval_bytes=100))
+    for b in range(batches):
+        log.append(make_batch(b, 4))
+    d.close()
+    return root
+
+
+def run(*args):
+    return subprocess.run([sys.executable, "-m", "streamlog.cli", *args], capture_output=True,
+                          text=True)
+
+
+def test_dump_lists_batches_and_records(tmp_path):
+    root = make_root(tmp_path)
+    seg = segment_files(os.path.join(root, "orders-0"))[0]
+    out = run("dump", seg).stdout.splitlines()
+    assert out[0] == f"Dumping {seg}"
+    assert out[1].startswith("baseOffset: 0 lastOffset: 3 count: 4 ")
+    assert "isvalid: true" in out[1] and "compresscodec: none" in out[1]
+    assert not any(line.startswith("|") for line in out)
+    with_records = run("dump", "--print-records", seg).stdout
+    assert "| offset: 0 CreateTime: 1000000 keySize: 2 valueSize: 13 headerKeys: [] " \
+           "key: k0 payload: b000000-r0000" in with_records
+
+
+def test_dump_of_an_index_lists_entries(tmp_path):
+    root = make_root(tmp_path)
+    index = segment_files(os.path.join(root, "orders-0"), ".index")[0]
+    lines = run("dump", index).stdout.splitlines()[1:]
+    assert lines and all(line.startswith("offset: ") and " position: " in line for line in lines)
+
+
+def test_verify_passes_on_a_healthy_directory_and_shows_progress(tmp_path):
+    root = make_root(tmp_path)
+    result = run("verify", root)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.startswith("OK: 1 partition(s)")
+    assert "120 record(s)" in result.stdout
+    assert "verify [" in result.stderr and "100.0%" in result.stderr
+    assert run("dump", "--verify", root).returncode == 0
+
+
+def test_verify_names_the_corrupt_file_and_exits_1(tmp_path):
+    root = make_root(tmp_path)
+    seg = segment_files(os.path.join(root, "orders-0"))[0]
+    with open(seg, "r+b") as f:
+        f.seek(200)
+        byte = f.read(1)
+        f.seek(200)
+        f.write(bytes([byte[0] ^ 0x55]))
+    result = run("verify", "--quiet", root)
+    assert result.returncode == 1
+    assert f"PROBLEM: {seg}" in result.stdout and "CRC" in result.stdout
+    assert result.stderr == ""
+
+
+def test_verify_flags_an_index_that_disagrees_with_the_log(tmp_path):
+    root = make_root(tmp_path)
+    index = segment_files(os.path.join(root, "orders-0"), ".index")[0]
+    with open(index, "r+b") as f:
+        f.seek(4)
+        f.write((123).to_bytes(4, "big"))  # the first entry's position
+    result = run("verify", "--quiet", root)
+    assert result.returncode == 1 and "does not point at the batch" in result.stdout
+
+
+def test_bad_usage_exits_2(tmp_path):
+    assert run("verify", str(tmp_path / "missing")).returncode == 2
+    assert run("dump", str(tmp_path / "not-a-segment.txt")).returncode == 2
+    assert run("frobnicate").returncode == 2

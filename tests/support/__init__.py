@@ -1,0 +1,53 @@
+"""Helpers shared by the test suite (importable as `support`)."""
+import os
+
+from streamlog.storage.log_config import LogConfig
+from streamlog.storage.record_batch import build_batch
+
+
+def config(**overrides):
+    """A LogConfig from Python-style keyword overrides (segment_bytes=..., ...)."""
+    return LogConfig.from_dict(overrides)
+
+
+def value_of(batch_no, i, size=0):
+    """Deterministic record value: which batch, which record, optional padding."""
+    base = b"b%06d-r%04d" % (batch_no, i)
+    return base + b"x" * max(0, size - len(base))
+
+
+def make_batch(batch_no, records=10, timestamp=None, value_size=0, keys=True, **kwargs):
+    values = [value_of(batch_no, i, value_size) for i in range(records)]
+    ks = [b"k%d" % (i % 7) for i in range(records)] if keys else None
+    ts = 1_000_000 + batch_no if timestamp is None else timestamp
+    return build_batch(values, keys=ks, timestamp=ts, **kwargs)
+
+
+def read_all(log, start=None, max_bytes=1 << 16):
+    """Every (offset, timestamp, key, value) from `start` (default: log start) to the HW."""
+    offset = log.log_start_offset if start is None else start
+    out = []
+    while offset < log.high_watermark:
+        fetch = log.read(offset, max_bytes)
+        if not fetch.batches:
+            break
+        for batch in fetch.batches:
+            for off, ts, key, value, _headers in batch.records():
+                if off >= offset:
+                    out.append((off, ts, key, value))
+            offset = batch.next_offset
+    return out
+
+
+def segment_files(directory, suffix=".log"):
+    return sorted(os.path.join(directory, n) for n in os.listdir(directory) if n.endswith(suffix))
+
+
+def bitwise_crc32c(data):
+    """Independent CRC-32C oracle: the reflected polynomial applied one bit at a time."""
+    crc = 0xFFFFFFFF
+    for byte in data:
+        crc ^= byte
+        for _ in range(8):
+            crc = (crc >> 1) ^ (0x82F63B78 if crc & 1 else 0)
+    return crc ^ 0xFFFFFFFF

@@ -1,0 +1,394 @@
+"""PartitionLog: offsets, rolling, reads and lookups at segment boundaries, retention, flushing."""
+import os
+import threading
+
+import pytest
+
+from streamlog.errors import (InvalidRecordError, OffsetOutOfRangeError, RecordBatchTooLargeError,
+                              RecordTooLargeError)
+from streamlog.storage import files
+from streamlog.storage.partition_log import PartitionLog
+from streamlog.storage.record_batch import build_batch
+
+from support import config, make_batch, read_all, segment_files, value_of
+
+
+class FakeClock:
+    def __init__(self, now_ms=1_000_000):
+        self.now_ms = now_ms
+
+    def __call__(self):
+        return self.now_ms
+
+
+def small_log(log_dir, clock=None, **overrides):
+    settings = dict(segment_bytes=2000, index_interval_bytes=150)
+    settings.update(overrides)
+    return PartitionLog(log_dir, config(**settings), clock_ms=clock or FakeClock())
+
+
+def fill(log, batches, records=5, **kwargs):
+    infos = [log.append(make_batch(i, records, **kwargs)) for i in range(batches)]
+    return infos
+
+
+def test_offsets_are_dense_and_monotonic_across_rolls(log_dir):
+    log = small_log(log_dir)
+    infos = fill(log, 60, records=5)
+    assert [i.first_offset for i in infos] == list(range(0, 300, 5))
+    assert len(log.segments) > 5
+    rows = read_all(log)
+    assert [r[0] for r in rows] == list(range(300))
+    assert [r[3] for r in rows] == [value_of(b, i) for b in range(60) for i in range(5)]
+    # Each segment file is named by the first offset it holds.
+    for segment, nxt in zip(log.segments, log.segments[1:] + (None,)):
+        first = next(segment.log.batches()).base_offset
+        assert first == segment.base_offset
+        assert os.path.basename(segment.path) == files.offset_prefix(first) + ".log"
+        if nxt is not None:
+            last = list(segment.log.batches())[-1].last_offset
+            assert last + 1 == nxt.base_offset
+    log.close()
+
+
+def test_read_from_every_offset_starts_at_the_batch_holding_it(log_dir):
+    log = small_log(log_dir)
+    fill(log, 40, records=4)
+    bases = {s.base_offset for s in log.segments}
+    assert len(bases) > 3
+    for offset in range(160):
+        fetch = log.read(offset, max_bytes=200)
+        first = fetch.batches[0]
+        assert first.base_offset <= offset <= first.last_offset, offset
+        # The index is sparse: most offsets sit between entries and need a forward scan.
+    for base in bases:  # exactly at segment boundaries
+        assert log.read(base, 1).batches[0].base_offset == base
+    log.close()
+
+
+def test_read_honours_max_bytes_but_returns_one_whole_batch_at_least(log_dir):
+    log = small_log(log_dir, segment_bytes=10**6)
+    fill(log, 10, records=3)
+    size = log.segments[0].log.size // 10
+    assert len(log.read(0, size * 3).batches) == 3
+    assert len(log.read(0, size * 3 - 1).batches) == 2
+    one = log.read(0, 1)
+    assert len(one.batches) == 1 and one.batches[0].size_in_bytes == size
+    log.close()
+
+
+def test_read_offsets_out_of_range(log_dir):
+    log = small_log(log_dir)
+    fill(log, 3, records=2)
+    assert log.high_watermark == log.log_end_offset == 6
+    assert log.read(6, 1000).batches == []
+    with pytest.raises(OffsetOutOfRangeError):
+        log.read(7, 1000)
+    with pytest.raises(OffsetOutOfRangeError):
+        log.read(-1, 1000)
+    log.close()
+
+
+def test_read_stops_at_max_offset(log_dir):
+    log = small_log(log_dir, segment_bytes=10**6)
+    fill(log, 5, records=2)
+    assert [b.base_offset for b in log.read(0, 10**6, max_offset=6).batches] == [0, 2, 4]
+    assert log.read(6, 10**6, max_offset=6).batches == []
+    log.close()
+
+
+def test_find_offset_by_timestamp_matches_a_scan_of_every_record(log_dir):
+    log = small_log(log_dir)
+    # Timestamps mostly grow but jump back now and then, as producers' clocks do.
+    stamps = []
+    for b in range(50):
+        ts = [1000 + 10 * b + (7 if i == 1 else 0) - (25 if b % 9 == 0 else 0) for i in range(4)]
+        log.append(build_batch([b"v"] * 4, timestamps=ts))
+        stamps.extend(ts)
+    assert len(log.segments) > 2
+    for target in range(950, 1520, 3):
+        expected = next(((o, t) for o, t in enumerate(stamps) if t >= target), None)
+        assert log.find_offset_by_timestamp(target) == expected, target
+    log.close()
+
+
+def test_roll_on_segment_bytes_index_full_and_segment_ms(log_dir):
+    clock = FakeClock()
+    log = small_log(log_dir, clock, segment_bytes=10**6, segment_index_bytes=8 * 3,
+                    index_interval_bytes=0, segment_ms=10**9)
+    fill(log, 10, records=1)
+    # index.interval.bytes=0 indexes every batch after the first; 3 entries fill the index.
+    assert len(log.segments) >= 3
+    log.close()
+
+    log2 = small_log(log_dir + "b", clock, segment_bytes=10**6, segment_ms=100)
+    log2.append(make_batch(0, timestamp=5000))
+    log2.append(make_batch(1, timestamp=5100))  # 100 ms after the first: not more than segment.ms
+    assert len(log2.segments) == 1
+    log2.append(make_batch(2, timestamp=5101))  # 101 ms: rolls
+    assert [s.base_offset for s in log2.segments] == [0, 20]
+    log2.close()
+
+
+def test_roll_keeps_the_sealed_segments_indexes_trimmed(log_dir):
+    log = small_log(log_dir)
+    fill(log, 30)
+    for segment in log.segments[:-1]:
+        assert os.path.getsize(segment.offset_index.path) == segment.offset_index.entries * 8
+        assert os.path.getsize(segment.time_index.path) == segment.time_index.entries * 12
+        # the closing time-index entry carries the segment's largest timestamp
+        assert segment.time_index.last_entry()[0] == segment.largest_timestamp
+    active = log.active_segment
+    assert os.path.getsize(active.offset_index.path) == (10 << 20) // 8 * 8
+    log.close()
+
+
+def test_retention_ms_deletes_only_whole_expired_segments(log_dir):
+    clock = FakeClock(now_ms=10_000_000)
+    log = small_log(log_dir, clock, retention_ms=5000)
+    for b in range(70):
+        log.append(make_batch(b, records=5, timestamp=1_000_000 + b * 1000))
+    segments = log.segments
+    assert len(segments) > 4
+    clock.now_ms = segments[2].largest_timestamp + 5001  # the first three segments are expired
+    expected_start = segments[3].base_offset
+    before = read_all(log)
+    assert log.delete_old_segments() == 3
+    assert log.log_start_offset == expected_start
+    assert log.segments[0] is segments[3]
+    assert read_all(log) == [r for r in before if r[0] >= expected_start]
+    with pytest.raises(OffsetOutOfRangeError):
+        log.read(expected_start - 1, 1000)
+    log.close()
+
+
+def test_retention_stops_at_the_first_segment_that_must_stay(log_dir):
+    clock = FakeClock(now_ms=10**9)
+    log = small_log(log_dir, clock, retention_ms=1000)
+    old, new = 1000, 10**9
+    for b in range(30):  # second segment is "new", later ones old again
+        log.append(make_batch(b, timestamp=new if 6 <= b < 12 else old))
+    assert len(log.segments) > 3
+    deleted = log.delete_old_segments()
+    assert deleted >= 1
+    assert log.segments[0].largest_timestamp == new  # stopped there, old ones behind it stay
+    log.close()
+
+
+def test_retention_bytes_never_drops_below_the_limit(log_dir):
+    log = small_log(log_dir, retention_bytes=5000)
+    fill(log, 80)
+    total = log.size_in_bytes
+    n = log.delete_old_segments()
+    assert n > 0
+    assert log.size_in_bytes >= 5000
+    assert log.size_in_bytes - 5000 < log.segments[0].size  # one more deletion would go below
+    assert sum(1 for _ in read_all(log)) == log.high_watermark - log.log_start_offset
+    assert total > log.size_in_bytes
+    log.close()
+
+
+def test_retention_of_everything_rolls_an_empty_active_segment(log_dir):
+    clock = FakeClock(now_ms=10**9)
+    log = small_log(log_dir, clock, retention_ms=1)
+    fill(log, 10)
+    end = log.log_end_offset
+    log.delete_old_segments()
+    assert [s.base_offset for s in log.segments] == [end]
+    assert log.log_start_offset == end == log.log_end_offset
+    assert log.append(make_batch(99)).first_offset == end
+    log.close()
+
+
+def test_deleted_segments_linger_as_dot_deleted_until_the_delay(log_dir):
+    clock = FakeClock(now_ms=10**9)
+    log = small_log(log_dir, clock, retention_ms=1, file_delete_delay_ms=60_000)
+    fill(log, 20)
+    log.delete_old_segments()
+    names = os.listdir(log_dir)
+    assert any(n.endswith(".log.deleted") for n in names)
+    assert log.delete_pending_files(now_ms=clock.now_ms + 59_999) == 0
+    assert log.delete_pending_files(now_ms=clock.now_ms + 60_000) > 0
+    assert not any(n.endswith(".deleted") for n in os.listdir(log_dir))
+    log.close()
+
+
+def test_log_start_offset_moves_up_and_old_segments_follow(log_dir):
+    log = small_log(log_dir, retention_ms=-1)
+    fill(log, 30)
+    target = log.segments[2].base_offset + 1
+    log.increase_log_start_offset(target)
+    with pytest.raises(OffsetOutOfRangeError):
+        log.read(target - 1, 100)
+    assert read_all(log)[0][0] == target
+    assert log.delete_old_segments() == 2  # segments wholly below the start go
+    assert log.log_start_offset == target
+    with pytest.raises(OffsetOutOfRangeError):
+        log.increase_log_start_offset(log.high_watermark + 1)
+    log.close()
+
+
+def test_batches_above_limits_are_refused_and_nothing_is_written(log_dir):
+    log = small_log(log_dir, max_message_bytes=500)
+    log.append(make_batch(0))
+    with pytest.raises(RecordTooLargeError, match="max.message.bytes"):
+        log.append(build_batch([b"x" * 600], timestamp=1))
+    log2 = small_log(log_dir + "2", segment_bytes=300, max_message_bytes=10**6)
+    with pytest.raises(RecordBatchTooLargeError):
+        log2.append(build_batch([b"x" * 400], timestamp=1))
+    assert log.log_end_offset == 10 and log2.log_end_offset == 0
+    log.close()
+    log2.close()
+
+
+def test_corrupt_or_partial_input_is_refused_whole(log_dir):
+    log = small_log(log_dir)
+    good = bytes(make_batch(0))
+    bad = bytearray(make_batch(1))
+    bad[-1] ^= 0xFF
+    with pytest.raises(InvalidRecordError, match="CRC"):
+        log.append(good + bytes(bad))
+    with pytest.raises(InvalidRecordError, match="trailing"):
+        log.append(good + b"\x00" * 20)
+    assert log.log_end_offset == 0 and log.active_segment.size == 0
+    log.close()
+
+
+def test_several_batches_in_one_append_get_consecutive_offsets(log_dir):
+    log = small_log(log_dir)
+    data = b"".join(bytes(make_batch(i, records=3)) for i in range(4))
+    info = log.append(data)
+    assert (info.first_offset, info.last_offset, info.batch_count, info.record_count) == \
+        (0, 11, 4, 12)
+    assert [r[0] for r in read_all(log)] == list(range(12))
+    log.close()
+
+
+def test_log_append_time_topic_stamps_every_record(log_dir):
+    clock = FakeClock(now_ms=424242)
+    log = small_log(log_dir, clock, message_timestamp_type="LogAppendTime")
+    info = log.append(build_batch([b"a", b"b"], timestamps=[1, 2]))
+    assert info.log_append_time == 424242
+    assert [r[1] for r in read_all(log)] == [424242, 424242]
+    log.close()
+
+
+def test_flush_advances_the_recovery_point_and_flush_messages_forces_it(log_dir):
+    log = small_log(log_dir)
+    fill(log, 3)
+    assert log.recovery_point == 0
+    assert log.flush() == log.log_end_offset == 15
+    log.close()
+    log2 = small_log(log_dir + "2", flush_messages=10)
+    log2.append(make_batch(0, records=5))
+    assert log2.recovery_point == 0
+    log2.append(make_batch(1, records=5))
+    assert log2.recovery_point == 10
+    log2.close()
+
+
+def test_reopen_after_close_reads_the_same(log_dir):
+    log = small_log(log_dir)
+    fill(log, 25)
+    before = read_all(log)
+    log.close()
+    again = small_log(log_dir)
+    assert read_all(again) == before
+    assert again.append(make_batch(100)).first_offset == before[-1][0] + 1
+    again.close()
+
+
+def test_readonly_follower_sees_appends_and_rolls(log_dir):
+    log = small_log(log_dir)
+    fill(log, 5)
+    reader = PartitionLog(log_dir, config(segment_bytes=2000), readonly=True)
+    assert [r[0] for r in read_all(reader)] == list(range(25))
+    for b in range(5, 40):
+        log.append(make_batch(b, records=5))
+    reader.refresh()
+    assert [r[0] for r in read_all(reader)] == list(range(200))
+    assert read_all(reader) == read_all(log)
+    assert len(reader.segments) == len(log.segments) > 1
+    with pytest.raises(Exception):
+        reader.append(make_batch(0))
+    reader.close()
+    log.close()
+
+
+def test_concurrent_appenders_and_readers_lose_and_duplicate_nothing(log_dir):
+    log = small_log(log_dir, segment_bytes=20_000)
+    writers, per_writer = 6, 60
+    errors = []
+    done = threading.Event()
+
+    def write(w):
+        try:
+            for b in range(per_writer):
+                log.append(build_batch([b"w%d-b%d-r%d" % (w, b, r) for r in range(3)],
+                                       timestamp=1))
+        except Exception as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    def read():
+        try:
+            while not done.is_set():
+                rows = read_all(log)
+                offsets = [r[0] for r in rows]
+                assert offsets == list(range(len(offsets)))
+        except Exception as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    readers = [threading.Thread(target=read) for _ in range(3)]
+    threads = [threading.Thread(target=write, args=(w,)) for w in range(writers)]
+    for t in readers + threads:
+        t.start()
+    for t in threads:
+        t.join()
+    done.set()
+    for t in readers:
+        t.join()
+    assert errors == []
+    values = [r[3] for r in read_all(log)]
+    assert len(values) == len(set(values)) == writers * per_writer * 3
+    for w in range(writers):  # each writer's batches appear in its own order
+        mine = [v for v in values if v.startswith(b"w%d-" % w)]
+        assert mine == [b"w%d-b%d-r%d" % (w, b, r) for b in range(per_writer) for r in range(3)]
+    log.close()
+
+
+def test_segment_files_exist_for_each_segment(log_dir):
+    log = small_log(log_dir)
+    fill(log, 30)
+    assert len(segment_files(log_dir, ".log")) == len(log.segments)
+    assert len(segment_files(log_dir, ".index")) == len(log.segments)
+    assert len(segment_files(log_dir, ".timeindex")) == len(log.segments)
+    log.close()
+
+
+def test_reads_into_a_reused_buffer_return_the_same_records(log_dir):
+    log = small_log(log_dir)
+    fill(log, 40)
+    buffer = bytearray()
+    offset, got = 0, []
+    while offset < log.high_watermark:
+        for batch in log.read(offset, 700, buffer=buffer).batches:
+            got.extend((o, t, k, v) for o, t, k, v, _ in batch.records())
+            offset = batch.next_offset
+    assert got == read_all(log)
+    log.close()
+
+
+def test_fetched_batches_outlive_retention_and_close(log_dir):
+    """Fetches are zero-copy views of mapped files: they must stay readable after the
+    segment they came from is deleted and the log is closed."""
+    clock = FakeClock(now_ms=10**9)
+    log = small_log(log_dir, clock, retention_ms=1, file_delete_delay_ms=0)
+    fill(log, 30)
+    first = log.read(0, 10_000).batches
+    expected = [r for b in first for r in b.records()]
+    assert isinstance(first[0].buf, memoryview)
+    log.delete_old_segments()
+    log.delete_pending_files()
+    assert not os.path.exists(os.path.join(log_dir, files.log_file("", 0)))
+    log.close()
+    assert [r for b in first for r in b.records()] == expected

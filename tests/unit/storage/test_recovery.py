@@ -1,0 +1,308 @@
+"""Opening a partition after an unclean stop: torn tails, corrupt bytes, broken indexes,
+leftover temporary files."""
+import os
+import shutil
+
+import pytest
+
+from streamlog.errors import CorruptRecordError
+from streamlog.storage import files
+from streamlog.storage.log_directory import LogDirectory
+from streamlog.storage.partition_log import PartitionLog
+from streamlog.structs import TopicPartition
+
+from support import config, make_batch, read_all, segment_files
+
+CFG = dict(segment_bytes=3000, index_interval_bytes=200)
+
+
+def write_log(log_dir, batches=80, records=4, **overrides):
+    settings = dict(CFG, **overrides)
+    log = PartitionLog(log_dir, config(**settings))
+    for b in range(batches):
+        log.append(make_batch(b, records))
+    rows = read_all(log)
+    log.close()
+    return rows
+
+
+def reopen(log_dir, recovery_point=0, clean=False, **overrides):
+    return PartitionLog(log_dir, config(**dict(CFG, **overrides)), recovery_point=recovery_point,
+                        clean_shutdown=clean)
+
+
+def last_batch_span(path):
+    from streamlog.storage.file_records import FileRecords
+    fr = FileRecords(path, readonly=True)
+    last = list(fr.batches())[-1]
+    fr.close()
+    return last.file_position, last.size_in_bytes, last.base_offset
+
+
+def test_truncating_the_last_batch_at_every_byte_recovers_to_the_previous_batch(tmp_path):
+    original = str(tmp_path / "orig")
+    rows = write_log(original, batches=6)
+    active = segment_files(original)[-1]
+    start, size, base = last_batch_span(active)
+    expected = [r for r in rows if r[0] < base]
+    for cut in range(start, start + size):
+        work = str(tmp_path / f"cut{cut}")
+        shutil.copytree(original, work)
+        os.truncate(os.path.join(work, os.path.basename(active)), cut)
+        log = reopen(work)
+        assert log.log_end_offset == base, cut
+        assert read_all(log) == expected, cut
+        assert log.recovery_report.truncated_bytes == cut - start
+        log.append(make_batch(99))  # and the log takes new appends at the cut
+        assert log.log_end_offset == base + 10
+        log.close()
+        shutil.rmtree(work)
+
+
+def test_a_torn_batch_in_the_middle_cuts_there_and_drops_later_segments(tmp_path):
+    log_dir = str(tmp_path / "t-0")
+    rows = write_log(log_dir)
+    logs = segment_files(log_dir)
+    assert len(logs) >= 3
+    victim = logs[1]
+    start, size, base = last_batch_span(victim)
+    with open(victim, "r+b") as f:  # damage the last batch of a middle segment
+        f.seek(start + size - 3)
+        f.write(b"\xff\xff\xff")
+    log = reopen(log_dir, recovery_point=0)
+    report = log.recovery_report
+    assert report.truncated_bytes == size and report.truncated_at == (victim, start)
+    assert "CRC" in report.truncation_reason
+    assert len(report.deleted_segments) == len(logs) - 2
+    assert read_all(log) == [r for r in rows if r[0] < base]
+    assert len(segment_files(log_dir)) == 2
+    log.close()
+
+
+def test_recovery_starts_at_the_segment_holding_the_recovery_point(tmp_path):
+    log_dir = str(tmp_path / "t-0")
+    write_log(log_dir)
+    bases = [int(os.path.basename(p)[:20]) for p in segment_files(log_dir)]
+    log = reopen(log_dir, recovery_point=bases[2] + 1)
+    assert [b for b, _ in log.recovery_report.recovered_segments] == bases[2:]
+    log.close()
+    clean = reopen(log_dir, clean=True)
+    assert clean.recovery_report.recovered_segments == []
+    clean.close()
+
+
+def flip_and_read_everything(log_dir, path, position, rows):
+    with open(path, "r+b") as f:
+        f.seek(position)
+        original = f.read(1)
+        f.seek(position)
+        f.write(bytes([original[0] ^ 0x10]))
+    try:
+        log = reopen(log_dir, clean=True)  # sealed segment: before the recovery point
+        try:
+            got = read_all(log, start=0)
+        except CorruptRecordError as exc:
+            assert exc.path is not None and os.path.basename(path) in str(exc)
+            return "detected"
+        finally:
+            log.close(flush=False)
+        assert got == rows, f"byte {position} flipped: wrong records returned"
+        return "harmless"
+    finally:
+        with open(path, "r+b") as f:
+            f.seek(position)
+            f.write(original)
+
+
+def test_a_flipped_byte_in_a_sealed_segment_is_never_returned_as_records(tmp_path):
+    """Flip every byte of a sealed segment in turn: each flip raises CorruptRecordError
+    naming the file, or (partitionLeaderEpoch, outside the CRC and unused by readers)
+    leaves every record exactly as written."""
+    log_dir = str(tmp_path / "t-0")
+    rows = write_log(log_dir, batches=12, records=3, segment_bytes=800)
+    sealed = segment_files(log_dir)[0]
+    size = os.path.getsize(sealed)
+    assert len(segment_files(log_dir)) > 1 and size > 300
+    verdicts = [flip_and_read_everything(log_dir, sealed, p, rows) for p in range(size)]
+    harmless = [p for p, v in zip(range(size), verdicts) if v == "harmless"]
+    from streamlog.storage.file_records import FileRecords
+    fr = FileRecords(sealed, readonly=True)
+    epochs = {b.file_position + off for b in fr.batches() for off in range(12, 16)}
+    fr.close()
+    assert set(harmless) <= epochs
+    assert verdicts.count("detected") >= size - len(epochs)
+
+
+def test_a_flipped_byte_reports_file_and_position(tmp_path):
+    log_dir = str(tmp_path / "t-0")
+    write_log(log_dir, batches=12, records=3, segment_bytes=800)
+    sealed = segment_files(log_dir)[0]
+    with open(sealed, "r+b") as f:
+        f.seek(100)
+        b = f.read(1)
+        f.seek(100)
+        f.write(bytes([b[0] ^ 1]))
+    log = reopen(log_dir, clean=True)
+    with pytest.raises(CorruptRecordError) as info:
+        read_all(log, start=0)
+    assert info.value.path == sealed and info.value.position is not None
+    assert info.value.position <= 100
+    log.close(flush=False)
+
+
+@pytest.mark.parametrize("damage", ["missing", "garbage", "short"])
+def test_broken_indexes_are_rebuilt(tmp_path, damage):
+    log_dir = str(tmp_path / "t-0")
+    rows = write_log(log_dir)
+    index = segment_files(log_dir, ".index")[1]
+    timeindex = segment_files(log_dir, ".timeindex")[1]
+    entries = os.path.getsize(index) // 8
+    assert entries > 1
+    if damage == "missing":
+        os.unlink(index)
+        os.unlink(timeindex)
+    elif damage == "garbage":
+        with open(index, "r+b") as f:
+            f.write(b"\x7f" * 16)
+    else:
+        os.truncate(index, os.path.getsize(index) - 3)
+    log = reopen(log_dir, clean=True)
+    assert [b for b, _ in log.recovery_report.rebuilt_indexes] == [log.segments[1].base_offset]
+    assert log.segments[1].offset_index.entries == entries
+    assert read_all(log) == rows
+    for offset in range(0, len(rows), 3):
+        assert log.read(offset, 100).batches[0].last_offset >= offset
+    log.close()
+
+
+def test_leftover_files_of_interrupted_work_are_removed(tmp_path):
+    log_dir = str(tmp_path / "t-0")
+    rows = write_log(log_dir, batches=10)
+    for name in ["00000000000000000999.log.deleted", "00000000000000000000.log.cleaned",
+                 "00000000000000000777.index", "00000000000000000777.timeindex"]:
+        open(os.path.join(log_dir, name), "wb").close()
+    log = reopen(log_dir, clean=True)
+    removed = set(log.recovery_report.removed_files)
+    assert {"00000000000000000999.log.deleted", "00000000000000000000.log.cleaned",
+            "00000000000000000777.index"} <= removed
+    assert read_all(log) == rows
+    log.close()
+
+
+def test_an_interrupted_swap_is_completed(tmp_path):
+    """A .swap segment replaces the ordinary segments inside its offset range."""
+    log_dir = str(tmp_path / "t-0")
+    write_log(log_dir)
+    bases = [int(os.path.basename(p)[:20]) for p in segment_files(log_dir)]
+    # Build the replacement for the first two segments: their records with fresh values.
+    donor = str(tmp_path / "donor")
+    log = PartitionLog(donor, config(segment_bytes=10**6))
+    while log.log_end_offset < bases[2]:
+        log.append(make_batch(1000 + log.log_end_offset, records=1))
+    log.close()
+    for suffix in (".log", ".index", ".timeindex"):
+        src = os.path.join(donor, files.offset_prefix(0) + suffix)
+        shutil.copy(src, os.path.join(log_dir, files.offset_prefix(0) + suffix + ".swap"))
+    log = reopen(log_dir, clean=True)
+    assert [s.base_offset for s in log.segments][:2] == [0, bases[2]]
+    assert read_all(log)[0][3].startswith(b"b001000")
+    assert not any(n.endswith(".swap") for n in os.listdir(log_dir))
+    log.close()
+
+
+def test_log_directory_marks_clean_stops_and_recovers_unclean_ones(tmp_path):
+    root = str(tmp_path / "root")
+    tp = TopicPartition("t", 0)
+    d = LogDirectory(root)
+    log = d.open_log(tp, config(**CFG))
+    for b in range(20):
+        log.append(make_batch(b))
+    d.close()
+    assert os.path.exists(os.path.join(root, files.CLEAN_SHUTDOWN_MARKER))
+    with open(os.path.join(root, files.RECOVERY_POINT_CHECKPOINT)) as f:
+        assert f.read().splitlines() == ["0", "1", "t 0 200"]
+
+    d = LogDirectory(root)
+    assert d.clean_shutdown and not os.path.exists(
+        os.path.join(root, files.CLEAN_SHUTDOWN_MARKER))
+    log = d.open_log(tp, config(**CFG))
+    assert log.recovery_report.recovered_segments == []
+    for b in range(20, 30):
+        log.append(make_batch(b))
+    # No close: the process "dies". The next open must recover from the checkpoint (200).
+    d2 = LogDirectory(root)
+    assert not d2.clean_shutdown
+    log2 = d2.open_log(tp, config(**CFG))
+    recovered = [b for b, _ in log2.recovery_report.recovered_segments]
+    assert recovered and recovered[0] <= 200
+    assert log2.log_end_offset == 300
+    d2.close()
+    log.close(flush=False)
+
+
+def test_corrupt_checkpoint_falls_back_to_full_recovery(tmp_path):
+    root = str(tmp_path / "root")
+    tp = TopicPartition("t", 0)
+    d = LogDirectory(root)
+    d.open_log(tp, config(**CFG)).append(make_batch(0))
+    d.close()
+    with open(os.path.join(root, files.RECOVERY_POINT_CHECKPOINT), "w") as f:
+        f.write("garbage\n")
+    d = LogDirectory(root)
+    assert not d.clean_shutdown
+    log = d.open_log(tp, config(**CFG))
+    assert log.recovery_report.recovered_segments  # recovered from the first segment
+    assert log.log_end_offset == 10
+    d.close()
+
+
+def test_deleting_a_partition_removes_it_and_its_checkpoint_entries(tmp_path):
+    root = str(tmp_path / "root")
+    d = LogDirectory(root)
+    for p in range(2):
+        d.open_log(TopicPartition("t", p), config(**CFG)).append(make_batch(p))
+    d.delete_log(TopicPartition("t", 0))
+    assert d.partitions_on_disk() == [TopicPartition("t", 1)]
+    d.close()
+    with open(os.path.join(root, files.LOG_START_OFFSET_CHECKPOINT)) as f:
+        assert "t 0" not in f.read()
+
+
+def test_a_crashed_writers_torn_tail_is_cut_and_reported(tmp_path):
+    """The state a kill leaves: preallocated (untrimmed) active index, torn last batch."""
+    live = str(tmp_path / "live")
+    log = PartitionLog(live, config(**CFG))
+    for b in range(80):
+        log.append(make_batch(b, 4))
+    rows = read_all(log)
+    crashed = str(tmp_path / "crashed")
+    shutil.copytree(live, crashed)  # a snapshot of an open log: nothing trimmed or sealed
+    log.close()
+    active = segment_files(crashed)[-1]
+    start, size, base = last_batch_span(active)
+    os.truncate(active, start + size // 2)
+    reopened = reopen(crashed, recovery_point=0)
+    report = reopened.recovery_report
+    assert report.truncated_bytes == size // 2 and report.truncated_at == (active, start)
+    assert report.rebuilt_indexes == []  # recovered in step 4, not counted as a damaged index
+    assert read_all(reopened) == [r for r in rows if r[0] < base]
+    reopened.close()
+
+
+def test_damage_below_the_recovery_point_is_reported_and_later_segments_kept(tmp_path):
+    log_dir = str(tmp_path / "t-0")
+    rows = write_log(log_dir)
+    first_log, second_log = segment_files(log_dir)[:2]
+    os.unlink(segment_files(log_dir, ".index")[0])  # forces a rebuild of segment 0
+    start, size, base = last_batch_span(first_log)
+    with open(first_log, "r+b") as f:
+        f.seek(start + 70)
+        f.write(b"\x00\x01\x02")
+    log = reopen(log_dir, clean=True)
+    report = log.recovery_report
+    assert report.rebuilt_indexes and report.truncated_bytes == size
+    assert "CRC" in report.truncation_reason and report.deleted_segments == []
+    kept = [r[0] for r in read_all(log, start=0)]
+    assert kept == [r[0] for r in rows if r[0] < base or r[0] >= int(
+        os.path.basename(second_log)[:20])]
+    log.close()
