@@ -194,4 +194,184 @@ def gather(src, pos, lens):
 
 # --- timing wheel --------------------------------------------------------
 # (bindings for native/sl_timer.h are added below by the timing-wheel module)
-# (bindings for native/sl_timer.h are added below by the timing-wheel module)
+# Imported here rather than at the top so this section stays self-contained.
+
+_WHEEL_ERRORS = {
+    -1: (ValueError, "invalid argument for the timing wheel (tick_ms in [1, 2^32], "
+                     "wheel_size in [2, 65536], start_ms >= 0, counts >= 0)"),
+    -2: (MemoryError, "out of memory while growing the timing wheel"),
+    -3: (MemoryError, "the timing wheel cannot hold more than 2^32 - 2 entries; "
+                      "cancel or fire tasks before adding more"),
+}
+# Fired tasks are fetched in batches of this many per FFI crossing: large
+# enough to amortise the call, small enough to stay in L1/L2.
+_WHEEL_BATCH = 4096
+
+
+def _int64_array(values, name):
+    arr = np.ascontiguousarray(values, dtype=np.int64)
+    if arr.ndim != 1:
+        raise ValueError(f"{name} must be one-dimensional")
+    return arr
+
+
+def _out_int64(arr, name):
+    if arr is None:
+        return ffi.NULL, None
+    if not (isinstance(arr, np.ndarray) and arr.dtype == np.int64 and arr.ndim == 1
+            and arr.flags.c_contiguous and arr.flags.writeable):
+        raise ValueError(f"{name} must be a writable contiguous 1-D numpy int64 array")
+    return ffi.from_buffer("int64_t[]", arr), len(arr)
+
+
+class TaskIdWheel:
+    """One native hierarchical timing wheel (native/timing_wheel.c) of int64 task ids.
+
+    The wheel never reads a clock: the caller moves it with advance(now_ms)
+    and gets back the ids (and stale handles) of the tasks that came due.
+    Deadlines are rounded up to tick_ms, so a task is handed out by the first
+    advance whose now_ms reaches its deadline rounded up: never early, at most
+    tick_ms - 1 ms late. Not thread-safe: one thread at a time (SystemTimer in
+    streamlog.timer adds the lock and the thread). The C memory is freed by
+    close() or when the object is collected.
+
+    Bulk callers pass numpy int64 arrays (add_many, cancel_many, advance into
+    caller buffers) and pay one FFI crossing per batch.
+    """
+
+    __slots__ = ("_ptr", "_buf", "tick_ms", "wheel_size", "__weakref__")
+
+    batch = _WHEEL_BATCH  # advance_handles returns at most this many per call
+
+    def __init__(self, tick_ms=1, wheel_size=20, start_ms=0):
+        require()
+        out = ffi.new("sl_wheel **")
+        rc = lib.sl_wheel_create(out, tick_ms, wheel_size, start_ms)
+        if rc:
+            exc, message = _WHEEL_ERRORS.get(rc, (StreamlogError, f"error {rc}"))
+            raise exc(f"{message}: got tick_ms={tick_ms}, wheel_size={wheel_size}, "
+                      f"start_ms={start_ms}")
+        self._ptr = ffi.gc(out[0], lib.sl_wheel_destroy)
+        self._buf = ffi.new("int64_t[]", _WHEEL_BATCH)
+        self.tick_ms = tick_ms
+        self.wheel_size = wheel_size
+
+    def _fail(self, rc):
+        if self._ptr == ffi.NULL:
+            raise TimerClosedError("the timing wheel is closed; create a new one")
+        exc, message = _WHEEL_ERRORS.get(rc, (StreamlogError, f"timing wheel error {rc}"))
+        raise exc(message)
+
+    def add(self, delay_ms, task_id=0):
+        """Add a task due delay_ms after the wheel's clock; return its handle (> 0)."""
+        handle = lib.sl_wheel_add(self._ptr, delay_ms, task_id)
+        if handle < 0:
+            self._fail(handle)
+        return handle
+
+    def add_at(self, deadline_ms, task_id=0):
+        """Add a task due at deadline_ms on the wheel's clock; return its handle."""
+        handle = lib.sl_wheel_add_at(self._ptr, deadline_ms, task_id)
+        if handle < 0:
+            self._fail(handle)
+        return handle
+
+    def add_many(self, delays_ms, task_ids=None):
+        """Add len(delays_ms) tasks in one call (all or nothing); return their handles.
+
+        task_ids: int64 ids, or None for ids 0..n-1. Returns a numpy int64 array.
+        """
+        delays = _int64_array(delays_ms, "delays_ms")
+        ids = ffi.NULL
+        if task_ids is not None:
+            ids_arr = _int64_array(task_ids, "task_ids")
+            if len(ids_arr) != len(delays):
+                raise ValueError("delays_ms and task_ids differ in length")
+            ids = ffi.from_buffer("int64_t[]", ids_arr)
+        handles = np.empty(len(delays), dtype=np.int64)
+        rc = lib.sl_wheel_add_many(self._ptr, ffi.from_buffer("int64_t[]", delays), ids,
+                                   len(delays), ffi.from_buffer("int64_t[]", handles))
+        if rc < 0:
+            self._fail(rc)
+        return handles
+
+    def cancel(self, handle):
+        """Cancel in O(1); True if the task was pending. Stale handles give False."""
+        return lib.sl_wheel_cancel(self._ptr, handle) == 1
+
+    def cancel_many(self, handles):
+        """Cancel every handle of an int64 array; return how many were pending."""
+        arr = _int64_array(handles, "handles")
+        rc = lib.sl_wheel_cancel_many(self._ptr, ffi.from_buffer("int64_t[]", arr), len(arr))
+        if rc < 0:
+            self._fail(rc)
+        return rc
+
+    def advance(self, now_ms, out_ids=None, out_handles=None):
+        """Move the clock to now_ms and take due tasks off into the caller's buffers.
+
+        out_ids / out_handles: writable numpy int64 arrays (either may be None,
+        not both). At most min(len) tasks are taken, in expiration order; call
+        again with the same now_ms while the return value equals that length.
+        Returns the number taken.
+        """
+        ids, ids_len = _out_int64(out_ids, "out_ids")
+        handles, handles_len = _out_int64(out_handles, "out_handles")
+        if ids_len is None and handles_len is None:
+            raise ValueError("advance needs out_ids or out_handles")
+        cap = min(n for n in (ids_len, handles_len) if n is not None)
+        n = lib.sl_wheel_advance(self._ptr, now_ms, ids, handles, cap)
+        if n < 0:
+            self._fail(n)
+        return n
+
+    def advance_handles(self, now_ms):
+        """Move the clock to now_ms; return (as a list) the handles of up to 4096 due tasks."""
+        n = lib.sl_wheel_advance(self._ptr, now_ms, ffi.NULL, self._buf, _WHEEL_BATCH)
+        if n <= 0:
+            if n < 0:
+                self._fail(n)
+            return []
+        return ffi.unpack(self._buf, n)
+
+    def next_expiration(self):
+        """Earliest time advance has work (<= the earliest pending expiration), or None."""
+        t = lib.sl_wheel_next_expiration(self._ptr)
+        return None if t < 0 else t
+
+    def expiration(self, handle):
+        """The pending task's deadline rounded up to tick_ms, or None if not pending."""
+        t = lib.sl_wheel_expiration(self._ptr, handle)
+        return None if t < 0 else t
+
+    def __len__(self):
+        return lib.sl_wheel_size(self._ptr)
+
+    @property
+    def now_ms(self):
+        """The wheel's clock: the latest now_ms given to advance (or start_ms)."""
+        return lib.sl_wheel_now(self._ptr)
+
+    @property
+    def current_ms(self):
+        """The first wheel's current time: now_ms rounded down to tick_ms."""
+        return lib.sl_wheel_current_ms(self._ptr)
+
+    @property
+    def levels(self):
+        """Number of wheels: 1 + the overflow wheels created so far."""
+        return lib.sl_wheel_levels(self._ptr)
+
+    @property
+    def closed(self):
+        return self._ptr == ffi.NULL
+
+    def check(self):
+        """0 when every invariant of timing_wheel.c holds, else the first broken one's number."""
+        return lib.sl_wheel_check(self._ptr)
+
+    def close(self):
+        """Free the C wheel now (pending tasks are dropped). Idempotent."""
+        if self._ptr != ffi.NULL:
+            ffi.release(self._ptr)
+            self._ptr = ffi.NULL
