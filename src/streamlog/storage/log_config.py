@@ -8,27 +8,17 @@ naming the key, the rule and the value.
 from dataclasses import dataclass, fields, replace
 
 from ..errors import InvalidConfigurationError
+from ..parsing import bad_value, parse_bool, parse_choice, parse_int
 
 LONG_MAX = 2**63 - 1
 
 
+def _label(key):
+    return f"topic config {key!r}"
+
+
 def _int(minimum=None, maximum=None):
-    def parse(key, value):
-        if isinstance(value, bool):
-            raise _bad(key, value, "an integer")
-        if isinstance(value, str):
-            try:
-                value = int(value.strip())
-            except ValueError:
-                raise _bad(key, value, "an integer") from None
-        if not isinstance(value, int):
-            raise _bad(key, value, "an integer")
-        if minimum is not None and value < minimum:
-            raise _bad(key, value, f"an integer >= {minimum}")
-        if maximum is not None and value > maximum:
-            raise _bad(key, value, f"an integer <= {maximum}")
-        return value
-    return parse
+    return lambda key, value: parse_int(_label(key), value, minimum, maximum)
 
 
 def _float(minimum, maximum):
@@ -36,40 +26,27 @@ def _float(minimum, maximum):
         try:
             value = float(value)
         except (TypeError, ValueError):
-            raise _bad(key, value, "a number") from None
+            raise bad_value(_label(key), value, "a number") from None
         if not minimum <= value <= maximum:
-            raise _bad(key, value, f"a number in [{minimum}, {maximum}]")
+            raise bad_value(_label(key), value, f"a number in [{minimum}, {maximum}]")
         return value
     return parse
 
 
 def _bool(key, value):
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
-        return value.strip().lower() == "true"
-    raise _bad(key, value, "true or false")
+    return parse_bool(_label(key), value)
 
 
 def _choice(*options):
-    def parse(key, value):
-        if not isinstance(value, str) or value not in options:
-            raise _bad(key, value, "one of " + ", ".join(options))
-        return value
-    return parse
+    return lambda key, value: parse_choice(_label(key), value, options)
 
 
 def _policy(key, value):
     items = value.split(",") if isinstance(value, str) else list(value)
     items = tuple(sorted({str(i).strip() for i in items if str(i).strip()}))
     if not items or any(i not in ("delete", "compact") for i in items):
-        raise _bad(key, value, "'delete', 'compact' or 'compact,delete'")
+        raise bad_value(_label(key), value, "'delete', 'compact' or 'compact,delete'")
     return items
-
-
-def _bad(key, value, rule):
-    return InvalidConfigurationError(f"invalid value {value!r} for topic config {key!r}: "
-                                     f"must be {rule}")
 
 
 # dotted name -> (attribute, parser). Defaults live on the dataclass below.

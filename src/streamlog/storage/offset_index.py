@@ -18,6 +18,7 @@ _INT32_MAX = 2**31 - 1
 class OffsetIndex(SparseIndex):
     DTYPE = np.dtype([("relative_offset", ">i4"), ("position", ">i4")])
     KEY = "relative_offset"
+    _last_cache = None  # (entries, last relative offset): appends skip re-reading the map
 
     def _entry_plausible(self, arr):
         return arr["position"] > 0
@@ -28,10 +29,17 @@ class OffsetIndex(SparseIndex):
         if not 0 <= relative <= _INT32_MAX:
             raise KafkaStorageError(
                 f"offset {offset} does not fit the index of segment {self.base_offset}")
-        if self.entries and relative <= int(self._arr["relative_offset"][self.entries - 1]):
+        if self.entries and relative <= self._last_relative():
             raise KafkaStorageError(
                 f"offset {offset} is not above the last entry of {self.path}")
         self._append_row((relative, position))
+        self._last_cache = (self.entries, relative)
+
+    def _last_relative(self):
+        cache = self._last_cache
+        if cache is not None and cache[0] == self.entries:
+            return cache[1]
+        return self.entry(self.entries - 1)[0]
 
     def lookup(self, target_offset):
         """(offset, position) of the largest entry <= target_offset, else (base_offset, 0)."""

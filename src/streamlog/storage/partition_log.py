@@ -153,7 +153,7 @@ class PartitionLog:
             if segment.should_roll(total, max_ts, last_offset, now_ms, self.config.segment_bytes,
                                    self.config.max_segment_ms):
                 segment = self._roll_locked(first_offset, now_ms)
-            segment.append(infos, pieces)
+            segment.append(infos, pieces, first_offset)
             self._next_offset = last_offset + 1
             self.high_watermark = self._next_offset
             self._unflushed_records += records

@@ -222,19 +222,23 @@ class RecordBatch:
         cols = codec.records_decode(buf, pos, length, self.records_count, self.path, file_pos)
         return Records(self, buf, cols)
 
-    def tuples(self, verify=True):
+    def tuples(self, verify=True, topic=None, partition=0, min_offset=None):
         """([(offset, timestamp, key, value), ...], records_with_headers), CRC checked first.
 
         The fast path to per-record Python objects: one native pass builds
-        them all (see streamlog.native.records_to_tuples). Headers are not
-        included; when records_with_headers > 0, read them with records().
+        them all (see streamlog.native.records_to_tuples). With `topic`, the
+        tuples are whole records: (topic, partition, offset, timestamp,
+        timestamp_type, key, value, ()). Records below min_offset are left
+        out. Headers are not included; when records_with_headers > 0, read
+        them with records().
         """
         if verify:
             self.ensure_valid()
         buf, pos, length, file_pos = self._records_section()
         fixed = self.max_timestamp if self.timestamp_type == LOG_APPEND_TIME else None
         return codec.records_to_tuples(buf, pos, length, self.records_count, self.base_offset,
-                                       self.base_timestamp, fixed, self.path, file_pos)
+                                       self.base_timestamp, fixed, self.path, file_pos, topic,
+                                       partition, self.timestamp_type, min_offset)
 
     def control_type(self):
         """CONTROL_ABORT / CONTROL_COMMIT / other type id of a control batch's record."""
@@ -399,9 +403,9 @@ def build_batch(values, keys=None, headers=None, timestamps=None, *, timestamp=N
     else:
         if len(timestamps) != n:
             raise InvalidRecordError("timestamps and values differ in length")
+        base_ts = timestamps[0]
+        max_ts = max(timestamps)  # on the caller's sequence: no int objects made from an array
         ts_arr = array("q", timestamps)
-        base_ts = ts_arr[0]
-        max_ts = max(ts_arr)
     value_blob, value_lens = _column(values)
     if keys is None:
         key_blob = key_lens = None

@@ -146,7 +146,8 @@ def slices_to_list(src, pos, lens):
 
 
 def records_to_tuples(buf, pos, length, n, base_offset, base_timestamp, fixed_timestamp=None,
-                      path=None, file_position=None):
+                      path=None, file_position=None, topic=None, partition=0, timestamp_type=0,
+                      min_offset=None):
     """Same result as streamlog.native.records_to_tuples, through the column decoder."""
     cols = records_decode(buf, pos, length, n, path, file_position)
     offset_deltas, ts_deltas, key_pos, key_lens, value_pos, value_lens, _, _, counts = cols
@@ -157,4 +158,11 @@ def records_to_tuples(buf, pos, length, n, base_offset, base_timestamp, fixed_ti
         stamps = [fixed_timestamp] * n
     keys = slices_to_list(buf, key_pos, key_lens)
     values = slices_to_list(buf, value_pos, value_lens)
-    return list(zip(offsets, stamps, keys, values)), int((counts > 0).sum())
+    keep = [i for i, off in enumerate(offsets) if min_offset is None or off >= min_offset]
+    with_headers = int(sum(1 for i in keep if counts[i] > 0))
+    if topic is None:
+        rows = [(offsets[i], stamps[i], keys[i], values[i]) for i in keep]
+    else:
+        rows = [(topic, partition, offsets[i], stamps[i], timestamp_type, keys[i], values[i], ())
+                for i in keep]
+    return rows, with_headers

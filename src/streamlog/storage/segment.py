@@ -19,6 +19,7 @@ On a crash: bytes written after the last fsync may be missing or torn, and
 the indexes may disagree with the log; recover() rebuilds both indexes from
 the log and cuts the log after the last valid batch.
 """
+import bisect
 import os
 import time
 from typing import NamedTuple
@@ -31,6 +32,8 @@ from .record_batch import LOG_OVERHEAD, NO_TIMESTAMP, iter_batches
 from .time_index import TimeIndex
 
 _INT32_MAX = 2**31 - 1
+# How many recently appended batches a segment remembers exactly (see _recent).
+_RECENT_BATCHES = 1024
 
 
 class BatchInfo(NamedTuple):
@@ -73,6 +76,11 @@ class LogSegment:
             self.log.close()
             raise
         self.bytes_since_last_index_entry = 0
+        # (base offset, position) of the batches appended in this process, newest last: a
+        # reader at the tail finds its batch here by bisection instead of scanning headers
+        # from the last sparse index entry. Replaced (never shrunk in place) so lock-free
+        # readers always see a consistent list.
+        self._recent = []
         self.created_ms = now_ms if now_ms is not None else int(time.time() * 1000)
         # The first append's largest timestamp decides time-based rolling; loaded lazily.
         self._rolling_based_timestamp = None
@@ -140,13 +148,19 @@ class LogSegment:
             return True
         return last_offset - self.base_offset > _INT32_MAX
 
-    def append(self, batch_infos, pieces):
+    def append(self, batch_infos, pieces, first_offset):
         """Write validated batches (pieces of bytes) and index them (invariant 2)."""
         position = self.log.append(pieces)
         if position == 0 and batch_infos:
             self._rolling_based_timestamp = max(b.max_timestamp for b in batch_infos)
+        recent = self._recent
+        if len(recent) >= 2 * _RECENT_BATCHES:
+            recent = self._recent = recent[_RECENT_BATCHES:]
+        base = first_offset
         for info in batch_infos:
             self._index_batch(info.last_offset, info.max_timestamp, info.size, position)
+            recent.append((base, position))
+            base = info.last_offset + 1
             position += info.size
 
     def _index_batch(self, last_offset, max_timestamp, size, position):
@@ -191,6 +205,12 @@ class LogSegment:
         end at that entry's offset, and every batch must lie in the segment's
         range after the one before it (invariant 1).
         """
+        recent = self._recent
+        if recent and recent[0][0] <= offset:
+            i = bisect.bisect_right(recent, (offset, float("inf"))) - 1
+            base, position = recent[i]
+            # Appended one after the other here: the previous batch ends just below this one.
+            return position, (base - 1 if i else None)
         index_offset, position = self.offset_index.lookup(offset)
         if self.readonly and position and not self._plausible_batch_start(position, offset):
             index_offset, position = self.base_offset, 0  # the snapshot no longer matches

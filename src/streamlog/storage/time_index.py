@@ -27,10 +27,15 @@ class TimeIndex(SparseIndex):
     def is_full(self):
         return self.entries >= self.max_entries - 1
 
+    _last_cache = None  # (entries, (timestamp, offset)): appends skip re-reading the map
+
     def last_entry(self):
         """(timestamp, offset) of the last entry, or (-1, base_offset) when empty."""
         if self.entries == 0:
             return -1, self.base_offset
+        cache = self._last_cache
+        if cache is not None and cache[0] == self.entries:
+            return cache[1]
         ts, relative = self.entry(self.entries - 1)
         return ts, self.base_offset + relative
 
@@ -49,6 +54,7 @@ class TimeIndex(SparseIndex):
         if not skip_full_check and self.is_full():
             raise KafkaStorageError(f"time index {self.path} is full")
         self._append_row((timestamp, relative))
+        self._last_cache = (self.entries, (timestamp, offset))
         return True
 
     def lookup(self, target_timestamp):

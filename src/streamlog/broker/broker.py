@@ -1,0 +1,421 @@
+"""The open database: one directory, one Broker, behind a narrow request interface.
+
+The Broker owns the writer lock, the log directory, the topic registry, the
+partition logs, the timing wheel (SystemTimer), the fetch purgatory and the
+flusher thread. Clients talk to it only through methods named after Kafka's
+request types -- produce, fetch, list_offsets, create_topics,
+delete_topics, create_partitions, describe_configs, metadata -- so a Kafka
+wire-protocol server could later be a thin adapter over the same calls.
+
+Lifecycle::
+
+    Broker() --[lock acquired, logs recovered, metadata replayed]--> OPEN
+    OPEN --[close(): flusher drained, waiting fetches answered, timer stopped,
+            logs flushed + sealed + checkpointed + marked clean, lock released]--> CLOSED
+
+A read-only Broker (another process's writer may be live) takes no lock,
+changes no file, refreshes its view of the directory when a reader reaches
+the end of what it knows, and long-polls by re-reading the files (there is no
+in-process append to wake it).
+
+Thread-safety: every request may come from any thread. Topic changes and the
+partition map are guarded by `_lock`; appends and reads are each log's own
+business (see storage.partition_log).
+"""
+import logging
+import os
+import shutil
+import threading
+import time
+from typing import NamedTuple
+
+from ..errors import (LogClosedError, OffsetOutOfRangeError, ReadOnlyError, StreamlogError,
+                      UnknownTopicOrPartitionError)
+from ..storage.log_directory import LogDirectory
+from ..storage.partition_log import wall_clock_ms
+from ..structs import TopicPartition
+from ..timer import SystemTimer
+from .config import BrokerConfig
+from .delayed_fetch import DelayedFetch
+from .flusher import CHECKPOINT, FLUSH_MS, RETENTION, LogFlusher
+from .lock import DirectoryLock
+from .metadata import METADATA_LOG_CONFIG, METADATA_PARTITION, METADATA_TOPIC, TopicRegistry
+from .purgatory import DelayedOperationPurgatory
+
+log = logging.getLogger("streamlog.broker")
+
+EARLIEST_TIMESTAMP = -2
+LATEST_TIMESTAMP = -1
+MAX_TIMESTAMP = -3
+
+# A read-only reader's long poll re-reads the files with this backoff.
+_READONLY_POLL_S = (0.001, 0.002, 0.005, 0.01, 0.02)
+
+
+class PartitionFetch(NamedTuple):
+    """What a fetch returns for one partition; `error` is an exception or None."""
+
+    batches: list
+    high_watermark: int
+    log_start_offset: int
+    last_stable_offset: int
+    error: object = None
+
+    @property
+    def size(self):
+        return sum(b.size_in_bytes for b in self.batches)
+
+
+class PartitionInfo(NamedTuple):
+    """One partition of describe_topic (also what the public API returns)."""
+
+    partition: int
+    log_start_offset: int
+    high_watermark: int
+    last_stable_offset: int
+    log_end_offset: int
+    segments: int
+    size_bytes: int
+
+
+class Broker:
+    def __init__(self, root, readonly=False, config=None, clock_ms=wall_clock_ms,
+                 temporary=False):
+        self.root = os.path.abspath(root)
+        self.readonly = readonly
+        self.temporary = temporary
+        self.config = BrokerConfig.from_dict(config)
+        self.clock_ms = clock_ms
+        self._lock = threading.RLock()
+        self._closed = False
+        self._dir_lock = None
+        if readonly:
+            if not os.path.isdir(os.path.join(self.root, f"{METADATA_TOPIC}-0")):
+                raise StreamlogError(f"{self.root} is not a streamlog database (no "
+                                     f"{METADATA_TOPIC}-0 directory); open it once for writing "
+                                     "to create it")
+        else:
+            os.makedirs(self.root, exist_ok=True)
+            self._dir_lock = DirectoryLock(self.root)
+            self._dir_lock.acquire()
+        self.timer = self.flusher = None
+        try:
+            self.logs = LogDirectory(self.root, readonly, clock_ms)
+            metadata_log = self.logs.open_log(METADATA_PARTITION, METADATA_LOG_CONFIG)
+            self.metadata = TopicRegistry(metadata_log, self.config.topic_defaults, clock_ms,
+                                          readonly)
+            self.partitions = {}  # TopicPartition -> PartitionLog, replaced on change
+            self._sync_partitions()
+            self.timer = SystemTimer("broker")
+            self.fetch_purgatory = DelayedOperationPurgatory("fetch", self.timer)
+            if not readonly:
+                self.flusher = LogFlusher(self, self.timer, {
+                    RETENTION: self.config.log_retention_check_interval_ms,
+                    CHECKPOINT: self.config.log_flush_offset_checkpoint_interval_ms,
+                    FLUSH_MS: self.config.log_flush_scheduler_interval_ms})
+        except BaseException:
+            self._abandon()
+            raise
+
+    @staticmethod
+    def config_from(settings):
+        """The BrokerConfig a config dict means (to compare with an open broker's)."""
+        return BrokerConfig.from_dict(settings)
+
+    def _abandon(self):
+        """Undo a failed open: stop threads, close files, release the lock."""
+        if self.flusher is not None:
+            self.flusher.close()
+        if self.timer is not None:
+            self.timer.close()
+        logs = getattr(self, "logs", None)
+        if logs is not None:
+            for partition_log in list(logs.logs.values()):
+                partition_log.close(flush=False)
+        if self._dir_lock is not None:
+            self._dir_lock.release()
+
+    # --- partitions ----------------------------------------------------------
+
+    def _sync_partitions(self):
+        """Open the logs of every partition the registry knows; drop the rest."""
+        with self._lock:
+            wanted = {TopicPartition(t.name, p): t for t in self.metadata.topics.values()
+                      for p in range(t.partitions)}
+            partitions = {tp: pl for tp, pl in self.partitions.items() if tp in wanted}
+            for tp, topic in wanted.items():
+                if tp not in partitions and (not self.readonly or
+                                             os.path.isdir(self.logs.partition_dir(tp))):
+                    partitions[tp] = self.logs.open_log(tp, topic.config)
+            if not self.readonly:
+                for tp in self.logs.partitions_on_disk():
+                    if tp.topic != METADATA_TOPIC and tp not in wanted:
+                        # Left over from a deletion interrupted after its tombstone.
+                        self.logs.delete_log(tp)
+            self.partitions = partitions
+
+    def partition_log(self, tp):
+        partition_log = self.partitions.get(tp)
+        if partition_log is None:
+            if self.readonly:
+                self.refresh_metadata()
+                partition_log = self.partitions.get(tp)
+            if partition_log is None:
+                self._check_open()
+                self._raise_unknown(tp)
+        return partition_log
+
+    def _raise_unknown(self, tp):
+        topic = self.metadata.topics.get(tp.topic)
+        if topic is None:
+            raise UnknownTopicOrPartitionError(
+                f"topic {tp.topic!r} does not exist; create it with create_topic({tp.topic!r})")
+        raise UnknownTopicOrPartitionError(
+            f"topic {tp.topic!r} has partitions 0..{topic.partitions - 1}, not {tp.partition}")
+
+    def refresh_metadata(self):
+        """Read-only: pick up topics created, grown or deleted by the writer."""
+        self.metadata.refresh()
+        self._sync_partitions()
+
+    def _check_open(self):
+        if self._closed:
+            raise LogClosedError(f"the database {self.root} is closed")
+
+    def _check_writable(self):
+        self._check_open()
+        if self.readonly:
+            raise ReadOnlyError(f"{self.root} was opened read-only; writes go through the "
+                                "process that opened it for writing")
+
+    # --- requests: topics ------------------------------------------------------
+
+    def create_topic(self, name, partitions=None, config=None):
+        self._check_writable()
+        with self._lock:
+            info = self.metadata.create(
+                name, self.config.num_partitions if partitions is None else partitions, config)
+            self._sync_partitions()
+            return info
+
+    def delete_topic(self, name):
+        self._check_writable()
+        with self._lock:
+            info = self.metadata.delete(name)
+            gone = [TopicPartition(name, p) for p in range(info.partitions)]
+            self.partitions = {tp: pl for tp, pl in self.partitions.items() if tp.topic != name}
+            for tp in gone:
+                self.logs.delete_log(tp)
+                self.fetch_purgatory.check_and_complete(tp)  # waiting fetches answer now
+            return info
+
+    def create_partitions(self, name, total):
+        self._check_writable()
+        with self._lock:
+            info = self.metadata.add_partitions(name, total)
+            self._sync_partitions()
+            return info
+
+    def alter_topic_config(self, name, overrides):
+        self._check_writable()
+        with self._lock:
+            info = self.metadata.alter_config(name, overrides)
+            for p in range(info.partitions):
+                partition_log = self.partitions.get(TopicPartition(name, p))
+                if partition_log is not None:
+                    partition_log.config = info.config
+            return info
+
+    def topics(self):
+        if self.readonly:
+            self.refresh_metadata()
+        return dict(self.metadata.topics)
+
+    def topic(self, name):
+        if self.readonly and name not in self.metadata.topics:
+            self.refresh_metadata()
+        return self.metadata.get(name)
+
+    def ensure_topic(self, name):
+        """The topic, created on first use when auto.create.topics.enable is set."""
+        info = self.metadata.topics.get(name)
+        if info is None and self.config.auto_create_topics_enable and not self.readonly:
+            with self._lock:
+                info = self.metadata.topics.get(name)
+                if info is None:
+                    info = self.create_topic(name)
+        return info if info is not None else self.topic(name)
+
+    def describe_topic(self, name):
+        info = self.topic(name)
+        out = []
+        for p in range(info.partitions):
+            partition_log = self.partition_log(TopicPartition(name, p))
+            if self.readonly:
+                partition_log.refresh()
+            out.append(PartitionInfo(
+                p, partition_log.log_start_offset, partition_log.high_watermark,
+                partition_log.high_watermark, partition_log.log_end_offset,
+                len(partition_log.segments), partition_log.size_in_bytes))
+        return info, out
+
+    # --- requests: produce ----------------------------------------------------
+
+    def produce(self, tp, data):
+        """Append encoded batches to tp; returns storage's AppendInfo (acks=1 semantics).
+
+        Waiting fetches on tp are checked at once, so a long poll wakes as
+        soon as the append returns.
+        """
+        self._check_writable()
+        info = self.partition_log(tp).append(data)
+        if self.fetch_purgatory.check_and_complete(tp):
+            # A consumer thread was woken: let it have the GIL now rather than after this
+            # thread's next switch interval (up to 5 ms), so a long poll returns at once.
+            time.sleep(0)
+        return info
+
+    def when_durable(self, tp, offset, callback):
+        """callback(error or None) once tp is fsynced below `offset` (acks="all")."""
+        self._check_writable()
+        self.flusher.add_waiter(tp, offset, callback)
+
+    # --- requests: fetch --------------------------------------------------------
+
+    def fetch(self, positions, max_wait_ms=0, min_bytes=1, max_bytes=50 << 20,
+              partition_max_bytes=1 << 20, max_offsets=None):
+        """Read from each tp at positions[tp]; wait up to max_wait_ms for min_bytes.
+
+        Returns {tp: PartitionFetch}. max_offsets optionally bounds what is
+        visible per partition (a read_committed reader's last stable offset).
+        The first non-empty partition returns at least one whole batch even
+        above the byte limits, as Kafka does.
+        """
+        self._check_open()
+        result, total, failed = self._read(positions, max_bytes, partition_max_bytes, max_offsets)
+        if total >= min_bytes or failed or max_wait_ms <= 0:
+            return result
+        deadline = time.monotonic() + max_wait_ms / 1000
+        if self.readonly:
+            return self._poll_files(positions, deadline, min_bytes, max_bytes,
+                                    partition_max_bytes, max_offsets)
+        op = DelayedFetch(max_wait_ms, self.partitions, dict(positions), min_bytes)
+        if not self.fetch_purgatory.try_complete_else_watch(op, list(positions)):
+            # Completion (an append) or expiry (the wheel) always sets `done`;
+            # the timeout only guards against a broker closed under the waiter.
+            op.done.wait(max_wait_ms / 1000 + 1.0)
+        result, _, _ = self._read(positions, max_bytes, partition_max_bytes, max_offsets)
+        return result
+
+    def _poll_files(self, positions, deadline, min_bytes, max_bytes, partition_max_bytes,
+                    max_offsets):
+        step = 0
+        while True:
+            result, total, failed = self._read(positions, max_bytes, partition_max_bytes,
+                                               max_offsets)
+            remaining = deadline - time.monotonic()
+            if total >= min_bytes or failed or remaining <= 0 or self._closed:
+                return result
+            time.sleep(min(_READONLY_POLL_S[min(step, len(_READONLY_POLL_S) - 1)], remaining))
+            step += 1
+
+    def _read(self, positions, max_bytes, partition_max_bytes, max_offsets):
+        result = {}
+        total = 0
+        failed = False
+        for tp, offset in positions.items():
+            try:
+                partition_log = self.partition_log(tp)
+                limit = None if max_offsets is None else max_offsets.get(tp)
+                budget = min(partition_max_bytes, max(max_bytes - total, 0))
+                fetched = partition_log.read(offset, budget, max_offset=limit,
+                                             min_one_batch=total == 0)
+                hw = fetched.high_watermark
+                entry = PartitionFetch(fetched.batches, hw, fetched.log_start_offset, hw)
+                total += entry.size
+            except (OffsetOutOfRangeError, UnknownTopicOrPartitionError, LogClosedError) as exc:
+                partition_log = self.partitions.get(tp)
+                hw = partition_log.high_watermark if partition_log is not None else -1
+                start = partition_log.log_start_offset if partition_log is not None else -1
+                entry = PartitionFetch([], hw, start, hw, exc)
+                failed = True
+            result[tp] = entry
+        return result, total, failed
+
+    # --- requests: list offsets ------------------------------------------------
+
+    def list_offsets(self, timestamps):
+        """{tp: timestamp} -> {tp: (offset, timestamp) or None}, as Kafka's ListOffsets.
+
+        timestamp -2 = earliest (log start), -1 = latest (log end), -3 = the
+        record with the largest timestamp; otherwise the first offset whose
+        timestamp is at or after it, or None when there is none.
+        """
+        out = {}
+        for tp, ts in timestamps.items():
+            partition_log = self.partition_log(tp)
+            if self.readonly:
+                partition_log.refresh()
+            if ts == EARLIEST_TIMESTAMP:
+                out[tp] = (partition_log.log_start_offset, -1)
+            elif ts == LATEST_TIMESTAMP:
+                out[tp] = (partition_log.high_watermark, -1)
+            elif ts == MAX_TIMESTAMP:
+                out[tp] = _offset_of_max_timestamp(partition_log)
+            elif ts < 0:
+                raise ValueError(f"timestamp {ts} is not -1, -2, -3 or a time in ms")
+            else:
+                out[tp] = partition_log.find_offset_by_timestamp(ts)
+        return out
+
+    # --- background jobs (run on the flusher thread) ----------------------------
+
+    def apply_retention(self):
+        now_ms = self.clock_ms()
+        for partition_log in list(self.partitions.values()):
+            if not partition_log.closed:
+                partition_log.delete_old_segments(now_ms)
+                partition_log.delete_pending_files(now_ms)
+
+    def write_checkpoints(self):
+        self.logs.checkpoint()
+
+    def flush_on_time(self):
+        for partition_log in list(self.partitions.values()):
+            if not partition_log.closed:
+                partition_log.maybe_flush_on_time()
+
+    # --- lifecycle -------------------------------------------------------------------
+
+    @property
+    def closed(self):
+        return self._closed
+
+    def close(self):
+        """Drain, answer waiting fetches, stop the threads, seal the logs, release the lock."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        if self.flusher is not None:
+            self.flusher.close()
+        for tp in list(self.partitions):
+            for op in self.fetch_purgatory.cancel_for_key(tp):
+                op.force_complete()  # wake the consumer threads waiting in fetch
+        self.fetch_purgatory.shutdown()
+        self.timer.close()
+        self.logs.close()
+        if self._dir_lock is not None:
+            self._dir_lock.release()
+        if self.temporary:
+            shutil.rmtree(self.root, ignore_errors=True)
+
+
+def _offset_of_max_timestamp(partition_log):
+    best = None
+    for segment in partition_log.segments:
+        if segment.size and (best is None or segment.largest_timestamp > best[1]):
+            best = (segment, segment.largest_timestamp)
+    if best is None:
+        return None
+    return partition_log.find_offset_by_timestamp(best[1])

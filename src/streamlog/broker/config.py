@@ -1,0 +1,59 @@
+"""Database-wide configuration: the broker settings that make sense in one process.
+
+Keys are Kafka's broker config names (dotted or with underscores). Any topic
+config key (segment.bytes, retention.ms, ...) may also be given: it becomes
+the default of every topic created in this database, as Kafka's log.*
+broker settings are.
+"""
+from dataclasses import dataclass, replace
+
+from ..errors import InvalidConfigurationError
+from ..parsing import parse_bool, parse_int
+from ..storage.log_config import CONFIG_NAMES, LogConfig
+
+_BROKER_KEYS = {
+    "auto.create.topics.enable": ("auto_create_topics_enable", bool),
+    "num.partitions": ("num_partitions", int),
+    "log.retention.check.interval.ms": ("log_retention_check_interval_ms", int),
+    "log.flush.offset.checkpoint.interval.ms": ("log_flush_offset_checkpoint_interval_ms", int),
+    "log.flush.scheduler.interval.ms": ("log_flush_scheduler_interval_ms", int),
+}
+
+
+@dataclass(frozen=True)
+class BrokerConfig:
+    # Kafka's broker default is true; here a typo in a topic name should be an error, so
+    # auto-creation is opt-in (docs/API.md).
+    auto_create_topics_enable: bool = False
+    num_partitions: int = 1
+    log_retention_check_interval_ms: int = 300_000
+    log_flush_offset_checkpoint_interval_ms: int = 60_000
+    log_flush_scheduler_interval_ms: int = 1_000
+    topic_defaults: LogConfig = LogConfig()
+
+    @classmethod
+    def from_dict(cls, settings=None):
+        changes, topic = {}, {}
+        for key, value in dict(settings or {}).items():
+            dotted = key.replace("_", ".") if isinstance(key, str) else key
+            if dotted in _BROKER_KEYS:
+                attr, kind = _BROKER_KEYS[dotted]
+                changes[attr] = _parse(dotted, value, kind)
+            elif dotted in CONFIG_NAMES:
+                topic[dotted] = value
+            else:
+                known = sorted(_BROKER_KEYS) + ["<any topic config>"]
+                raise InvalidConfigurationError(f"unknown database config {key!r}; known: "
+                                                f"{', '.join(known)}")
+        config = replace(cls(), **changes)
+        if config.num_partitions < 1:
+            raise InvalidConfigurationError("num.partitions must be >= 1")
+        for attr in ("log_retention_check_interval_ms", "log_flush_offset_checkpoint_interval_ms",
+                     "log_flush_scheduler_interval_ms"):
+            if getattr(config, attr) < 1:
+                raise InvalidConfigurationError(f"{attr.replace('_', '.')} must be >= 1")
+        return replace(config, topic_defaults=LogConfig.from_dict(topic))
+
+
+def _parse(key, value, kind):
+    return parse_bool(key, value) if kind is bool else parse_int(key, value)

@@ -1,0 +1,39 @@
+"""The consumer's long poll: a fetch parked in the purgatory until data arrives.
+
+A fetch that finds fewer than fetch_min_bytes waits as a DelayedFetch,
+watched under each of its partitions. An append to one of them calls
+check_and_complete, which completes the wait as soon as enough data is
+readable (or a partition is gone, or its position is out of range: an error
+answer is also an answer); otherwise the timing wheel expires it after
+fetch_max_wait_ms. Either way the waiting thread wakes on `done` and reads.
+"""
+import threading
+
+from .purgatory import DelayedOperation
+
+
+class DelayedFetch(DelayedOperation):
+    def __init__(self, delay_ms, partitions, positions, min_bytes):
+        super().__init__(delay_ms)
+        self.partitions = partitions  # the broker's live map: tp -> PartitionLog
+        self.positions = positions    # tp -> fetch offset
+        self.min_bytes = min_bytes
+        self.done = threading.Event()
+
+    def try_complete(self):
+        available = 0
+        for tp, offset in self.positions.items():
+            log = self.partitions.get(tp)
+            if log is None or log.closed or not \
+                    log.log_start_offset <= offset <= log.log_end_offset:
+                return self.force_complete()
+            if log.high_watermark > offset:
+                if self.min_bytes <= 1:
+                    return self.force_complete()
+                available += log.read(offset, self.min_bytes - available).size
+                if available >= self.min_bytes:
+                    return self.force_complete()
+        return False
+
+    def on_complete(self):
+        self.done.set()

@@ -1,0 +1,202 @@
+"""The topic registry, kept as records in the `__cluster_metadata` log.
+
+Every change is one record, keyed by topic name, valued with msgpack:
+`{"v": 1, "name", "id", "partitions", "config": {overrides}, "created_ms"}`;
+a deletion is a tombstone (null value). Opening replays the log: the last
+record of each topic wins. The record is appended and fsynced *before* any
+partition directory is made or removed, so it is the commit point: a stop
+between the two is finished by the next open (missing directories are
+created, directories of topics the log does not know are removed).
+
+Names follow Kafka's rule, internal names are reserved, and, as in Kafka, a
+name that differs from an existing one only by '.' versus '_' is refused
+(their metric names would collide).
+
+Thread-safety: changes are serialised by `_lock`; readers of `topics` get
+a dict that is replaced, never mutated.
+"""
+import threading
+import time
+import uuid
+from typing import NamedTuple
+
+import msgpack
+
+from ..errors import (InvalidConfigurationError, InvalidPartitionsError, InvalidTopicError,
+                      ReadOnlyError, TopicAlreadyExistsError, UnknownTopicOrPartitionError)
+from ..storage.files import topic_name_problem
+from ..storage.log_config import LogConfig
+from ..storage.record_batch import build_batch
+from ..structs import TopicPartition
+
+METADATA_TOPIC = "__cluster_metadata"
+METADATA_PARTITION = TopicPartition(METADATA_TOPIC, 0)
+CONSUMER_OFFSETS_TOPIC = "__consumer_offsets"
+TRANSACTION_STATE_TOPIC = "__transaction_state"
+INTERNAL_TOPICS = frozenset({METADATA_TOPIC, CONSUMER_OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC})
+MAX_PARTITIONS = 10_000  # a directory each; far beyond any embedded use
+
+# The metadata log itself: never deleted by retention, small segments.
+METADATA_LOG_CONFIG = LogConfig.from_dict({"retention.ms": -1, "segment.bytes": 1 << 20,
+                                           "segment.index.bytes": 64 << 10})
+
+
+class TopicInfo(NamedTuple):
+    name: str
+    topic_id: str
+    partitions: int
+    overrides: dict  # only the configs set on the topic (Kafka names)
+    config: LogConfig
+    created_ms: int
+
+    @property
+    def internal(self):
+        return self.name in INTERNAL_TOPICS
+
+
+def validate_topic_name(name, allow_internal=False):
+    problem = topic_name_problem(name)
+    if problem:
+        raise InvalidTopicError(f"{problem}. Topic names use ASCII letters, digits, '.', '_' "
+                                f"and '-', 1 to 249 characters")
+    if name in INTERNAL_TOPICS and not allow_internal:
+        raise InvalidTopicError(f"{name!r} is an internal topic name and cannot be used")
+
+
+def validate_partitions(partitions):
+    if isinstance(partitions, bool) or not isinstance(partitions, int) or partitions < 1:
+        raise InvalidPartitionsError(f"partitions must be a positive integer, got {partitions!r}")
+    if partitions > MAX_PARTITIONS:
+        raise InvalidPartitionsError(f"{partitions} partitions is more than the limit of "
+                                     f"{MAX_PARTITIONS}")
+
+
+class TopicRegistry:
+    def __init__(self, metadata_log, default_config, clock_ms, readonly=False):
+        self._log = metadata_log
+        self._default = default_config
+        self._clock_ms = clock_ms
+        self.readonly = readonly
+        self._lock = threading.Lock()
+        self.topics = {}
+        self.version = 0  # bumped on every change: clients cache metadata per version
+        self._replayed_to = 0
+        self.refresh()
+
+    # --- reading ---------------------------------------------------------
+
+    def refresh(self):
+        """Apply metadata records appended since the last look (read-only followers)."""
+        with self._lock:
+            topics = dict(self.topics)
+            offset = max(self._replayed_to, self._log.log_start_offset)
+            if self.readonly:
+                self._log.refresh()
+            while offset < self._log.high_watermark:
+                fetch = self._log.read(offset, 1 << 20)
+                if not fetch.batches:
+                    break
+                for batch in fetch.batches:
+                    rows, _ = batch.tuples()
+                    for _off, _ts, key, value in rows:
+                        self._apply(topics, key.decode("utf-8"), value)
+                    offset = batch.next_offset
+            self._replayed_to = offset
+            if topics != self.topics:
+                self.topics = topics
+                self.version += 1
+        return self.topics
+
+    def _apply(self, topics, name, value):
+        if value is None:
+            topics.pop(name, None)
+            return
+        doc = msgpack.unpackb(value, raw=False)
+        overrides = doc.get("config", {})
+        topics[name] = TopicInfo(name, doc["id"], doc["partitions"], overrides,
+                                 self._default.with_overrides(overrides), doc["created_ms"])
+
+    def get(self, name):
+        info = self.topics.get(name)
+        if info is None:
+            raise UnknownTopicOrPartitionError(
+                f"topic {name!r} does not exist; create it with create_topic({name!r})")
+        return info
+
+    # --- changing --------------------------------------------------------
+
+    def _write(self, name, doc):
+        if self.readonly:
+            raise ReadOnlyError("the database was opened read-only; topics cannot change")
+        value = None if doc is None else msgpack.packb(doc, use_bin_type=True)
+        self._log.append(build_batch([value], keys=[name.encode("utf-8")],
+                                     timestamp=self._clock_ms()))
+        self._log.flush()  # the commit point of the change: durable before any directory work
+        topics = dict(self.topics)
+        self._apply(topics, name, value)
+        self._replayed_to = self._log.log_end_offset
+        self.topics = topics
+        self.version += 1
+        return topics.get(name)
+
+    def create(self, name, partitions, overrides=None, allow_internal=False):
+        validate_topic_name(name, allow_internal)
+        validate_partitions(partitions)
+        normalized = _dotted(overrides or {})  # raises on a bad key or value
+        with self._lock:
+            if name in self.topics:
+                raise TopicAlreadyExistsError(f"topic {name!r} already exists")
+            twin = next((t for t in self.topics
+                         if t.replace(".", "_") == name.replace(".", "_")), None)
+            if twin is not None:
+                raise InvalidTopicError(
+                    f"topic {name!r} collides with existing topic {twin!r} ('.' and '_' are "
+                    "treated alike in metric names); choose another name")
+            return self._write(name, {"v": 1, "name": name, "id": uuid.uuid4().hex,
+                                      "partitions": partitions, "config": normalized,
+                                      "created_ms": int(time.time() * 1000)})
+
+    def delete(self, name):
+        with self._lock:
+            info = self.get(name)
+            if info.internal:
+                raise InvalidTopicError(f"{name!r} is an internal topic and cannot be deleted")
+            self._write(name, None)
+            return info
+
+    def add_partitions(self, name, total):
+        validate_partitions(total)
+        with self._lock:
+            info = self.get(name)
+            if total <= info.partitions:
+                raise InvalidPartitionsError(
+                    f"topic {name!r} has {info.partitions} partitions; the count can only grow "
+                    f"(asked for {total})")
+            return self._write(name, {**_doc(info), "partitions": total})
+
+    def alter_config(self, name, overrides):
+        with self._lock:
+            info = self.get(name)
+            merged = dict(info.overrides)
+            merged.update(_dotted(overrides))
+            self._default.with_overrides(merged)  # validate before writing
+            return self._write(name, {**_doc(info), "config": merged})
+
+
+def _doc(info):
+    return {"v": 1, "name": info.name, "id": info.topic_id, "partitions": info.partitions,
+            "config": dict(info.overrides), "created_ms": info.created_ms}
+
+
+def _dotted(overrides):
+    """Overrides checked and keyed by Kafka's dotted names, whatever spelling the caller
+    used ("retention.ms" or "retention_ms"); values parsed ("100" -> 100)."""
+    config = LogConfig().with_overrides(overrides)
+    full = config.to_dict()
+    out = {}
+    for key in overrides:
+        dotted = key if key in full else key.replace("_", ".")
+        if dotted not in full:
+            raise InvalidConfigurationError(f"unknown topic config {key!r}")
+        out[dotted] = full[dotted]
+    return out

@@ -1,0 +1,1 @@
+"""Client layer: producer (accumulator, partitioners), consumer, admin over the broker interface."""

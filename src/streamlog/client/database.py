@@ -1,0 +1,175 @@
+"""The open database handle: `streamlog.open()` and what it returns.
+
+A Database is a handle onto a Broker (shared by every handle on the same
+directory in this process, see broker.registry): it administers topics and
+makes producers and consumers. Closing the handle closes the producers and
+consumers it made; the broker closes when its last handle does.
+"""
+import os
+import shutil
+import tempfile
+import threading
+from typing import NamedTuple
+
+from ..broker import registry
+from ..broker.broker import Broker, PartitionInfo
+from ..errors import InvalidConfigurationError, LogClosedError, ReadOnlyError
+from .consumer import Consumer
+from .producer import Producer
+
+MEMORY = ":memory:"
+
+
+class TopicDescription(NamedTuple):
+    name: str
+    topic_id: str
+    internal: bool
+    partitions: list  # [PartitionInfo]
+    config: dict      # every topic config, Kafka names -> effective values
+    overrides: dict   # only the configs set on this topic
+
+
+def open(path=None, readonly=False, config=None):  # noqa: A001 - the API's name, as sqlite3.connect
+    """Open (creating if needed) the database in directory `path`.
+
+    path None or ":memory:" makes a throw-away temporary directory, removed
+    on close. readonly=True opens a database another process writes: no lock,
+    no writes, reads see what the writer appends. config: database settings
+    (see broker.config), only honoured by the first open of a directory in
+    this process.
+    """
+    temporary = path is None or path == MEMORY
+    if temporary:
+        if readonly:
+            raise InvalidConfigurationError("a temporary database cannot be opened read-only")
+        path = tempfile.mkdtemp(prefix="streamlog-")
+    path = os.fspath(path)
+    made = []
+
+    def make():
+        made.append(True)
+        return Broker(path, readonly=readonly, config=config, temporary=temporary)
+    try:
+        broker = registry.acquire(path, readonly, make)
+    except BaseException:
+        if temporary:
+            shutil.rmtree(path, ignore_errors=True)
+        raise
+    if config and not made and broker.config != Broker.config_from(config):
+        registry.release(broker)
+        raise InvalidConfigurationError(
+            f"{path} is already open in this process with a different config; open it without "
+            "config= to share that broker")
+    return Database(broker)
+
+
+class Database:
+    def __init__(self, broker):
+        self._broker = broker
+        self._children = []
+        self._lock = threading.Lock()
+        self._closed = False
+
+    # --- properties ---------------------------------------------------------------
+
+    @property
+    def path(self):
+        return self._broker.root
+
+    @property
+    def readonly(self):
+        return self._broker.readonly
+
+    @property
+    def closed(self):
+        return self._closed
+
+    def __repr__(self):
+        mode = "read-only" if self.readonly else "read-write"
+        return f"<streamlog.Database {self.path} ({mode}{', closed' if self._closed else ''})>"
+
+    def _check(self):
+        if self._closed:
+            raise LogClosedError("the database handle is closed")
+
+    # --- topics ----------------------------------------------------------------------
+
+    def create_topic(self, name, partitions=1, config=None):
+        """Create a topic; config uses Kafka's topic config names. Returns its description."""
+        self._check()
+        self._broker.create_topic(name, partitions, config)
+        return self.describe_topic(name)
+
+    def delete_topic(self, name):
+        self._check()
+        self._broker.delete_topic(name)
+
+    def add_partitions(self, name, total):
+        """Grow the topic to `total` partitions (counts only grow, as in Kafka)."""
+        self._check()
+        self._broker.create_partitions(name, total)
+        return self.describe_topic(name)
+
+    def alter_topic_config(self, name, config):
+        """Set topic configs (Kafka names); the others keep their values."""
+        self._check()
+        self._broker.alter_topic_config(name, config)
+        return self.describe_topic(name)
+
+    def topics(self, internal=False):
+        """Names of the topics, sorted (internal ones only with internal=True)."""
+        self._check()
+        return sorted(name for name, info in self._broker.topics().items()
+                      if internal or not info.internal)
+
+    def describe_topic(self, name):
+        self._check()
+        info, partitions = self._broker.describe_topic(name)
+        return TopicDescription(info.name, info.topic_id, info.internal, list(partitions),
+                                info.config.to_dict(), dict(info.overrides))
+
+    # --- clients ------------------------------------------------------------------------
+
+    def producer(self, config=None, **settings):
+        """A Producer (see client.producer for settings; Kafka names accepted in config)."""
+        self._check()
+        if self.readonly:
+            raise ReadOnlyError("a read-only database cannot make producers; open it for writing")
+        producer = Producer(self._broker, config, **settings)
+        with self._lock:
+            self._children.append(producer)
+        return producer
+
+    def consumer(self, config=None, **settings):
+        """A Consumer (see client.consumer for settings; Kafka names accepted in config)."""
+        self._check()
+        consumer = Consumer(self._broker, config, **settings)
+        with self._lock:
+            self._children.append(consumer)
+        return consumer
+
+    # --- lifecycle ---------------------------------------------------------------------
+
+    def close(self):
+        """Close the producers (flushing them) and consumers made here, then the handle."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            children, self._children = self._children, []
+        errors = []
+        for child in children:
+            try:
+                child.close()
+            except Exception as exc:  # keep closing the rest; report the first
+                errors.append(exc)
+        if registry.release(self._broker):
+            self._broker.close()
+        if errors:
+            raise errors[0]
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()

@@ -1,0 +1,98 @@
+"""What clients hand back: Record, RecordMetadata, and the columnar RecordColumns.
+
+Record and RecordMetadata are named tuples (attribute access in C, cheap to
+build in bulk: the consumer makes them straight from the tuples the native
+decoder emits). A record's headers are a tuple of (str key, bytes value)
+pairs, () when it has none.
+
+RecordColumns is one partition's worth of records as columns, for readers
+that never want a Python object per record: offsets and timestamps as numpy
+int64, keys and values as Arrow-style (data, offsets, null mask) buffers.
+to_arrow() turns it into a pyarrow.RecordBatch with the schema of Spark's
+Kafka source.
+"""
+from functools import partial
+from typing import NamedTuple
+
+import numpy as np
+
+
+class Record(NamedTuple):
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int
+    timestamp_type: int  # 0 CreateTime, 1 LogAppendTime
+    key: object
+    value: object
+    headers: tuple = ()
+
+
+class RecordMetadata(NamedTuple):
+    """Where a sent record landed. offset is -1 under acks=0 (no answer is waited for)."""
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int
+
+
+# Record straight from an 8-tuple, skipping the keyword-parsing __new__.
+make_record = partial(tuple.__new__, Record)
+
+
+class RecordColumns:
+    """One partition's records as columns (see the module docstring)."""
+
+    __slots__ = ("topic", "partition", "timestamp_type", "offsets", "timestamps", "key_data",
+                 "key_offsets", "key_nulls", "value_data", "value_offsets", "value_nulls")
+
+    def __init__(self, topic, partition, timestamp_type, offsets, timestamps, keys, values):
+        self.topic = topic
+        self.partition = partition
+        self.timestamp_type = timestamp_type
+        self.offsets = offsets
+        self.timestamps = timestamps
+        self.key_data, self.key_offsets, self.key_nulls = keys
+        self.value_data, self.value_offsets, self.value_nulls = values
+
+    def __len__(self):
+        return len(self.offsets)
+
+    def __repr__(self):
+        first = int(self.offsets[0]) if len(self) else None
+        return f"RecordColumns({self.topic}-{self.partition}, {len(self)} records from {first})"
+
+    @staticmethod
+    def _items(data, offsets, nulls):
+        raw = data.tobytes()
+        bounds = offsets.tolist()
+        return [None if null else raw[a:b]
+                for a, b, null in zip(bounds, bounds[1:], nulls.tolist())]
+
+    def keys(self):
+        return self._items(self.key_data, self.key_offsets, self.key_nulls)
+
+    def values(self):
+        return self._items(self.value_data, self.value_offsets, self.value_nulls)
+
+    def to_arrow(self):
+        """A pyarrow.RecordBatch: key, value, topic, partition, offset, timestamp, timestampType."""
+        import pyarrow as pa
+
+        n = len(self)
+
+        def binary(data, offsets, nulls):
+            validity = pa.py_buffer(np.packbits(~nulls, bitorder="little")) if nulls.any() \
+                else None
+            return pa.BinaryArray.from_buffers(pa.binary(), n, [validity, pa.py_buffer(offsets),
+                                                                 pa.py_buffer(data)])
+        return pa.RecordBatch.from_arrays([
+            binary(self.key_data, self.key_offsets, self.key_nulls),
+            binary(self.value_data, self.value_offsets, self.value_nulls),
+            pa.DictionaryArray.from_arrays(np.zeros(n, np.int32), [self.topic]).cast(pa.string()),
+            pa.array(np.full(n, self.partition, np.int32)),
+            pa.array(self.offsets),
+            pa.array(self.timestamps * 1000, pa.timestamp("us", tz="UTC")),
+            pa.array(np.full(n, self.timestamp_type, np.int32)),
+        ], names=["key", "value", "topic", "partition", "offset", "timestamp", "timestampType"])

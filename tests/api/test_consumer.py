@@ -1,0 +1,359 @@
+"""The consumer through the public API, and the system behaviour around it."""
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import pytest
+
+import streamlog
+from streamlog import TopicPartition
+
+TP0 = TopicPartition("t", 0)
+
+
+def fill(db, n, topic="t", partitions=1, **send):
+    if topic not in db.topics():
+        db.create_topic(topic, partitions=partitions)
+    producer = db.producer(linger_ms=5)
+    for i in range(n):
+        producer.send(topic, value=b"v%d" % i, key=b"k%d" % i, timestamp_ms=10_000 + i * 10,
+                      **send)
+    producer.flush()
+    producer.close()
+
+
+def test_poll_returns_records_with_every_field(db):
+    fill(db, 3)
+    consumer = db.consumer(auto_offset_reset="earliest")
+    consumer.assign([TP0])
+    records = consumer.poll(timeout=5)
+    assert records[1] == streamlog.Record("t", 0, 1, 10_010, 0, b"k1", b"v1", ())
+    assert consumer.position(TP0) == 3
+
+
+def test_max_poll_records_and_position_advance(db):
+    fill(db, 1200)
+    consumer = db.consumer(auto_offset_reset="earliest", max_poll_records=500)
+    consumer.assign([TP0])
+    sizes = []
+    while consumer.position(TP0) < 1200:
+        batch = consumer.poll(timeout=5)
+        sizes.append(len(batch))
+        assert [r.offset for r in batch] == list(range(batch[0].offset,
+                                                       batch[0].offset + len(batch)))
+    assert max(sizes) <= 500 and sum(sizes) == 1200
+
+
+def test_auto_offset_reset_latest_earliest_none(db):
+    fill(db, 5)
+    latest = db.consumer()  # Kafka's default: latest
+    latest.assign([TP0])
+    assert latest.position(TP0) == 5 and latest.poll(timeout=0) == []
+    earliest = db.consumer(auto_offset_reset="earliest")
+    earliest.assign([TP0])
+    assert earliest.position(TP0) == 0
+    none = db.consumer(auto_offset_reset="none")
+    none.assign([TP0])
+    with pytest.raises(streamlog.NoOffsetForPartitionError):
+        none.poll(timeout=0)
+    none.seek(TP0, 99)
+    with pytest.raises(streamlog.OffsetOutOfRangeError):
+        none.poll(timeout=0)
+
+
+def test_out_of_range_position_resets_per_policy(db):
+    fill(db, 5)
+    consumer = db.consumer(auto_offset_reset="earliest")
+    consumer.assign([TP0])
+    consumer.seek(TP0, 50)
+    assert [r.offset for r in consumer.poll(timeout=5)] == [0, 1, 2, 3, 4]
+
+
+def test_seek_and_seek_to_ends(db):
+    fill(db, 10)
+    consumer = db.consumer(auto_offset_reset="earliest")
+    consumer.assign([TP0])
+    consumer.seek(TP0, 7)
+    assert [r.offset for r in consumer.poll(timeout=5)] == [7, 8, 9]
+    consumer.seek_to_beginning()
+    assert consumer.poll(timeout=5)[0].offset == 0
+    consumer.seek_to_end([TP0])
+    assert consumer.position(TP0) == 10 and consumer.poll(timeout=0) == []
+    with pytest.raises(ValueError):
+        consumer.seek(TP0, -1)
+
+
+def test_seek_discards_data_fetched_for_the_old_position(db):
+    fill(db, 100)
+    consumer = db.consumer(auto_offset_reset="earliest", max_poll_records=10)
+    consumer.assign([TP0])
+    assert consumer.poll(timeout=5)[0].offset == 0  # 100 fetched, 10 returned
+    consumer.seek(TP0, 50)
+    assert consumer.poll(timeout=5)[0].offset == 50
+
+
+def test_offsets_for_times_and_end_offsets(db):
+    fill(db, 10)  # timestamps 10_000, 10_010, ...
+    consumer = db.consumer()
+    consumer.assign([TP0])
+    found = consumer.offsets_for_times({TP0: 10_045})
+    assert found[TP0] == streamlog.OffsetAndTimestamp(5, 10_050)
+    assert consumer.offsets_for_times({TP0: 99_999})[TP0] is None
+    assert consumer.beginning_offsets([TP0]) == {TP0: 0}
+    assert consumer.end_offsets([TP0]) == {TP0: 10}
+
+
+def test_pause_and_resume(db):
+    fill(db, 4, partitions=2)
+    consumer = db.consumer(auto_offset_reset="earliest")
+    tps = [TopicPartition("t", 0), TopicPartition("t", 1)]
+    consumer.assign(tps)
+    consumer.pause([tps[0]])
+    got = consumer.poll(timeout=1)
+    assert {r.partition for r in got} <= {1} and consumer.paused() == {tps[0]}
+    consumer.resume([tps[0]])
+    rest = []
+    while consumer.position(tps[0]) < consumer.end_offsets([tps[0]])[tps[0]]:
+        rest += consumer.poll(timeout=5)
+    assert {r.partition for r in rest} == {0}
+
+
+def test_iteration_yields_records_one_by_one(db):
+    fill(db, 5)
+    consumer = db.consumer(auto_offset_reset="earliest")
+    consumer.assign([TP0])
+    seen = []
+    for record in consumer:
+        seen.append(record.offset)
+        if len(seen) == 5:
+            break
+    assert seen == [0, 1, 2, 3, 4]
+
+
+def test_poll_batch_gives_columns(db):
+    fill(db, 300, partitions=1)
+    consumer = db.consumer(auto_offset_reset="earliest")
+    consumer.assign([TP0])
+    chunks = consumer.poll_batch(timeout=5)
+    assert len(chunks) == 1
+    cols = chunks[0]
+    assert (cols.topic, cols.partition) == ("t", 0) and len(cols) == 300
+    assert cols.offsets.tolist() == list(range(300))
+    assert cols.values() == [b"v%d" % i for i in range(300)]
+    assert cols.keys()[5] == b"k5" and cols.timestamps[3] == 10_030
+    assert consumer.position(TP0) == 300
+
+
+def test_poll_batch_to_arrow(db):
+    pa = pytest.importorskip("pyarrow")
+    fill(db, 10)
+    consumer = db.consumer(auto_offset_reset="earliest")
+    consumer.assign([TP0])
+    table = consumer.poll_batch(timeout=5)[0].to_arrow()
+    assert table.num_rows == 10 and table.column("value")[3].as_py() == b"v3"
+    assert table.schema.field("timestamp").type == pa.timestamp("us", tz="UTC")
+
+
+def test_deserializers(db):
+    fill(db, 2)
+    consumer = db.consumer(auto_offset_reset="earliest", key_deserializer=bytes.decode,
+                           value_deserializer=lambda b: b.upper())
+    consumer.assign([TP0])
+    assert [(r.key, r.value) for r in consumer.poll(timeout=5)] == [("k0", b"V0"), ("k1", b"V1")]
+
+
+def test_unassigned_or_unknown_partitions_are_errors(db):
+    fill(db, 1)
+    consumer = db.consumer()
+    with pytest.raises(streamlog.IllegalStateError, match="assign"):
+        consumer.poll(timeout=0)
+    with pytest.raises(streamlog.UnknownTopicOrPartitionError):
+        consumer.assign([TopicPartition("t", 5)])
+    with pytest.raises(streamlog.UnknownTopicOrPartitionError):
+        consumer.assign([TopicPartition("nope", 0)])
+    with pytest.raises(streamlog.IllegalStateError):
+        consumer.seek(TopicPartition("t", 0), 0)
+
+
+def test_a_consumer_is_used_by_one_thread_at_a_time(db):
+    fill(db, 1)
+    consumer = db.consumer(fetch_max_wait_ms=5000)
+    consumer.assign([TP0])
+    inside = threading.Event()
+    errors = []
+
+    def long_poll():
+        inside.set()
+        consumer.poll(timeout=2)
+    t = threading.Thread(target=long_poll)
+    t.start()
+    inside.wait()
+    time.sleep(0.2)
+    try:
+        consumer.poll(timeout=0)
+    except streamlog.IllegalStateError as exc:
+        errors.append(exc)
+    t.join()
+    assert errors and "one thread at a time" in str(errors[0])
+
+
+def test_long_poll_wakes_on_append_not_on_timeout(db):
+    db.create_topic("t")
+    consumer = db.consumer(fetch_max_wait_ms=30_000)  # waking by timeout would take 30 s
+    consumer.assign([TP0])
+    consumer.position(TP0)
+    got = {}
+
+    def wait():
+        start = time.monotonic()
+        got["records"] = consumer.poll(timeout=60)
+        got["returned"] = time.monotonic()
+        got["waited"] = got["returned"] - start
+    t = threading.Thread(target=wait)
+    t.start()
+    time.sleep(0.3)  # the consumer is parked in the purgatory by now
+    producer = db.producer()
+    sent_at = time.monotonic()
+    producer.send("t", value=b"wake up").result()
+    t.join(timeout=20)
+    assert [r.value for r in got["records"]] == [b"wake up"]
+    assert got["returned"] - sent_at < 5  # woken by the append (a timeout would be 30 s)
+
+
+def test_idle_long_poll_uses_almost_no_cpu(db):
+    db.create_topic("t")
+    consumer = db.consumer()
+    consumer.assign([TP0])
+    consumer.position(TP0)
+    cpu_before = time.process_time()
+    wall_before = time.monotonic()
+    assert consumer.poll(timeout=5) == []
+    wall = time.monotonic() - wall_before
+    cpu = time.process_time() - cpu_before
+    assert wall >= 5
+    # A busy loop would burn ~5 s of CPU; parked in the purgatory it is a few ms.
+    assert cpu < 0.5, f"{cpu:.3f} s of CPU while idle for {wall:.1f} s"
+
+
+WRITER = """
+import sys, streamlog
+path, n = sys.argv[1], int(sys.argv[2])
+with streamlog.open(path) as db:
+    db.create_topic("live", partitions=2)
+    print("ready", flush=True)
+    producer = db.producer(linger_ms=1, batch_size=4096)
+    for i in range(n):
+        producer.send("live", key=b"%d" % (i % 2), partition=i % 2,
+                      value=b"%08d|" % i + b"x" * (i % 500))
+    producer.flush()
+print("done", flush=True)
+"""
+
+
+def test_readonly_process_follows_a_live_writer_and_never_sees_a_partial_batch(db_path):
+    n = 20_000
+    writer = subprocess.Popen([sys.executable, "-c", textwrap.dedent(WRITER), db_path, str(n)],
+                              stdout=subprocess.PIPE, text=True)
+    assert writer.stdout.readline().strip() == "ready"
+    seen = {0: [], 1: []}
+    with streamlog.open(db_path, readonly=True) as ro:
+        consumer = ro.consumer(auto_offset_reset="earliest", fetch_max_wait_ms=50)
+        consumer.assign([TopicPartition("live", 0), TopicPartition("live", 1)])
+        deadline = time.monotonic() + 120
+        while sum(len(v) for v in seen.values()) < n and time.monotonic() < deadline:
+            for record in consumer.poll(timeout=1):
+                i = int(record.value[:8])
+                # whole, correct records only: the value is a pure function of its number
+                assert record.value == b"%08d|" % i + b"x" * (i % 500)
+                assert record.partition == i % 2 and record.offset == len(seen[i % 2])
+                seen[i % 2].append(i)
+    assert writer.stdout.readline().strip() == "done"
+    writer.wait()
+    writer.stdout.close()
+    assert seen[0] == list(range(0, n, 2)) and seen[1] == list(range(1, n, 2))
+
+
+def test_eight_producer_threads_and_four_consumer_threads_lose_and_duplicate_nothing(db):
+    db.create_topic("busy", partitions=4)
+    producer = db.producer(linger_ms=1)  # shared: producers are thread-safe
+    per_thread = 2500
+    expected = {b"t%d-%d" % (t, i) for t in range(8) for i in range(per_thread)}
+    received = {p: [] for p in range(4)}
+    done = threading.Event()
+    errors = []
+
+    def produce(t):
+        try:
+            for i in range(per_thread):
+                producer.send("busy", value=b"t%d-%d" % (t, i), key=b"t%d" % t)
+        except Exception as exc:  # reported below
+            errors.append(exc)
+
+    def consume(p):
+        try:
+            consumer = db.consumer(auto_offset_reset="earliest", fetch_max_wait_ms=100)
+            consumer.assign([TopicPartition("busy", p)])
+            while True:
+                records = consumer.poll(timeout=0.5)
+                received[p].extend(records)
+                if not records and done.is_set():
+                    end = consumer.end_offsets([TopicPartition("busy", p)])
+                    if consumer.position(TopicPartition("busy", p)) >= \
+                            end[TopicPartition("busy", p)]:
+                        return
+        except Exception as exc:  # reported below
+            errors.append(exc)
+
+    consumers = [threading.Thread(target=consume, args=(p,)) for p in range(4)]
+    producers = [threading.Thread(target=produce, args=(t,)) for t in range(8)]
+    for t in consumers + producers:
+        t.start()
+    for t in producers:
+        t.join()
+    producer.flush()
+    done.set()
+    for t in consumers:
+        t.join(timeout=120)
+    assert errors == []
+    values = [r.value for p in range(4) for r in received[p]]
+    assert len(values) == len(expected) and set(values) == expected  # nothing lost or twice
+    for p in range(4):
+        assert [r.offset for r in received[p]] == list(range(len(received[p])))
+    # each producer thread's records keep their order (one key -> one partition)
+    for t in range(8):
+        mine = [int(r.value.split(b"-")[1]) for p in range(4) for r in received[p]
+                if r.value.startswith(b"t%d-" % t)]
+        assert mine == list(range(per_thread))
+
+
+def test_consumer_of_a_deleted_topic_gets_an_error(db):
+    fill(db, 1)
+    consumer = db.consumer(auto_offset_reset="earliest")
+    consumer.assign([TP0])
+    consumer.poll(timeout=5)
+    db.delete_topic("t")
+    with pytest.raises(streamlog.UnknownTopicOrPartitionError):
+        consumer.poll(timeout=1)
+
+
+def test_closing_the_database_wakes_a_waiting_consumer(db_path):
+    db = streamlog.open(db_path)
+    db.create_topic("t")
+    consumer = db.consumer(fetch_max_wait_ms=60_000)
+    consumer.assign([TP0])
+    consumer.position(TP0)
+    result = {}
+
+    def wait():
+        try:
+            result["records"] = consumer.poll(timeout=120)
+        except streamlog.StreamlogError as exc:
+            result["error"] = exc
+    t = threading.Thread(target=wait)
+    t.start()
+    time.sleep(0.3)
+    db.close()
+    t.join(timeout=30)
+    assert not t.is_alive()

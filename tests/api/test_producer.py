@@ -1,0 +1,372 @@
+"""The producer through the public API."""
+import json
+import threading
+import time
+
+import pytest
+
+import streamlog
+from streamlog import TopicPartition
+
+
+def drain(db, topic, **settings):
+    """Every record of every partition of topic, from the start (a fresh consumer)."""
+    partitions = db.describe_topic(topic).partitions
+    consumer = db.consumer(auto_offset_reset="earliest", **settings)
+    tps = [TopicPartition(topic, p.partition) for p in partitions]
+    consumer.assign(tps)
+    end = consumer.end_offsets(tps)
+    out = []
+    while any(consumer.position(tp) < end[tp] for tp in tps):
+        out.extend(consumer.poll(timeout=5))
+    consumer.close()
+    return out
+
+
+def wait_until(predicate, timeout_s=10.0):
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.005)
+    return True
+
+
+def test_send_returns_metadata_and_records_keep_their_order(db):
+    db.create_topic("t", partitions=1)
+    producer = db.producer()
+    futures = [producer.send("t", value=b"%d" % i, timestamp_ms=1000 + i) for i in range(500)]
+    producer.flush()
+    metas = [f.result() for f in futures]
+    assert [m.offset for m in metas] == list(range(500))
+    assert metas[7] == streamlog.RecordMetadata("t", 0, 7, 1007)
+    assert [r.value for r in drain(db, "t")] == [b"%d" % i for i in range(500)]
+
+
+# key -> partition for 3 partitions, from Kafka's murmur2 test vectors
+KAFKA_PLACEMENT_3 = {"21": 0, "foobar": 0, "a-little-bit-long-string": 2,
+                     "a-little-bit-longer-string": 2, "abc": 0}
+
+
+def test_keys_land_where_kafka_would_put_them(db):
+    db.create_topic("t", partitions=3)
+    producer = db.producer()
+    for key, partition in KAFKA_PLACEMENT_3.items():
+        assert producer.send("t", value=b"v", key=key.encode()).result().partition == partition
+
+
+def test_same_key_same_partition_and_in_order(db):
+    db.create_topic("t", partitions=8)
+    producer = db.producer()
+    sent = [(f"user-{i % 13}".encode(), b"%d" % i) for i in range(2000)]
+    for key, value in sent:
+        producer.send("t", value=value, key=key)
+    producer.flush()
+    by_key = {}
+    for record in drain(db, "t"):
+        by_key.setdefault(record.key, []).append((record.partition, record.value))
+    for key, rows in by_key.items():
+        assert len({p for p, _ in rows}) == 1, key
+        assert [v for _, v in rows] == [v for k, v in sent if k == key]
+
+
+def test_sticky_partitioner_spreads_null_key_batches_over_all_partitions(db):
+    db.create_topic("t", partitions=6)
+    producer = db.producer(batch_size=1000, linger_ms=10_000)
+    futures = [producer.send("t", value=b"x" * 90) for _ in range(3000)]
+    producer.flush()
+    parts = [f.result().partition for f in futures]
+    counts = [p.high_watermark for p in db.describe_topic("t").partitions]
+    assert sum(counts) == 3000 and all(c > 0 for c in counts), counts
+    # Sticky: consecutive null-key records stay on one partition for about a batch
+    # (1000 bytes / ~111 bytes a record), instead of changing partition every record.
+    switches = sum(1 for a, b in zip(parts, parts[1:]) if a != b)
+    assert 3000 / 20 < switches < 3000 / 5, switches
+
+
+def test_explicit_and_invalid_partitions(db):
+    db.create_topic("t", partitions=2)
+    producer = db.producer()
+    assert producer.send("t", value=b"v", partition=1).result().partition == 1
+    for bad in (2, -1, "0"):
+        with pytest.raises(streamlog.InvalidRequestError):
+            producer.send("t", value=b"v", partition=bad)
+
+
+@pytest.mark.parametrize("name", ["round_robin", "random"])
+def test_named_partitioners(db, name):
+    db.create_topic("t", partitions=4)
+    producer = db.producer(partitioner=name)
+    parts = [producer.send("t", value=b"v", key=b"same").result().partition for _ in range(40)]
+    if name == "round_robin":
+        assert parts == [p % 4 for p in range(parts[0], parts[0] + 40)]
+    else:
+        assert len(set(parts)) > 1  # keys ignored: 40 draws over 4 partitions
+
+
+def test_callable_partitioner(db):
+    db.create_topic("t", partitions=3)
+    producer = db.producer(partitioner=lambda topic, key, n: len(key or b"") % n)
+    assert producer.send("t", value=b"v", key=b"ab").result().partition == 2
+    bad = db.producer(partitioner=lambda topic, key, n: 7)
+    with pytest.raises(streamlog.InvalidRequestError, match="partitioner returned 7"):
+        bad.send("t", value=b"v")
+
+
+def test_acks_zero_reports_offset_minus_one_but_appends(db):
+    db.create_topic("t")
+    producer = db.producer(acks=0)
+    assert producer.send("t", value=b"v").result().offset == -1
+    assert [r.value for r in drain(db, "t")] == [b"v"]
+
+
+def test_acks_all_completes_only_once_fsynced(db_path):
+    with streamlog.open(db_path) as db:
+        db.create_topic("t")
+        producer = db.producer(acks="all")
+        meta = producer.send("t", value=b"durable").result(timeout=10)
+        assert meta.offset == 0
+        producer.send("t", value=b"more").result(timeout=10)
+    # the broker's flusher advanced the recovery point past both before answering
+    with open(f"{db_path}/recovery-point-offset-checkpoint") as f:
+        assert "t 0 2" in f.read()
+
+
+def test_acks_all_group_commit_shares_fsyncs_across_threads(db):
+    db.create_topic("t", partitions=2)
+    producer = db.producer(acks="all", linger_ms=0)
+    futures = []
+
+    def send(n):
+        futures.extend(producer.send("t", value=b"%d" % i, partition=n % 2) for i in range(200))
+    threads = [threading.Thread(target=send, args=(n,)) for n in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    producer.flush()
+    assert sorted((m.partition, m.offset) for m in (f.result() for f in futures)) == \
+        sorted((p, o) for p in range(2) for o in range(400))
+
+
+def test_callbacks_get_metadata_or_the_error(db):
+    db.create_topic("t")
+    producer = db.producer()
+    got = []
+    producer.send("t", value=b"ok", callback=lambda md, err: got.append((md, err)))
+    producer.flush()
+    assert got[0][0].offset == 0 and got[0][1] is None
+    # An error found only at append time: the topic vanishes while the batch lingers.
+    lingering = db.producer(linger_ms=60_000)
+    future = lingering.send("t", value=b"late", callback=lambda md, err: got.append((md, err)))
+    future.add_done_callback(got.append)
+    db.delete_topic("t")
+    lingering.flush()
+    assert got[1][0] is None and isinstance(got[1][1], streamlog.UnknownTopicOrPartitionError)
+    assert got[2] is future
+    with pytest.raises(streamlog.UnknownTopicOrPartitionError):
+        future.result()
+
+
+def test_serializers(db):
+    db.create_topic("t")
+    producer = db.producer(key_serializer=str.encode,
+                           value_serializer=lambda v: json.dumps(v).encode())
+    producer.send("t", key="k", value={"a": 1}).result()
+    (record,) = drain(db, "t", key_deserializer=bytes.decode, value_deserializer=json.loads)
+    assert record.key == "k" and record.value == {"a": 1}
+
+
+def test_non_bytes_without_serializer_is_a_type_error(db):
+    db.create_topic("t")
+    with pytest.raises(TypeError, match="serializer"):
+        db.producer().send("t", value="text")
+
+
+def test_record_too_large_for_the_topic_or_the_request(db):
+    db.create_topic("small", config={"max.message.bytes": 1000})
+    producer = db.producer()
+    with pytest.raises(streamlog.RecordTooLargeError, match="max.message.bytes"):
+        producer.send("small", value=b"x" * 1000)
+    db.create_topic("big")
+    with pytest.raises(streamlog.RecordTooLargeError):
+        db.producer(max_request_size=500).send("big", value=b"x" * 600)
+    # batches respect max.message.bytes: many records just under it go in several batches
+    for i in range(20):
+        producer.send("small", value=b"y" * 400)
+    producer.flush()
+    assert len(drain(db, "small")) == 20
+
+
+def test_linger_holds_a_batch_until_it_fills_or_flush(db):
+    db.create_topic("t")
+    producer = db.producer(linger_ms=60_000, batch_size=1000)
+    producer.send("t", value=b"a")
+    assert db.describe_topic("t").partitions[0].high_watermark == 0  # lingering (60 s)
+    for _ in range(20):
+        producer.send("t", value=b"b" * 100)  # fills the batch: it is sent without flush
+    assert wait_until(lambda: db.describe_topic("t").partitions[0].high_watermark >= 9)
+    producer.flush()
+    assert db.describe_topic("t").partitions[0].high_watermark == 21
+
+
+def test_linger_expiry_sends_without_flush(db):
+    db.create_topic("t")
+    producer = db.producer(linger_ms=20)
+    future = producer.send("t", value=b"a")
+    assert future.result(timeout=10).offset == 0  # the wheel sealed it after ~20 ms
+
+
+def test_full_buffer_memory_sends_lingering_batches_at_once(db):
+    db.create_topic("t")
+    producer = db.producer(linger_ms=60_000, batch_size=10**6, buffer_memory=2000)
+    futures = [producer.send("t", value=b"x" * 900) for _ in range(6)]
+    # Each send past 2000 buffered bytes made every batch ready, as in Kafka: no 60 s wait.
+    assert [f.result(timeout=10).offset for f in futures[:4]] == [0, 1, 2, 3]
+    producer.flush()
+    with pytest.raises(streamlog.RecordTooLargeError, match="buffer.memory"):
+        producer.send("t", value=b"x" * 3000)
+
+
+def test_full_buffer_memory_blocks_then_times_out_when_acks_never_come(db):
+    db.create_topic("t")
+    producer = db.producer(acks="all", buffer_memory=2000, max_block_ms=200)
+    stuck = []  # a disk that does not sync until the test lets it
+    real_add_waiter = db._broker.flusher.add_waiter
+    db._broker.flusher.add_waiter = lambda tp, offset, callback: stuck.append(
+        (tp, offset, callback))
+    first = producer.send("t", value=b"x" * 900)
+    producer.send("t", value=b"x" * 900)
+    started = time.monotonic()
+    with pytest.raises(streamlog.KafkaTimeoutError, match="max.block.ms"):
+        producer.send("t", value=b"x" * 900)
+    assert time.monotonic() - started >= 0.2 and not first.done()
+    db._broker.flusher.add_waiter = real_add_waiter
+    for waiter in stuck:
+        real_add_waiter(*waiter)
+    assert first.result(timeout=10).offset == 0
+
+
+def test_headers_and_timestamps_round_trip(db):
+    db.create_topic("t")
+    producer = db.producer()
+    producer.send("t", value=b"v", headers=[("trace", b"abc"), ("empty", None)],
+                  timestamp_ms=123456)
+    producer.send("t", value=b"w")
+    producer.flush()
+    first, second = drain(db, "t")
+    assert first.headers == (("trace", b"abc"), ("empty", None)) and first.timestamp == 123456
+    assert second.headers == ()
+
+
+def test_log_append_time_topic_stamps_records_and_metadata(db):
+    db.create_topic("t", config={"message.timestamp.type": "LogAppendTime"})
+    before = int(time.time() * 1000)
+    meta = db.producer().send("t", value=b"v", timestamp_ms=1).result()
+    (record,) = drain(db, "t")
+    assert meta.timestamp == record.timestamp >= before and record.timestamp_type == 1
+
+
+@pytest.mark.parametrize("codec", ["gzip", "lz4", "zstd"])
+def test_compressed_sends_round_trip(db, codec):
+    db.create_topic("t")
+    producer = db.producer(compression_type=codec, linger_ms=5)
+    values = [b"compressible %d " % i * 10 for i in range(300)]
+    for v in values:
+        producer.send("t", value=v)
+    producer.flush()
+    assert [r.value for r in drain(db, "t")] == values
+
+
+def test_unknown_topic_and_auto_create(db_path):
+    with streamlog.open(db_path) as db:
+        with pytest.raises(streamlog.UnknownTopicOrPartitionError, match="create_topic"):
+            db.producer().send("nope", value=b"v")
+    with streamlog.open(db_path + "-auto", config={"auto.create.topics.enable": True,
+                                                   "num.partitions": 2}) as db:
+        db.producer().send("fresh", value=b"v").result()
+        assert len(db.describe_topic("fresh").partitions) == 2
+
+
+def test_closed_producer_refuses_sends_after_flushing(db):
+    db.create_topic("t")
+    producer = db.producer(linger_ms=60_000)
+    future = producer.send("t", value=b"last")
+    producer.close()
+    assert future.result(timeout=0).offset == 0
+    with pytest.raises(streamlog.ProducerClosedError):
+        producer.send("t", value=b"late")
+
+
+def test_transactional_id_is_refused_clearly(db):
+    with pytest.raises(streamlog.InvalidConfigurationError, match="transactional"):
+        db.producer(transactional_id="tx-1")
+
+
+def test_kafka_dotted_config_names(db):
+    db.create_topic("t")
+    producer = db.producer(config={"linger.ms": 60_000, "batch.size": 10**6})
+    producer.send("t", value=b"v")
+    assert db.describe_topic("t").partitions[0].high_watermark == 0
+    producer.flush()
+    with pytest.raises(streamlog.InvalidConfigurationError, match="unknown producer config"):
+        db.producer(config={"linger.secs": 1})
+    with pytest.raises(streamlog.InvalidConfigurationError, match="twice"):
+        db.producer(config={"acks": 0}, acks=1)
+
+
+def test_send_batch_columnar_path(db):
+    db.create_topic("t", partitions=4)
+    producer = db.producer()
+    keys = [b"k%d" % (i % 10) for i in range(5000)]
+    values = [b"v%d" % i for i in range(5000)]
+    result = producer.send_batch("t", values, keys=keys).result(timeout=10)
+    assert len(result) == 5000
+    single = {k: producer.send("t", value=b"probe", key=k).result().partition for k in set(keys)}
+    assert all(int(result.partitions[i]) == single[keys[i]] for i in range(5000))
+    records = {(r.partition, r.offset): r for r in drain(db, "t")}
+    for i in (0, 1, 2499, 4999):
+        rec = records[(int(result.partitions[i]), int(result.offsets[i]))]
+        assert (rec.key, rec.value) == (keys[i], values[i])
+
+
+def test_send_batch_keeps_order_with_earlier_sends(db):
+    db.create_topic("t")
+    producer = db.producer(linger_ms=60_000)
+    producer.send("t", value=b"first")
+    producer.send_batch("t", [b"second", b"third"])
+    producer.send("t", value=b"fourth")
+    producer.flush()
+    assert [r.value for r in drain(db, "t")] == [b"first", b"second", b"third", b"fourth"]
+
+
+def test_send_batch_null_keys_spread_and_explicit_partition(db):
+    db.create_topic("t", partitions=4)
+    producer = db.producer(batch_size=2000)
+    result = producer.send_batch("t", [b"x" * 100] * 2000).result()
+    assert len(set(result.partitions.tolist())) == 4
+    pinned = producer.send_batch("t", [b"y"] * 10, partition=2).result()
+    assert set(pinned.partitions.tolist()) == {2}
+
+
+def test_batches_of_keyed_records_stay_under_the_topics_max_message_bytes(db):
+    from streamlog.storage.file_records import FileRecords
+    db.create_topic("t", config={"max.message.bytes": 1000})
+    producer = db.producer(linger_ms=60_000)  # batch.size 16384 > the topic's limit
+    for i in range(50):
+        producer.send("t", value=b"z" * 300, key=b"k")
+    producer.flush()
+    log = FileRecords(f"{db.path}/t-0/00000000000000000000.log", readonly=True)
+    sizes = [b.size_in_bytes for b in log.batches()]
+    log.close()
+    assert sum(b for b in sizes) > 0 and max(sizes) <= 1000 and len(sizes) >= 17
+
+
+def test_a_batch_left_behind_by_a_sticky_switch_is_appended_without_flush(db):
+    db.create_topic("t", partitions=2)
+    producer = db.producer(batch_size=500, linger_ms=60_000)
+    for _ in range(10):  # ~5 records fill a batch; the sticky partition then moves on
+        producer.send("t", value=b"x" * 90)
+    counts = [p.high_watermark for p in db.describe_topic("t").partitions]
+    assert sum(counts) >= 4, counts  # full batches went out though linger is 60 s
+    producer.flush()

@@ -1,0 +1,141 @@
+"""Topics through the public API: create, delete, describe, grow, configs, and refusals."""
+import os
+
+import pytest
+
+import streamlog
+
+KAFKA_DEFAULTS = {"segment.bytes": 1073741824, "segment.ms": 604800000,
+                  "segment.index.bytes": 10485760, "index.interval.bytes": 4096,
+                  "retention.ms": 604800000, "retention.bytes": -1, "cleanup.policy": "delete",
+                  "max.message.bytes": 1048588, "message.timestamp.type": "CreateTime",
+                  "min.insync.replicas": 1, "flush.messages": 2**63 - 1,
+                  "flush.ms": 2**63 - 1, "file.delete.delay.ms": 60000}
+
+
+def test_create_list_describe_delete(db):
+    db.create_topic("orders", partitions=3, config={"retention.ms": 86_400_000,
+                                                    "cleanup.policy": "delete"})
+    db.create_topic("audit")
+    assert db.topics() == ["audit", "orders"]
+    d = db.describe_topic("orders")
+    assert d.name == "orders" and not d.internal and len(d.topic_id) == 32
+    assert [p.partition for p in d.partitions] == [0, 1, 2]
+    assert d.config["retention.ms"] == 86_400_000 and d.overrides["retention.ms"] == 86_400_000
+    db.delete_topic("orders")
+    assert db.topics() == ["audit"]
+    assert not any(n.startswith("orders-") for n in os.listdir(db.path))
+    with pytest.raises(streamlog.UnknownTopicOrPartitionError):
+        db.describe_topic("orders")
+
+
+def test_topic_configs_default_to_kafkas_values(db):
+    db.create_topic("t")
+    config = db.describe_topic("t").config
+    for key, value in KAFKA_DEFAULTS.items():
+        assert config[key] == value, key
+
+
+def test_describe_reports_offsets_segments_and_bytes(db):
+    db.create_topic("t", config={"segment.bytes": 400})
+    producer = db.producer(linger_ms=0)
+    for i in range(20):
+        producer.send("t", value=b"x" * 50, partition=0).result()
+    p = db.describe_topic("t").partitions[0]
+    assert (p.log_start_offset, p.high_watermark, p.log_end_offset, p.last_stable_offset) == \
+        (0, 20, 20, 20)
+    assert p.segments > 1 and p.size_bytes > 20 * 50
+
+
+def test_add_partitions_only_grows(db):
+    db.create_topic("t", partitions=2)
+    assert len(db.add_partitions("t", 5).partitions) == 5
+    for bad in (5, 3):
+        with pytest.raises(streamlog.InvalidPartitionsError, match="only grow"):
+            db.add_partitions("t", bad)
+    producer = db.producer()
+    assert producer.send("t", value=b"v", partition=4).result().partition == 4
+
+
+@pytest.mark.parametrize("name", ["", ".", "..", "a" * 250, "has space", "slash/no",
+                                  "uni\u00e7ode", "semi;colon", "__consumer_offsets",
+                                  "__cluster_metadata"])
+def test_invalid_topic_names_are_refused_and_nothing_is_created(db, name):
+    before = sorted(os.listdir(db.path))
+    with pytest.raises(streamlog.InvalidTopicError):
+        db.create_topic(name)
+    assert db.topics(internal=True) == []
+    assert sorted(os.listdir(db.path)) == before
+
+
+def test_names_differing_only_by_dot_and_underscore_collide(db):
+    db.create_topic("app.events")
+    with pytest.raises(streamlog.InvalidTopicError, match="collides"):
+        db.create_topic("app_events")
+
+
+@pytest.mark.parametrize("config,match", [
+    ({"retention.ms": "soon"}, "integer"), ({"segment.bytes": 10}, ">= 14"),
+    ({"cleanup.policy": "shred"}, "delete"), ({"no.such.config": 1}, "unknown topic config"),
+    ({"message.timestamp.type": "WallTime"}, "CreateTime"), ({"min.insync.replicas": 0}, ">= 1")])
+def test_invalid_configs_are_refused_and_nothing_is_created(db, config, match):
+    with pytest.raises(streamlog.InvalidConfigurationError, match=match):
+        db.create_topic("t", config=config)
+    assert "t" not in db.topics()
+    assert not os.path.exists(os.path.join(db.path, "t-0"))
+
+
+@pytest.mark.parametrize("partitions", [0, -1, "3", 1.5, 20_000])
+def test_invalid_partition_counts_are_refused(db, partitions):
+    with pytest.raises(streamlog.InvalidPartitionsError):
+        db.create_topic("t", partitions=partitions)
+    assert db.topics() == []
+
+
+def test_duplicate_topic_is_refused(db):
+    db.create_topic("t")
+    with pytest.raises(streamlog.TopicAlreadyExistsError):
+        db.create_topic("t")
+
+
+def test_config_names_with_underscores_and_string_values(db):
+    db.create_topic("t", config={"retention_ms": "5000", "max.message.bytes": "2000"})
+    d = db.describe_topic("t")
+    assert d.overrides == {"retention.ms": 5000, "max.message.bytes": 2000}
+
+
+def test_alter_config_changes_behaviour(db):
+    db.create_topic("t")
+    producer = db.producer()
+    producer.send("t", value=b"x" * 500).result()
+    db.alter_topic_config("t", {"max.message.bytes": 300})
+    producer.refresh_metadata("t")
+    with pytest.raises(streamlog.RecordTooLargeError):
+        producer.send("t", value=b"x" * 500).result()
+    assert db.describe_topic("t").overrides == {"max.message.bytes": 300}
+
+
+def test_topics_survive_reopen_and_deleted_ones_stay_deleted(db_path):
+    with streamlog.open(db_path) as db:
+        db.create_topic("keep", partitions=2)
+        db.create_topic("drop")
+        db.delete_topic("drop")
+        db.create_topic("grow")
+        db.add_partitions("grow", 4)
+    with streamlog.open(db_path) as db:
+        assert db.topics() == ["grow", "keep"]
+        assert len(db.describe_topic("grow").partitions) == 4
+
+
+def test_recreated_topic_starts_empty(db):
+    db.create_topic("t")
+    db.producer().send("t", value=b"old").result()
+    db.delete_topic("t")
+    db.create_topic("t")
+    assert db.describe_topic("t").partitions[0].high_watermark == 0
+
+
+def test_internal_topics_are_hidden_unless_asked(db):
+    db.create_topic("t")
+    assert db.topics() == ["t"]
+    assert "__cluster_metadata" not in db.topics(internal=True)  # the registry itself is no topic
