@@ -40,7 +40,12 @@ import threading
 import time
 
 from .errors import TimerClosedError
-from .native import TaskIdWheel
+from . import native
+
+if native.AVAILABLE:
+    from .native import TaskIdWheel
+else:  # no compiler at install, or STREAMLOG_NO_NATIVE=1: the reference, same interface
+    from .timer_py import TaskIdWheel
 
 __all__ = ["TimingWheel", "SystemTimer", "TaskIdWheel", "monotonic_ms"]
 
