@@ -357,3 +357,29 @@ def test_closing_the_database_wakes_a_waiting_consumer(db_path):
     db.close()
     t.join(timeout=30)
     assert not t.is_alive()
+
+
+def test_poll_batch_to_arrow_has_sparks_kafka_schema_with_null_headers(db):
+    pa = pytest.importorskip("pyarrow")
+    db.create_topic("t")
+    producer = db.producer()
+    producer.send("t", value=b"a", key=None, headers=[("h", b"1"), ("n", None)],
+                  timestamp_ms=1500)
+    producer.send("t", value=None, key=b"k", timestamp_ms=2500)
+    producer.flush()
+    consumer = db.consumer(auto_offset_reset="earliest")
+    consumer.assign([TP0])
+    (cols,) = consumer.poll_batch(timeout=5, include_headers=True)
+    batch = cols.to_arrow(include_headers=True)
+    assert batch.schema.names == ["key", "value", "topic", "partition", "offset", "timestamp",
+                                  "timestampType", "headers"]
+    assert all(f.nullable for f in batch.schema)
+    assert batch.schema.field("timestamp").type == pa.timestamp("us", tz="UTC")
+    rows = batch.to_pylist()
+    assert rows[0]["key"] is None and rows[1]["value"] is None
+    assert rows[0]["headers"] == [{"key": "h", "value": b"1"}, {"key": "n", "value": None}]
+    assert rows[1]["headers"] is None  # null, not empty, as Spark's Kafka source
+    assert rows[0]["timestamp"].timestamp() == 1.5 and rows[1]["partition"] == 0
+    with pytest.raises(ValueError, match="include_headers"):
+        consumer.seek(TP0, 0)
+        consumer.poll_batch(timeout=5)[0].to_arrow(include_headers=True)

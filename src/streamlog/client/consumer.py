@@ -214,11 +214,15 @@ class Consumer:
         """
         return self._poll(timeout, max_records or self._max_poll_records, columns=False)
 
-    def poll_batch(self, timeout=None, max_records=None):
-        """Like poll(), but a list of RecordColumns (one per partition with data)."""
-        return self._poll(timeout, max_records, columns=True)
+    def poll_batch(self, timeout=None, max_records=None, include_headers=False):
+        """Like poll(), but a list of RecordColumns (one per partition with data).
 
-    def _poll(self, timeout, max_records, columns):
+        include_headers: also decode every record's headers into the columns'
+        `headers` (per-record Python work, so only when asked).
+        """
+        return self._poll(timeout, max_records, columns=True, headers=include_headers)
+
+    def _poll(self, timeout, max_records, columns, headers=False):
         self._enter()
         try:
             if not self._assignment:
@@ -227,7 +231,7 @@ class Consumer:
             deadline = None if timeout is None else time.monotonic() + max(timeout, 0)
             first = True
             while True:
-                out = self._drain(max_records, columns)
+                out = self._drain(max_records, columns, headers)
                 if out:
                     return out
                 if deadline is None:
@@ -278,7 +282,7 @@ class Consumer:
             if data.batches and self._positions.get(tp) == positions[tp]:
                 self._buffers[tp] = _Buffered(data.batches)
 
-    def _drain(self, max_records, columns):
+    def _drain(self, max_records, columns, headers=False):
         out = []
         wanted = max_records if max_records is not None else float("inf")
         n = len(self._assignment)
@@ -289,7 +293,7 @@ class Consumer:
             if buffered is None or tp in self._paused:
                 continue
             if columns:
-                chunk = self._take_columns(tp, buffered, wanted - got)
+                chunk = self._take_columns(tp, buffered, wanted - got, headers)
                 if chunk is not None:
                     out.append(chunk)
                     got += len(chunk)
@@ -398,14 +402,14 @@ class Consumer:
                            value=vd(r.value) if vd is not None and r.value is not None
                            else r.value) for r in records]
 
-    def _take_columns(self, tp, buffered, wanted):
+    def _take_columns(self, tp, buffered, wanted, headers=False):
         """Every buffered batch of tp (up to `wanted` records) as one RecordColumns."""
         if buffered.records is not None:  # left over from poll(): hand it over as columns
             rest = buffered.records[buffered.index:]
             buffered.records = None
             if rest:
                 self._positions[tp] = max(rest[-1].offset + 1, buffered.batch_end)
-                return _columns_from_records(tp, rest)
+                return _columns_from_records(tp, rest, headers)
         pieces = []
         count = 0
         timestamp_type = 0
@@ -434,7 +438,7 @@ class Consumer:
                 self._positions[tp] = max(self._positions[tp], batch.next_offset)
         if not pieces:
             return None
-        return _assemble(tp, timestamp_type, pieces)
+        return _assemble(tp, timestamp_type, pieces, headers)
 
     # --- lifecycle --------------------------------------------------------------------------
 
@@ -457,17 +461,22 @@ def _select(pos, lens, keep):
     return (pos, lens) if keep is None else (pos[keep], lens[keep])
 
 
-def _assemble(tp, timestamp_type, pieces):
+def _assemble(tp, timestamp_type, pieces, with_headers):
     """Concatenate per-batch columns into one RecordColumns."""
     offsets, stamps, keys, values = [], [], [], []
+    headers = [] if with_headers else None
     for recs, keep in pieces:
+        if with_headers:
+            per_record = [tuple(h) or None for h in recs.headers()]
+            headers.extend(per_record if keep is None else [per_record[i] for i in keep])
         o, t = recs.offsets, recs.timestamps
         offsets.append(o if keep is None else o[keep])
         stamps.append(t if keep is None else t[keep])
         keys.append(_binary(recs.buf, *_select(recs.key_pos, recs.key_lens, keep)))
         values.append(_binary(recs.buf, *_select(recs.value_pos, recs.value_lens, keep)))
     return RecordColumns(tp.topic, tp.partition, timestamp_type, np.concatenate(offsets),
-                         np.concatenate(stamps), _concat_binary(keys), _concat_binary(values))
+                         np.concatenate(stamps), _concat_binary(keys), _concat_binary(values),
+                         headers)
 
 
 def _binary(buf, pos, lens):
@@ -486,7 +495,7 @@ def _concat_binary(parts):
     return data, offsets.astype(np.int32), nulls
 
 
-def _columns_from_records(tp, records):
+def _columns_from_records(tp, records, with_headers):
     def column(items):
         lens = np.array([-1 if x is None else len(x) for x in items], dtype=np.int32)
         data = np.frombuffer(b"".join(x for x in items if x is not None), dtype=np.uint8)
@@ -496,5 +505,6 @@ def _columns_from_records(tp, records):
     return RecordColumns(tp.topic, tp.partition, records[0].timestamp_type,
                          np.array([r.offset for r in records], dtype=np.int64),
                          np.array([r.timestamp for r in records], dtype=np.int64),
-                         column([r.key for r in records]), column([r.value for r in records]))
+                         column([r.key for r in records]), column([r.value for r in records]),
+                         [r.headers or None for r in records] if with_headers else None)
 

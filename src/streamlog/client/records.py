@@ -45,9 +45,11 @@ class RecordColumns:
     """One partition's records as columns (see the module docstring)."""
 
     __slots__ = ("topic", "partition", "timestamp_type", "offsets", "timestamps", "key_data",
-                 "key_offsets", "key_nulls", "value_data", "value_offsets", "value_nulls")
+                 "key_offsets", "key_nulls", "value_data", "value_offsets", "value_nulls",
+                 "headers")
 
-    def __init__(self, topic, partition, timestamp_type, offsets, timestamps, keys, values):
+    def __init__(self, topic, partition, timestamp_type, offsets, timestamps, keys, values,
+                 headers=None):
         self.topic = topic
         self.partition = partition
         self.timestamp_type = timestamp_type
@@ -55,6 +57,9 @@ class RecordColumns:
         self.timestamps = timestamps
         self.key_data, self.key_offsets, self.key_nulls = keys
         self.value_data, self.value_offsets, self.value_nulls = values
+        # Per record a tuple of (key, value) pairs, or None when it has none; the whole
+        # column is None unless poll_batch(include_headers=True) asked for it.
+        self.headers = headers
 
     def __len__(self):
         return len(self.offsets)
@@ -76,8 +81,15 @@ class RecordColumns:
     def values(self):
         return self._items(self.value_data, self.value_offsets, self.value_nulls)
 
-    def to_arrow(self):
-        """A pyarrow.RecordBatch: key, value, topic, partition, offset, timestamp, timestampType."""
+    def to_arrow(self, include_headers=False):
+        """A pyarrow.RecordBatch with the schema of Spark's Kafka source:
+
+        key binary, value binary, topic string, partition int32, offset int64,
+        timestamp timestamp[us, tz=UTC], timestampType int32, and with
+        include_headers, headers list<struct<key string, value binary>> (null,
+        not empty, for a record without headers). Every field is nullable, as
+        Spark's are.
+        """
         import pyarrow as pa
 
         n = len(self)
@@ -86,8 +98,9 @@ class RecordColumns:
             validity = pa.py_buffer(np.packbits(~nulls, bitorder="little")) if nulls.any() \
                 else None
             return pa.BinaryArray.from_buffers(pa.binary(), n, [validity, pa.py_buffer(offsets),
-                                                                 pa.py_buffer(data)])
-        return pa.RecordBatch.from_arrays([
+                                                                 pa.py_buffer(data)],
+                                               null_count=int(nulls.sum()))
+        columns = [
             binary(self.key_data, self.key_offsets, self.key_nulls),
             binary(self.value_data, self.value_offsets, self.value_nulls),
             pa.DictionaryArray.from_arrays(np.zeros(n, np.int32), [self.topic]).cast(pa.string()),
@@ -95,4 +108,32 @@ class RecordColumns:
             pa.array(self.offsets),
             pa.array(self.timestamps * 1000, pa.timestamp("us", tz="UTC")),
             pa.array(np.full(n, self.timestamp_type, np.int32)),
-        ], names=["key", "value", "topic", "partition", "offset", "timestamp", "timestampType"])
+        ]
+        fields = list(ARROW_SCHEMA)
+        if include_headers:
+            if self.headers is None:
+                raise ValueError("these columns were read without headers: use "
+                                 "poll_batch(include_headers=True)")
+            columns.append(pa.array([None if h is None else [{"key": k, "value": v}
+                                                              for k, v in h]
+                                     for h in self.headers], HEADERS_FIELD.type))
+            fields.append(HEADERS_FIELD)
+        return pa.RecordBatch.from_arrays(columns, schema=pa.schema(fields))
+
+
+def _arrow_schema():
+    try:
+        import pyarrow as pa
+    except ImportError:  # pyarrow is optional: only to_arrow() needs it
+        return None, None
+    schema = pa.schema([("key", pa.binary()), ("value", pa.binary()), ("topic", pa.string()),
+                        ("partition", pa.int32()), ("offset", pa.int64()),
+                        ("timestamp", pa.timestamp("us", tz="UTC")),
+                        ("timestampType", pa.int32())])
+    headers = pa.field("headers", pa.list_(pa.struct([("key", pa.string()),
+                                                      ("value", pa.binary())])))
+    return schema, headers
+
+
+# The Arrow schema of Spark's Kafka source (to_arrow), and its optional headers field.
+ARROW_SCHEMA, HEADERS_FIELD = _arrow_schema()
