@@ -99,6 +99,7 @@ class Broker:
             self._dir_lock = DirectoryLock(self.root)
             self._dir_lock.acquire()
         self.timer = self.flusher = None
+        self._services = []  # (name, object with close()): see attach_service
         try:
             self.logs = LogDirectory(self.root, readonly, clock_ms)
             metadata_log = self.logs.open_log(METADATA_PARTITION, METADATA_LOG_CONFIG)
@@ -190,13 +191,31 @@ class Broker:
 
     # --- requests: topics ------------------------------------------------------
 
-    def create_topic(self, name, partitions=None, config=None):
+    def create_topic(self, name, partitions=None, config=None, internal=False):
         self._check_writable()
         with self._lock:
             info = self.metadata.create(
-                name, self.config.num_partitions if partitions is None else partitions, config)
+                name, self.config.num_partitions if partitions is None else partitions, config,
+                allow_internal=internal)
             self._sync_partitions()
             return info
+
+    # --- services (higher layers attach to the broker without it importing them) ------
+
+    def attach_service(self, name, factory):
+        """The service `name` of this broker, made by factory(broker) on first use.
+
+        The group coordinator lives here: it sits in a higher layer, so the
+        broker knows it only as an object to close (before the logs) on close().
+        """
+        with self._lock:
+            self._check_open()
+            for existing_name, service in self._services:
+                if existing_name == name:
+                    return service
+            service = factory(self)
+            self._services.append((name, service))
+            return service
 
     def delete_topic(self, name):
         self._check_writable()
@@ -283,13 +302,14 @@ class Broker:
     # --- requests: fetch --------------------------------------------------------
 
     def fetch(self, positions, max_wait_ms=0, min_bytes=1, max_bytes=50 << 20,
-              partition_max_bytes=1 << 20, max_offsets=None):
+              partition_max_bytes=1 << 20, max_offsets=None, wakeup_key=None):
         """Read from each tp at positions[tp]; wait up to max_wait_ms for min_bytes.
 
         Returns {tp: PartitionFetch}. max_offsets optionally bounds what is
         visible per partition (a read_committed reader's last stable offset).
         The first non-empty partition returns at least one whole batch even
-        above the byte limits, as Kafka does.
+        above the byte limits, as Kafka does. wakeup_key: a key under which
+        wakeup(key) ends the wait early.
         """
         self._check_open()
         result, total, failed = self._read(positions, max_bytes, partition_max_bytes, max_offsets)
@@ -300,12 +320,19 @@ class Broker:
             return self._poll_files(positions, deadline, min_bytes, max_bytes,
                                     partition_max_bytes, max_offsets)
         op = DelayedFetch(max_wait_ms, self.partitions, dict(positions), min_bytes)
-        if not self.fetch_purgatory.try_complete_else_watch(op, list(positions)):
+        keys = list(positions) if wakeup_key is None else list(positions) + [wakeup_key]
+        if not self.fetch_purgatory.try_complete_else_watch(op, keys):
             # Completion (an append) or expiry (the wheel) always sets `done`;
             # the timeout only guards against a broker closed under the waiter.
             op.done.wait(max_wait_ms / 1000 + 1.0)
         result, _, _ = self._read(positions, max_bytes, partition_max_bytes, max_offsets)
         return result
+
+    def wakeup(self, wakeup_key):
+        """Answer at once every fetch waiting under wakeup_key (see fetch)."""
+        for op in self.fetch_purgatory.cancel_for_key(wakeup_key):
+            op.woken = True
+            op.force_complete()
 
     def _poll_files(self, positions, deadline, min_bytes, max_bytes, partition_max_bytes,
                     max_offsets):
@@ -397,6 +424,11 @@ class Broker:
             if self._closed:
                 return
             self._closed = True
+        for _, service in reversed(self._services):
+            try:
+                service.close()
+            except Exception:
+                log.exception("closing a broker service failed")
         if self.flusher is not None:
             self.flusher.close()
         for tp in list(self.partitions):

@@ -17,6 +17,12 @@ _BROKER_KEYS = {
     "log.retention.check.interval.ms": ("log_retention_check_interval_ms", int),
     "log.flush.offset.checkpoint.interval.ms": ("log_flush_offset_checkpoint_interval_ms", int),
     "log.flush.scheduler.interval.ms": ("log_flush_scheduler_interval_ms", int),
+    "group.min.session.timeout.ms": ("group_min_session_timeout_ms", int),
+    "group.max.session.timeout.ms": ("group_max_session_timeout_ms", int),
+    "group.initial.rebalance.delay.ms": ("group_initial_rebalance_delay_ms", int),
+    "offsets.topic.num.partitions": ("offsets_topic_num_partitions", int),
+    "offsets.retention.minutes": ("offsets_retention_minutes", int),
+    "offsets.retention.check.interval.ms": ("offsets_retention_check_interval_ms", int),
 }
 
 
@@ -29,6 +35,15 @@ class BrokerConfig:
     log_retention_check_interval_ms: int = 300_000
     log_flush_offset_checkpoint_interval_ms: int = 60_000
     log_flush_scheduler_interval_ms: int = 1_000
+    # Consumer groups: Kafka's broker defaults, except the initial rebalance delay
+    # (Kafka: 3 s): in one process every member is a thread away, so a new group
+    # forms at once (docs/GROUPS.md).
+    group_min_session_timeout_ms: int = 6_000
+    group_max_session_timeout_ms: int = 1_800_000
+    group_initial_rebalance_delay_ms: int = 0
+    offsets_topic_num_partitions: int = 50
+    offsets_retention_minutes: int = 7 * 24 * 60
+    offsets_retention_check_interval_ms: int = 600_000
     topic_defaults: LogConfig = LogConfig()
 
     @classmethod
@@ -49,9 +64,16 @@ class BrokerConfig:
         if config.num_partitions < 1:
             raise InvalidConfigurationError("num.partitions must be >= 1")
         for attr in ("log_retention_check_interval_ms", "log_flush_offset_checkpoint_interval_ms",
-                     "log_flush_scheduler_interval_ms"):
+                     "log_flush_scheduler_interval_ms", "group_min_session_timeout_ms",
+                     "offsets_topic_num_partitions", "offsets_retention_minutes",
+                     "offsets_retention_check_interval_ms"):
             if getattr(config, attr) < 1:
                 raise InvalidConfigurationError(f"{attr.replace('_', '.')} must be >= 1")
+        if config.group_max_session_timeout_ms < config.group_min_session_timeout_ms:
+            raise InvalidConfigurationError(
+                "group.max.session.timeout.ms must be >= group.min.session.timeout.ms")
+        if config.group_initial_rebalance_delay_ms < 0:
+            raise InvalidConfigurationError("group.initial.rebalance.delay.ms must be >= 0")
         return replace(config, topic_defaults=LogConfig.from_dict(topic))
 
 

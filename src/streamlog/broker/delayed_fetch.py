@@ -5,7 +5,10 @@ watched under each of its partitions. An append to one of them calls
 check_and_complete, which completes the wait as soon as enough data is
 readable (or a partition is gone, or its position is out of range: an error
 answer is also an answer); otherwise the timing wheel expires it after
-fetch_max_wait_ms. Either way the waiting thread wakes on `done` and reads.
+fetch_max_wait_ms. A fetch may also be watched under a wake-up key of its
+consumer: Broker.wakeup(key) answers it at once (a rebalance needs the
+consumer's attention, or the application called consumer.wakeup()). Either
+way the waiting thread wakes on `done` and reads.
 """
 import threading
 
@@ -19,8 +22,11 @@ class DelayedFetch(DelayedOperation):
         self.positions = positions    # tp -> fetch offset
         self.min_bytes = min_bytes
         self.done = threading.Event()
+        self.woken = False            # set by Broker.wakeup: answer now, with what there is
 
     def try_complete(self):
+        if self.woken:
+            return self.force_complete()
         available = 0
         for tp, offset in self.positions.items():
             log = self.partitions.get(tp)
