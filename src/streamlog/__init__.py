@@ -17,14 +17,18 @@ from .client.consumer import Consumer, OffsetAndTimestamp
 from .client.database import Database, PartitionInfo, TopicDescription
 from .client.database import open  # noqa: A004 - the API's name, as sqlite3.connect
 from .client.futures import FutureRecordMetadata, SendBatchResult
+from .client.group_admin import GroupDescription, GroupListing, GroupMember, PartitionLag
+from .client.group_member import ConsumerGroupMetadata
 from .client.producer import Producer
 from .client.records import Record, RecordColumns, RecordMetadata
 from .errors import *  # noqa: F401,F403 - the typed errors are part of the API
-from .structs import TopicPartition
+from .structs import OffsetAndMetadata, TopicPartition
 
 __version__ = "0.1.0"
 
 __all__ = ["open", "Database", "Producer", "Consumer", "TopicPartition", "Record",
            "RecordMetadata", "RecordColumns", "FutureRecordMetadata", "SendBatchResult",
-           "OffsetAndTimestamp", "TopicDescription", "PartitionInfo", "errors",
+           "OffsetAndTimestamp", "OffsetAndMetadata", "ConsumerGroupMetadata",
+           "TopicDescription", "PartitionInfo", "GroupDescription", "GroupListing",
+           "GroupMember", "PartitionLag", "errors",
            "__version__"] + [name for name in dir(errors) if name.endswith("Error")]

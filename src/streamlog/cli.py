@@ -3,12 +3,13 @@
     streamlog topics list|create|delete|describe ... --path DIR
     streamlog produce TOPIC --path DIR [--key-separator SEP] [--format text|json]
     streamlog consume TOPIC --path DIR [--from-beginning | --offset N | --from-timestamp T]
+    streamlog groups list|describe|delete|reset-offsets [GROUP] --path DIR ...
     streamlog dump FILE... [--print-records]     list batches (and records) of segment files
     streamlog dump --verify DIR                  check CRCs, offsets and indexes of a whole root
     streamlog verify DIR                         the same
 
-`consume` opens the database read-only, so it works while another process
-writes. Exit codes: 0 ok, 1 an operation failed (the message says why),
+`consume`, `groups list` and `groups describe` open the database read-only,
+so they work while another process writes. Exit codes: 0 ok, 1 an operation failed (the message says why),
 2 bad usage or unreadable input.
 """
 import argparse
@@ -257,6 +258,95 @@ def cmd_consume(args, out=sys.stdout):
     return EXIT_OK
 
 
+# --- groups ----------------------------------------------------------------------
+
+
+def _parse_topic_partitions(db, specs):
+    """["t", "t:0,2"] -> [TopicPartition]: every partition of t, or the ones listed."""
+    import streamlog
+    out = []
+    for spec in specs:
+        topic, sep, parts = spec.partition(":")
+        if sep:
+            try:
+                numbers = [int(p) for p in parts.split(",") if p.strip()]
+            except ValueError:
+                raise ValueError(f"--topic takes TOPIC or TOPIC:P1,P2, got {spec!r}") from None
+        else:
+            numbers = [p.partition for p in db.describe_topic(topic).partitions]
+        out.extend(streamlog.TopicPartition(topic, p) for p in numbers)
+    return out
+
+
+def _print_group(d, out):
+    print(f"Group: {d.group_id}\tState: {d.state}\tAssignor: {d.assignor or '-'}\t"
+          f"Generation: {d.generation}\tMembers: {len(d.members)}\tTotalLag: {d.total_lag}",
+          file=out)
+    clients = {m.member_id: m for m in d.members}
+    print("TOPIC\tPARTITION\tCURRENT-OFFSET\tLOG-END-OFFSET\tLAG\tCONSUMER-ID\tCLIENT-ID",
+          file=out)
+
+    def show(value):
+        return "-" if value is None else str(value)
+    for tp, p in d.partitions.items():
+        member = clients.get(p.member_id)
+        print(f"{tp.topic}\t{tp.partition}\t{show(p.committed)}\t{show(p.log_end_offset)}\t"
+              f"{show(p.lag)}\t{show(p.member_id)}\t{member.client_id if member else '-'}",
+              file=out)
+    for m in d.members:
+        if not m.assignment:
+            print(f"-\t-\t-\t-\t-\t{m.member_id}\t{m.client_id}", file=out)
+
+
+def cmd_groups(args, out=sys.stdout):
+    readonly = args.action in ("list", "describe")
+    if not os.path.isdir(args.path):
+        print(f"streamlog groups: {args.path} is not a directory", file=sys.stderr)
+        return EXIT_USAGE
+    if args.action != "list" and not args.group:
+        print(f"streamlog groups {args.action}: name the group", file=sys.stderr)
+        return EXIT_USAGE
+    with _open(args.path, readonly=readonly) as db:
+        if args.action == "list":
+            for g in db.list_groups():
+                print(f"{g.group_id}\t{g.state}\t{g.protocol_type or '-'}", file=out)
+        elif args.action == "describe":
+            _print_group(db.describe_group(args.group), out)
+        elif args.action == "delete":
+            db.delete_group(args.group)
+            print(f"deleted group {args.group}", file=out)
+        else:
+            strategies = {"earliest": args.to_earliest, "latest": args.to_latest,
+                          "offset": args.to_offset, "datetime": args.to_datetime,
+                          "shift": args.shift_by}
+            chosen = [(k, v) for k, v in strategies.items() if v not in (None, False)]
+            if len(chosen) != 1:
+                print("streamlog groups reset-offsets: give exactly one of --to-earliest, "
+                      "--to-latest, --to-offset, --to-datetime, --shift-by", file=sys.stderr)
+                return EXIT_USAGE
+            strategy, value = chosen[0]
+            value = _parse_time(value) if strategy == "datetime" else value
+            if args.all_topics:
+                partitions = sorted(db.describe_group(args.group).partitions)
+            elif args.topic:
+                partitions = _parse_topic_partitions(db, args.topic)
+            else:
+                print("streamlog groups reset-offsets: give --topic TOPIC[:P,...] (repeatable) "
+                      "or --all-topics", file=sys.stderr)
+                return EXIT_USAGE
+            plan = db.reset_group_offsets(args.group, partitions, strategy,
+                                          None if value is True else value,
+                                          dry_run=not args.execute)
+            print("TOPIC\tPARTITION\tNEW-OFFSET", file=out)
+            for tp, offset in sorted(plan.items()):
+                print(f"{tp.topic}\t{tp.partition}\t{offset}", file=out)
+            if args.execute:
+                print(f"reset {len(plan)} offset(s) of group {args.group}", file=out)
+            else:
+                print("(dry run: add --execute to apply)", file=out)
+    return EXIT_OK
+
+
 def build_parser():
     parser = argparse.ArgumentParser(
         prog="streamlog", description="Embedded Kafka-model log: topics, produce, consume, "
@@ -308,6 +398,30 @@ def build_parser():
     p.add_argument("--print-key", action="store_true", help="text format: print key SEP value")
     p.add_argument("--key-separator", default="\t", help="separator for --print-key (tab)")
     p.set_defaults(func=cmd_consume)
+
+    p = sub.add_parser("groups", help="list, describe, delete consumer groups or reset their "
+                                      "offsets",
+                       description="list and describe open the database read-only; delete and "
+                                   "reset-offsets need it free (no writer running) and the group "
+                                   "without active members. reset-offsets prints the plan and "
+                                   "applies it only with --execute.")
+    p.add_argument("action", choices=["list", "describe", "delete", "reset-offsets"])
+    p.add_argument("group", nargs="?", help="the group (all actions but list)")
+    p.add_argument("--path", required=True, help=path_help)
+    p.add_argument("--topic", action="append", metavar="TOPIC[:P,...]",
+                   help="reset-offsets: these partitions (all of the topic without :P; "
+                        "repeatable)")
+    p.add_argument("--all-topics", action="store_true",
+                   help="reset-offsets: every partition the group has offsets for")
+    p.add_argument("--to-earliest", action="store_true", help="reset to the log start")
+    p.add_argument("--to-latest", action="store_true", help="reset to the log end")
+    p.add_argument("--to-offset", type=int, metavar="N", help="reset to offset N (clamped)")
+    p.add_argument("--to-datetime", metavar="T",
+                   help="reset to the first record at or after T (ms, or ISO-8601)")
+    p.add_argument("--shift-by", type=int, metavar="N",
+                   help="move the committed offset by N (negative: back)")
+    p.add_argument("--execute", action="store_true", help="apply the reset (default: dry run)")
+    p.set_defaults(func=cmd_groups)
 
     p = sub.add_parser("dump", help="print the batches (and records) of segment files",
                        description="Print .log/.index/.timeindex files, like kafka-dump-log; "

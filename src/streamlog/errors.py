@@ -200,6 +200,22 @@ class FencedInstanceIdError(StreamlogError):
     """Another consumer joined with the same group_instance_id."""
 
 
+class InvalidSessionTimeoutError(StreamlogError):
+    """session_timeout_ms lies outside the database's group.min/max.session.timeout.ms."""
+
+
+class InvalidGroupIdError(StreamlogError):
+    """A group call without a usable group_id (give the consumer group_id=...)."""
+
+
+class OffsetMetadataTooLargeError(StreamlogError):
+    """A committed offset's metadata string is longer than offset.metadata.max.bytes."""
+
+
+class WakeupError(StreamlogError):
+    """consumer.wakeup() was called: a blocking call returned early on purpose."""
+
+
 class IllegalStateError(StreamlogError):
     """A client call in a state that does not allow it (e.g. poll with no assignment)."""
 

@@ -10,3 +10,10 @@ class TopicPartition(NamedTuple):
 
     def __str__(self):
         return f"{self.topic}-{self.partition}"
+
+
+class OffsetAndMetadata(NamedTuple):
+    """A committed position: the next offset to consume, and a note stored with it."""
+
+    offset: int
+    metadata: str = ""

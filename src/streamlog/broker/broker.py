@@ -302,14 +302,16 @@ class Broker:
     # --- requests: fetch --------------------------------------------------------
 
     def fetch(self, positions, max_wait_ms=0, min_bytes=1, max_bytes=50 << 20,
-              partition_max_bytes=1 << 20, max_offsets=None, wakeup_key=None):
+              partition_max_bytes=1 << 20, max_offsets=None, wakeup_key=None, interrupted=None):
         """Read from each tp at positions[tp]; wait up to max_wait_ms for min_bytes.
 
         Returns {tp: PartitionFetch}. max_offsets optionally bounds what is
         visible per partition (a read_committed reader's last stable offset).
         The first non-empty partition returns at least one whole batch even
         above the byte limits, as Kafka does. wakeup_key: a key under which
-        wakeup(key) ends the wait early.
+        wakeup(key) ends the wait early; interrupted: a callable that says
+        the same (the caller sets its flag, then calls wakeup(key), so a
+        wakeup arriving before the wait began is seen too).
         """
         self._check_open()
         result, total, failed = self._read(positions, max_bytes, partition_max_bytes, max_offsets)
@@ -318,8 +320,8 @@ class Broker:
         deadline = time.monotonic() + max_wait_ms / 1000
         if self.readonly:
             return self._poll_files(positions, deadline, min_bytes, max_bytes,
-                                    partition_max_bytes, max_offsets)
-        op = DelayedFetch(max_wait_ms, self.partitions, dict(positions), min_bytes)
+                                    partition_max_bytes, max_offsets, interrupted)
+        op = DelayedFetch(max_wait_ms, self.partitions, dict(positions), min_bytes, interrupted)
         keys = list(positions) if wakeup_key is None else list(positions) + [wakeup_key]
         if not self.fetch_purgatory.try_complete_else_watch(op, keys):
             # Completion (an append) or expiry (the wheel) always sets `done`;
@@ -335,13 +337,14 @@ class Broker:
             op.force_complete()
 
     def _poll_files(self, positions, deadline, min_bytes, max_bytes, partition_max_bytes,
-                    max_offsets):
+                    max_offsets, interrupted=None):
         step = 0
         while True:
             result, total, failed = self._read(positions, max_bytes, partition_max_bytes,
                                                max_offsets)
             remaining = deadline - time.monotonic()
-            if total >= min_bytes or failed or remaining <= 0 or self._closed:
+            if total >= min_bytes or failed or remaining <= 0 or self._closed or (
+                    interrupted is not None and interrupted()):
                 return result
             time.sleep(min(_READONLY_POLL_S[min(step, len(_READONLY_POLL_S) - 1)], remaining))
             step += 1

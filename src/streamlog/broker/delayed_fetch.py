@@ -16,16 +16,19 @@ from .purgatory import DelayedOperation
 
 
 class DelayedFetch(DelayedOperation):
-    def __init__(self, delay_ms, partitions, positions, min_bytes):
+    def __init__(self, delay_ms, partitions, positions, min_bytes, interrupted=None):
         super().__init__(delay_ms)
         self.partitions = partitions  # the broker's live map: tp -> PartitionLog
         self.positions = positions    # tp -> fetch offset
         self.min_bytes = min_bytes
         self.done = threading.Event()
         self.woken = False            # set by Broker.wakeup: answer now, with what there is
+        # The waiter's own "something happened" flag, checked before and after the op is
+        # watched, so a wakeup(key) that ran before the watch existed is not lost.
+        self.interrupted = interrupted
 
     def try_complete(self):
-        if self.woken:
+        if self.woken or (self.interrupted is not None and self.interrupted()):
             return self.force_complete()
         available = 0
         for tp, offset in self.positions.items():

@@ -26,7 +26,7 @@ from ..errors import (InvalidConfigurationError, InvalidPartitionsError, Invalid
                       ReadOnlyError, TopicAlreadyExistsError, UnknownTopicOrPartitionError)
 from ..storage.files import topic_name_problem
 from ..storage.log_config import LogConfig
-from ..storage.record_batch import build_batch
+from ..storage.keyed_log import encode_changes, replay
 from ..structs import TopicPartition
 
 METADATA_TOPIC = "__cluster_metadata"
@@ -89,19 +89,11 @@ class TopicRegistry:
         """Apply metadata records appended since the last look (read-only followers)."""
         with self._lock:
             topics = dict(self.topics)
-            offset = max(self._replayed_to, self._log.log_start_offset)
             if self.readonly:
                 self._log.refresh()
-            while offset < self._log.high_watermark:
-                fetch = self._log.read(offset, 1 << 20)
-                if not fetch.batches:
-                    break
-                for batch in fetch.batches:
-                    rows, _ = batch.tuples()
-                    for _off, _ts, key, value in rows:
-                        self._apply(topics, key.decode("utf-8"), value)
-                    offset = batch.next_offset
-            self._replayed_to = offset
+            self._replayed_to = replay(
+                self._log, self._replayed_to,
+                lambda key, value, _ts: self._apply(topics, key.decode("utf-8"), value))
             if topics != self.topics:
                 self.topics = topics
                 self.version += 1
@@ -129,8 +121,7 @@ class TopicRegistry:
         if self.readonly:
             raise ReadOnlyError("the database was opened read-only; topics cannot change")
         value = None if doc is None else msgpack.packb(doc, use_bin_type=True)
-        self._log.append(build_batch([value], keys=[name.encode("utf-8")],
-                                     timestamp=self._clock_ms()))
+        self._log.append(encode_changes([(name.encode("utf-8"), value)], self._clock_ms()))
         self._log.flush()  # the commit point of the change: durable before any directory work
         topics = dict(self.topics)
         self._apply(topics, name, value)

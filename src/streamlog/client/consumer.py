@@ -17,10 +17,20 @@ keys and values made by marshal in C) and zipped into Record tuples;
 poll_batch() returns the columns instead (client.records.RecordColumns),
 never a Python object per record.
 
+Partitions come from assign() (the application picks them) or from
+subscribe() (the consumer joins its group_id's group and the group's
+assignor picks them; see group_member). With a group, positions of newly
+assigned partitions start at the group's committed offsets, and commit()
+stores positions in the group.
+
 Thread-safety: as Kafka's consumer, one thread at a time; a second thread
-entering poll/seek/assign while one is inside raises IllegalStateError.
-close() may be called from any thread.
+entering poll/seek/assign while one is inside raises IllegalStateError (the
+same thread may re-enter from a rebalance listener). wakeup() and close()
+may be called from any thread: wakeup() makes the poll in progress (or the
+next one) raise WakeupError; close() ends a poll in progress, then leaves
+the group.
 """
+import math
 import threading
 import time
 from collections import deque
@@ -29,11 +39,12 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..errors import (IllegalStateError, NoOffsetForPartitionError, OffsetOutOfRangeError,
-                      UnknownTopicOrPartitionError)
+from ..errors import (IllegalStateError, InvalidGroupIdError, NoOffsetForPartitionError,
+                      OffsetOutOfRangeError, UnknownTopicOrPartitionError, WakeupError)
 from ..storage import codec
-from ..structs import TopicPartition
+from ..structs import OffsetAndMetadata, TopicPartition
 from .config import CONSUMER, resolve
+from .group_member import GroupMembership, parse_subscription
 from .records import Record, RecordColumns, make_record
 
 EARLIEST, LATEST = -2, -1
@@ -81,7 +92,16 @@ class Consumer:
         self._buffers = {}
         self._start = 0
         self._closed = False
-        self._in_use = threading.Lock()
+        self._closing = False
+        # Reentrant: rebalance listeners run inside poll() and may seek() or commit().
+        self._in_use = threading.RLock()
+        self._manual = False             # assign() was used (exclusive with subscribe())
+        self._wakeup_requested = False
+        self._wait = threading.Event()   # ends the wait of a poll with nothing to fetch
+        self._wakeup_key = ("consumer", id(self))
+        self._group = None
+        if s["group.id"] is not None:
+            self._group = GroupMembership(broker, s, owner=self)
 
     # --- guard -------------------------------------------------------------------------
 
@@ -95,12 +115,21 @@ class Consumer:
     def _exit(self):
         self._in_use.release()
 
+    def _require_group(self, call):
+        if self._group is None:
+            raise InvalidGroupIdError(f"{call} needs a consumer group: make the consumer with "
+                                      "group_id=...")
+        return self._group
+
     # --- assignment --------------------------------------------------------------------
 
     def assign(self, partitions):
         """Read exactly these TopicPartitions (no group management)."""
         self._enter()
         try:
+            if self._group is not None and self._group.subscribed:
+                raise IllegalStateError("the consumer is subscribed; assign() and subscribe() "
+                                        "are exclusive: unsubscribe() first")
             tps = []
             for tp in partitions:
                 tp = TopicPartition(*tp)
@@ -111,21 +140,93 @@ class Consumer:
                         f"{tp.partition}")
                 if tp not in tps:
                     tps.append(tp)
-            kept = set(tps)
-            for tp in list(self._positions):
-                if tp not in kept:
-                    self._positions.pop(tp, None)
-                    self._buffers.pop(tp, None)
-            self._paused &= kept
-            self._assignment = tps
+            self.replace_assignment(tps)
+            self._manual = bool(tps)
+        finally:
+            self._exit()
+
+    def subscribe(self, topics=None, pattern=None, listener=None):
+        """Join the group (group_id) and read the partitions its assignor gives this consumer.
+
+        topics: a list of topic names; or pattern: a regex (str or compiled)
+        every current and future topic name fully matching it. listener: an
+        object with any of on_partitions_revoked(partitions),
+        on_partitions_assigned(partitions), on_partitions_lost(partitions),
+        called inside poll() on this thread. The group is joined by poll().
+        """
+        self._enter()
+        try:
+            group = self._require_group("subscribe()")
+            if self._manual:
+                raise IllegalStateError("the consumer has partitions from assign(); assign() and "
+                                        "subscribe() are exclusive: unsubscribe() first")
+            topics, pattern = parse_subscription(topics, pattern)
+            if listener is not None and not any(
+                    callable(getattr(listener, name, None)) for name in
+                    ("on_partitions_revoked", "on_partitions_assigned", "on_partitions_lost")):
+                raise TypeError(f"listener {listener!r} has none of on_partitions_revoked, "
+                                "on_partitions_assigned, on_partitions_lost")
+            group.subscribe(topics, pattern, listener)
+        finally:
+            self._exit()
+
+    def subscription(self):
+        """The topics subscribed to (those matching the pattern, for a pattern)."""
+        return self._group.subscription() if self._group is not None else set()
+
+    def unsubscribe(self):
+        """Leave the group (revoking its partitions) or drop the assign()ed partitions."""
+        self._enter()
+        try:
+            if self._group is not None and self._group.subscribed:
+                self._group.unsubscribe()
+            self.replace_assignment([])
+            self._manual = False
         finally:
             self._exit()
 
     def assignment(self):
         return set(self._assignment)
 
-    def unsubscribe(self):
-        self.assign([])
+    # --- what the group membership drives (see group_member.GroupMembership) --------------
+
+    def replace_assignment(self, partitions):
+        """Make `partitions` the assignment; state of partitions not in it is dropped."""
+        tps = list(partitions)
+        kept = set(tps)
+        for tp in list(self._positions):
+            if tp not in kept:
+                self._positions.pop(tp, None)
+        for tp in list(self._buffers):
+            if tp not in kept:
+                self._buffers.pop(tp, None)
+        self._paused &= kept
+        self._assignment = tps
+
+    def start_from_committed(self, partitions):
+        """Position newly assigned partitions at the group's committed offsets (else reset)."""
+        if not partitions:
+            return
+        for tp, committed in self._group.committed(partitions).items():
+            self._buffers.pop(tp, None)
+            if committed is not None:
+                self._positions[tp] = committed.offset
+            else:
+                self._positions.pop(tp, None)  # auto_offset_reset decides at the first fetch
+
+    def consumed_offsets(self):
+        """{tp: OffsetAndMetadata(position)} for every assigned partition with a position."""
+        return {tp: OffsetAndMetadata(self._positions[tp]) for tp in self._assignment
+                if tp in self._positions}
+
+    def wake(self):
+        """End the wait of the poll in progress (any thread); it then looks at what changed."""
+        self._wait.set()
+        self._broker.wakeup(self._wakeup_key)
+
+    def _interrupted(self):
+        return self._wakeup_requested or self._closing or (
+            self._group is not None and self._group.interrupted())
 
     def pause(self, partitions):
         self._paused.update(self._assigned(partitions))
@@ -225,25 +326,33 @@ class Consumer:
     def _poll(self, timeout, max_records, columns, headers=False):
         self._enter()
         try:
-            if not self._assignment:
-                raise IllegalStateError("the consumer has no assigned partitions; call "
-                                        "assign() first")
+            group = self._group
+            if not (self._manual or (group is not None and group.subscribed)):
+                raise IllegalStateError("the consumer has no partitions: call assign() or "
+                                        "subscribe() first")
             deadline = None if timeout is None else time.monotonic() + max(timeout, 0)
             first = True
             while True:
+                self._wait.clear()  # before looking: a wake() from now on ends the next wait
+                if self._wakeup_requested:
+                    self._wakeup_requested = False
+                    raise WakeupError("wakeup() was called: the poll was interrupted")
+                if self._closing:
+                    return []
+                if group is not None:
+                    group.poll()
                 out = self._drain(max_records, columns, headers)
                 if out:
                     return out
                 if deadline is None:
                     wait_ms = self._max_wait_ms
                 else:
-                    wait_ms = int(max(deadline - time.monotonic(), 0) * 1000)
-                    wait_ms = min(wait_ms, self._max_wait_ms)
-                    if wait_ms <= 0 and not first:
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0 and not first:
                         return []
+                    # Rounded up: a poll never returns before its timeout has passed.
+                    wait_ms = min(math.ceil(max(remaining, 0) * 1000), self._max_wait_ms)
                 first = False
-                if self._closed:
-                    return []
                 self._fetch(wait_ms)
         finally:
             self._exit()
@@ -268,16 +377,20 @@ class Consumer:
                 self._reset(tp)
             positions[tp] = self._positions[tp]
         if not positions:
-            if wait_ms > 0:
-                time.sleep(wait_ms / 1000)  # everything is paused: nothing can arrive
+            # Nothing to fetch (all paused, or the group is still assigning): wait for a wake().
+            if wait_ms > 0 and not self._interrupted():
+                self._wait.wait(wait_ms / 1000)
             return
         result = self._broker.fetch(positions, wait_ms, self._min_bytes, self._max_bytes,
-                                    self._partition_max_bytes)
+                                    self._partition_max_bytes, wakeup_key=self._wakeup_key,
+                                    interrupted=self._interrupted)
         for tp, data in result.items():
             if data.error is not None:
                 if isinstance(data.error, OffsetOutOfRangeError):
                     self._reset(tp, out_of_range=positions[tp])
                     continue
+                if isinstance(data.error, UnknownTopicOrPartitionError) and not self._manual:
+                    continue  # deleted under the group: its next rebalance drops it
                 raise data.error
             if data.batches and self._positions.get(tp) == positions[tp]:
                 self._buffers[tp] = _Buffered(data.batches)
@@ -442,9 +555,57 @@ class Consumer:
 
     # --- lifecycle --------------------------------------------------------------------------
 
+    # --- group offsets -------------------------------------------------------------------
+
+    def commit(self, offsets=None, asynchronous=False, callback=None):
+        """Store offsets in the group: {tp: offset | OffsetAndMetadata}, or (None) the positions.
+
+        A committed offset is the next record to read (the position after
+        the last processed record). Synchronous by default: raises
+        CommitFailedError if the group rebalanced away from this member's
+        generation. asynchronous=True returns at once; callback(offsets,
+        error_or_None) then runs on this thread during a later poll().
+        """
+        self._enter()
+        try:
+            group = self._require_group("commit()")
+            if offsets is None:
+                offsets = self.consumed_offsets()
+            group.commit(offsets, asynchronous=asynchronous, callback=callback)
+        finally:
+            self._exit()
+
+    def committed(self, partitions):
+        """{tp: OffsetAndMetadata or None}: the group's committed offsets."""
+        return self._require_group("committed()").committed(
+            [TopicPartition(*tp) for tp in partitions])
+
+    def group_metadata(self):
+        """ConsumerGroupMetadata(group_id, generation_id, member_id, group_instance_id)."""
+        return self._require_group("group_metadata()").group_metadata()
+
+    def wakeup(self):
+        """Make the poll() in progress, or the next one, raise WakeupError (any thread)."""
+        self._wakeup_requested = True
+        self.wake()
+
+    # --- lifecycle --------------------------------------------------------------------------
+
     def close(self):
-        self._closed = True
-        self._buffers.clear()
+        """Leave the group (auto-committing first) and release everything (any thread)."""
+        if self._closed:
+            return
+        self._closing = True
+        self.wake()
+        with self._in_use:  # a poll in another thread returns at once and lets go
+            if self._closed:
+                return
+            try:
+                if self._group is not None:
+                    self._group.close()
+            finally:
+                self._closed = True
+                self._buffers.clear()
 
     @property
     def closed(self):

@@ -14,6 +14,7 @@ from typing import NamedTuple
 from ..broker import registry
 from ..broker.broker import Broker, PartitionInfo
 from ..errors import InvalidConfigurationError, LogClosedError, ReadOnlyError
+from . import group_admin
 from .consumer import Consumer
 from .producer import Producer
 
@@ -127,6 +128,47 @@ class Database:
         info, partitions = self._broker.describe_topic(name)
         return TopicDescription(info.name, info.topic_id, info.internal, list(partitions),
                                 info.config.to_dict(), dict(info.overrides))
+
+    # --- consumer groups -------------------------------------------------------------------
+
+    def list_groups(self):
+        """[GroupListing(group_id, state, protocol_type)] of every known group, sorted."""
+        self._check()
+        return group_admin.list_groups(self._broker)
+
+    def describe_group(self, group_id):
+        """State, members and their assignments, committed offsets and lag of one group.
+
+        Returns a GroupDescription; GroupIdNotFoundError if no consumer has
+        joined the group and it has no committed offsets.
+        """
+        self._check()
+        return group_admin.describe_group(self._broker, group_id)
+
+    def delete_group(self, group_id):
+        """Forget a group with no active member and its committed offsets."""
+        self._check()
+        group_admin.delete_group(self._broker, group_id)
+
+    def alter_group_offsets(self, group_id, offsets):
+        """Set committed offsets ({tp: offset | OffsetAndMetadata}) of a group with no active
+        member (NonEmptyGroupError otherwise)."""
+        self._check()
+        group_admin.alter_group_offsets(self._broker, group_id, offsets)
+
+    def reset_group_offsets(self, group_id, partitions, strategy, value=None, dry_run=False):
+        """Move a group's committed offsets as kafka-consumer-groups --reset-offsets does.
+
+        strategy: "earliest", "latest", "offset" (value = the offset),
+        "datetime" (value = ms since the epoch) or "shift" (value = +/-
+        records); targets are clamped into each partition's [log start, log
+        end]. Returns {tp: new offset}; with dry_run=True nothing changes.
+        """
+        self._check()
+        plan = group_admin.plan_offset_reset(self._broker, group_id, partitions, strategy, value)
+        if not dry_run:
+            group_admin.alter_group_offsets(self._broker, group_id, plan)
+        return plan
 
     # --- clients ------------------------------------------------------------------------
 

@@ -1,0 +1,1 @@
+"""The coordination layer: consumer groups (coordinator, generations, offsets) and partition assignors."""

@@ -1,0 +1,763 @@
+"""The group coordinator: Kafka's classic group protocol, in process.
+
+Requests mirror Kafka's -- join_group, sync_group, heartbeat, leave_group,
+offset_commit, offset_fetch, describe_group, list_groups, delete_group --
+and so do their answers and errors. What changes is the transport: members
+are threads of this process, so
+
+- a join or sync that must wait for other members returns a Pending answer
+  at once instead of parking a network request; the member's client keeps
+  working (a cooperative member keeps fetching) and is told through its
+  notify(event) callback when the answer is ready, and when the group starts
+  a rebalance, so it rejoins at once instead of at its next heartbeat;
+- a new member gets its member id in the first join answer (Kafka's
+  MEMBER_ID_REQUIRED round trip exists only to survive lost responses).
+
+Timeouts run on the broker's timing wheel: each member's session (pushed
+forward by heartbeats, checked lazily when its task fires, so a heartbeat
+costs no timer work), each rebalance's timeout (the largest
+rebalance_timeout_ms of the members, Kafka's DelayedJoin), the initial
+rebalance delay of a new group, and the periodic expiry of committed
+offsets (offsets.retention.minutes).
+
+Locking: one lock for every group. Notifications and other calls out of the
+coordinator run after the lock is released (see _locked), so a member's
+callback can never deadlock against the coordinator.
+"""
+import logging
+import threading
+import time
+import uuid
+from contextlib import contextmanager
+from typing import NamedTuple
+
+from ..errors import (FencedInstanceIdError, GroupIdNotFoundError, IllegalGenerationError,
+                      InconsistentGroupProtocolError, InvalidGroupIdError,
+                      InvalidSessionTimeoutError, LogClosedError, NonEmptyGroupError,
+                      OffsetMetadataTooLargeError, ReadOnlyError, RebalanceInProgressError,
+                      TimerClosedError, UnknownMemberIdError, UnknownTopicOrPartitionError)
+from ..structs import OffsetAndMetadata, TopicPartition
+from .group import (COMPLETING_REBALANCE, DEAD, EMPTY, PREPARING_REBALANCE, STABLE, Group,
+                    Member)
+from .offsets import OffsetStore
+
+log = logging.getLogger("streamlog.coordinator")
+
+SERVICE = "group-coordinator"
+OFFSET_METADATA_MAX_BYTES = 4096   # Kafka's offset.metadata.max.bytes
+
+# Events passed to a member's notify(); the member's client reacts on its own thread.
+REBALANCE = "rebalance"   # the group is rebalancing: join again
+JOINED = "joined"         # the pending join answer is ready
+SYNCED = "synced"         # the pending sync answer is ready
+REMOVED = "removed"       # the member was removed (session expired, or rebalance timeout)
+FENCED = "fenced"         # another member took this one's group_instance_id
+
+
+def find_coordinator(broker):
+    """The coordinator of the broker's groups (made on first use; closed with the broker)."""
+    return broker.attach_service(SERVICE, GroupCoordinator)
+
+
+def _monotonic_ms():
+    return time.monotonic() * 1000.0
+
+
+class Pending:
+    """An answer that arrives later: a value or an exception."""
+
+    __slots__ = ("_event", "_value", "_error")
+
+    def __init__(self):
+        self._event = threading.Event()
+        self._value = self._error = None
+
+    def set(self, value):
+        self._value = value
+        self._event.set()
+
+    def fail(self, error):
+        self._error = error
+        self._event.set()
+
+    def done(self):
+        return self._event.is_set()
+
+    def wait(self, timeout=None):
+        return self._event.wait(timeout)
+
+    def result(self):
+        """The answer (raising the error), which must have arrived (see done())."""
+        assert self._event.is_set(), "result() before the answer arrived"
+        if self._error is not None:
+            raise self._error
+        return self._value
+
+
+class JoinResponse(NamedTuple):
+    member_id: str
+    generation: int
+    protocol: str
+    leader: str
+    members: list            # [(member_id, group_instance_id, metadata)]: only for the leader
+    skip_assignment: bool = False   # a static member came back: keep the current assignment
+
+
+class MemberDescription(NamedTuple):
+    member_id: str
+    group_instance_id: object
+    client_id: str
+    assignment: list
+
+
+class GroupDescription(NamedTuple):
+    group_id: str
+    state: str
+    protocol_type: object
+    protocol: object
+    generation: int
+    leader: object
+    members: list            # [MemberDescription]
+    offsets: dict            # {TopicPartition: CommittedOffset}
+
+
+class GroupListing(NamedTuple):
+    group_id: str
+    state: str
+    protocol_type: object
+
+
+class GroupCoordinator:
+    def __init__(self, broker):
+        self._broker = broker
+        self._config = broker.config
+        self._timer = broker.timer
+        self._lock = threading.RLock()
+        self._after = []
+        self._closed = False
+        self._groups = {}
+        self._store = OffsetStore(broker)
+        self._load()
+        self._expiry_task = None
+        if not broker.readonly:
+            self._schedule_expiry()
+
+    # --- plumbing ------------------------------------------------------------------
+
+    @contextmanager
+    def _locked(self):
+        """Hold the lock; run what _defer() queued after releasing it."""
+        with self._lock:
+            outer = self._after
+            self._after = []
+            try:
+                yield
+            finally:
+                after, self._after = self._after, outer
+        for fn, args in after:
+            try:
+                fn(*args)
+            except Exception:
+                log.exception("a group member's callback failed")
+
+    def _defer(self, fn, *args):
+        self._after.append((fn, args))
+
+    def _check_open(self):
+        if self._closed:
+            raise LogClosedError(f"the database {self._broker.root} is closed")
+
+    def _check_writable(self):
+        self._check_open()
+        if self._broker.readonly:
+            raise ReadOnlyError("consumer groups need the database open for writing (members "
+                                "and commits are written to it); read-only handles can "
+                                "describe groups and read committed offsets")
+
+    def _schedule(self, delay_ms, callback):
+        try:
+            return self._timer.add(max(int(delay_ms), 0), callback)
+        except TimerClosedError:
+            return None  # closing: the task's work no longer matters
+
+    def _load(self):
+        """Groups known to the offsets log start Empty: their members died with the writer."""
+        now = self._broker.clock_ms()
+        groups = {}
+        for group_id in self._store.known_groups():
+            record = self._store.groups.get(group_id)
+            if record is None:
+                groups[group_id] = Group(group_id, empty_since=now)
+                continue
+            group = Group(group_id, record.generation, record.protocol_type,
+                          empty_since=record.state_timestamp)
+            if record.member_count and not self._broker.readonly:
+                # The members were alive when the writer stopped; they are gone now.
+                group.empty_since = now
+                self._write_group_record(group, now)
+            elif record.member_count:
+                # A reader sees the writer's group as last recorded: its members (threads of
+                # the writer) are not listed, but the group is not shown Empty either.
+                group.state = STABLE
+                group.protocol, group.leader = record.protocol, record.leader
+            groups[group_id] = group
+        self._groups = groups
+
+    def _write_group_record(self, group, now_ms):
+        self._store.write_group(group.group_id, (
+            group.protocol_type, group.generation, group.protocol, group.leader, now_ms,
+            len(group.members)), now_ms)
+
+    def _refresh_readonly(self):
+        if self._broker.readonly:
+            with self._lock:
+                self._store.refresh()
+                self._load()
+
+    # --- join ---------------------------------------------------------------------
+
+    def join_group(self, group_id, member_id, group_instance_id, client_id, session_timeout_ms,
+                   rebalance_timeout_ms, protocol_type, protocols, notify):
+        """Join (or rejoin) the group; returns a Pending JoinResponse.
+
+        protocols: [(name, metadata)] in the member's order of preference.
+        notify(event, member_id) is called (outside any coordinator lock, on
+        whatever thread caused it) with REBALANCE, JOINED, SYNCED, REMOVED or
+        FENCED and the member id the event is about.
+        """
+        self._check_writable()
+        self._validate_group_id(group_id)
+        lo, hi = (self._config.group_min_session_timeout_ms,
+                  self._config.group_max_session_timeout_ms)
+        if not lo <= session_timeout_ms <= hi:
+            raise InvalidSessionTimeoutError(
+                f"session_timeout_ms={session_timeout_ms} is outside the database's range "
+                f"[{lo}, {hi}] (group.min.session.timeout.ms, group.max.session.timeout.ms)")
+        protocols = list(protocols)
+        pending = Pending()
+        with self._locked():
+            self._check_open()
+            group = self._groups.get(group_id)
+            if group is None:
+                if member_id:
+                    raise UnknownMemberIdError(f"group {group_id!r} has no member {member_id!r}; "
+                                               "join again without a member id")
+                group = self._groups[group_id] = Group(group_id)
+            if not group.accepts(protocol_type, [name for name, _ in protocols]):
+                raise InconsistentGroupProtocolError(
+                    f"group {group_id!r} uses protocol type {group.protocol_type!r} with "
+                    f"assignors {sorted(group.candidate_protocols())}; this member offers "
+                    f"{protocol_type!r} with {[n for n, _ in protocols]}: give it a "
+                    "partition_assignment_strategy the other members also list")
+            if not member_id:
+                if group_instance_id is not None and group_instance_id in group.static_members:
+                    self._rejoin_static(group, group_instance_id, client_id, session_timeout_ms,
+                                        rebalance_timeout_ms, protocols, notify, pending)
+                else:
+                    prefix = group_instance_id or client_id or "consumer"
+                    member = Member(f"{prefix}-{uuid.uuid4()}", group_instance_id, client_id,
+                                    session_timeout_ms, rebalance_timeout_ms, protocols, notify)
+                    group.add(member)
+                    group.protocol_type = protocol_type
+                    member.join_waiter = pending
+                    self._start_session(group, member)
+                    if group.state == PREPARING_REBALANCE:
+                        self._maybe_complete_join(group)
+                    else:
+                        self._prepare_rebalance(group, f"{member.member_id} joined")
+            else:
+                member = self._member(group, member_id, group_instance_id)
+                self._touch(member)
+                self._rejoin(group, member, protocols, pending)
+        return pending
+
+    def _rejoin(self, group, member, protocols, pending):
+        """A known member joins again (after a rebalance began, or because it wants one)."""
+        changed = protocols != member.protocols
+        member.protocols = protocols
+        if group.state == PREPARING_REBALANCE:
+            member.join_waiter = pending
+            self._maybe_complete_join(group)
+        elif not changed and group.state == COMPLETING_REBALANCE or (
+                not changed and group.state == STABLE and member.member_id != group.leader):
+            # Nothing new to assign: repeat this generation's answer (the member missed it).
+            pending.set(self._join_response(group, member))
+        else:
+            member.join_waiter = pending
+            self._prepare_rebalance(group, f"{member.member_id} rejoined with new metadata"
+                                    if changed else f"leader {member.member_id} rejoined")
+
+    def _rejoin_static(self, group, instance_id, client_id, session_timeout_ms,
+                       rebalance_timeout_ms, protocols, notify, pending):
+        """A static member restarted: the new member id replaces the old one (which is fenced).
+
+        A Stable group whose chosen protocol stays the same does not rebalance:
+        the member gets its previous assignment back (KIP-345).
+        """
+        old = group.members[group.static_members[instance_id]]
+        new = Member(f"{instance_id}-{uuid.uuid4()}", instance_id, client_id, session_timeout_ms,
+                     rebalance_timeout_ms, protocols, notify)
+        for waiter in (old.join_waiter, old.sync_waiter):
+            if waiter is not None:
+                waiter.fail(self._fenced(group, instance_id))
+        old.join_waiter = old.sync_waiter = None
+        self._stop_session(old)
+        self._defer(old.notify, FENCED, old.member_id)
+        group.replace(old, new)
+        self._start_session(group, new)
+        if group.state == STABLE and group.select_protocol() == group.protocol:
+            pending.set(JoinResponse(new.member_id, group.generation, group.protocol,
+                                     group.leader, [], skip_assignment=True))
+        else:
+            new.join_waiter = pending
+            if group.state == PREPARING_REBALANCE:
+                self._maybe_complete_join(group)
+            else:
+                self._prepare_rebalance(group, f"static member {instance_id} rejoined")
+
+    def _join_response(self, group, member):
+        members = []
+        if member.member_id == group.leader:
+            members = [(m.member_id, m.group_instance_id, m.metadata(group.protocol))
+                       for m in group.members.values()]
+        return JoinResponse(member.member_id, group.generation, group.protocol, group.leader,
+                            members)
+
+    def _prepare_rebalance(self, group, reason):
+        if group.state == COMPLETING_REBALANCE:
+            # The leader's assignment for this generation will never be used.
+            for member in group.members.values():
+                member.assignment = ()
+                if member.sync_waiter is not None:
+                    member.sync_waiter.fail(RebalanceInProgressError(
+                        f"group {group.group_id!r} started another rebalance; join again"))
+                    member.sync_waiter = None
+        was_empty = group.state == EMPTY
+        group.transition(PREPARING_REBALANCE)
+        group.rebalance_epoch += 1
+        self._cancel(group.rebalance_task)
+        log.debug("group %s rebalancing (generation %d): %s", group.group_id, group.generation,
+                  reason)
+        delay = self._config.group_initial_rebalance_delay_ms
+        if was_empty and delay > 0:
+            # Kafka's InitialDelayedJoin: give the other members of a new group a moment.
+            group.initial_delay_until = _monotonic_ms() + group.max_rebalance_timeout_ms()
+            group.initial_delay_members = len(group.members)
+            epoch = group.rebalance_epoch
+            group.rebalance_task = self._schedule(
+                delay, lambda: self._initial_delay_over(group.group_id, epoch))
+        else:
+            self._arm_rebalance_timeout(group)
+        for member in group.members.values():
+            if member.join_waiter is None:
+                self._defer(member.notify, REBALANCE, member.member_id)
+        self._maybe_complete_join(group)
+
+    def _arm_rebalance_timeout(self, group):
+        epoch = group.rebalance_epoch
+        group.rebalance_task = self._schedule(
+            group.max_rebalance_timeout_ms(),
+            lambda: self._rebalance_timed_out(group.group_id, epoch))
+
+    def _initial_delay_over(self, group_id, epoch):
+        with self._locked():
+            group = self._groups.get(group_id)
+            if group is None or group.rebalance_epoch != epoch or \
+                    group.state != PREPARING_REBALANCE:
+                return
+            now = _monotonic_ms()
+            delay = self._config.group_initial_rebalance_delay_ms
+            if len(group.members) > group.initial_delay_members and \
+                    now + delay <= group.initial_delay_until:
+                # Members keep arriving: wait one more delay (bounded by the rebalance timeout).
+                group.initial_delay_members = len(group.members)
+                group.rebalance_task = self._schedule(
+                    delay, lambda: self._initial_delay_over(group_id, epoch))
+                return
+            group.initial_delay_until = None
+            self._arm_rebalance_timeout(group)
+            self._maybe_complete_join(group)
+
+    def _rebalance_timed_out(self, group_id, epoch):
+        with self._locked():
+            group = self._groups.get(group_id)
+            if group is not None and group.rebalance_epoch == epoch and \
+                    group.state == PREPARING_REBALANCE:
+                self._complete_join(group)
+
+    def _maybe_complete_join(self, group):
+        if group.state == PREPARING_REBALANCE and group.initial_delay_until is None and \
+                group.all_joined():
+            self._complete_join(group)
+
+    def _complete_join(self, group):
+        """Start the next generation with the members that rejoined (Kafka's onCompleteJoin)."""
+        self._cancel(group.rebalance_task)
+        group.rebalance_task = None
+        group.initial_delay_until = None
+        for member in [m for m in group.members.values() if m.join_waiter is None]:
+            log.info("group %s: member %s did not rejoin within the rebalance timeout; removed",
+                     group.group_id, member.member_id)
+            self._remove(group, member, REMOVED)
+        group.generation += 1
+        now = self._broker.clock_ms()
+        if not group.members:
+            group.protocol = group.leader = None
+            group.transition(EMPTY)
+            group.empty_since = now
+            self._write_group_record(group, now)
+            return
+        group.protocol = group.select_protocol()
+        if group.leader not in group.members:
+            group.leader = next(iter(group.members))
+        group.transition(COMPLETING_REBALANCE)
+        for member in group.members.values():
+            member.join_waiter.set(self._join_response(group, member))
+            member.join_waiter = None
+            self._touch(member)
+            self._defer(member.notify, JOINED, member.member_id)
+
+    # --- sync ----------------------------------------------------------------------
+
+    def sync_group(self, group_id, member_id, generation, group_instance_id, assignments=None):
+        """The leader hands in {member_id: assignment}; every member gets a Pending assignment."""
+        self._check_writable()
+        pending = Pending()
+        with self._locked():
+            self._check_open()
+            group = self._group(group_id, member_id)
+            member = self._member(group, member_id, group_instance_id)
+            self._check_generation(group, generation)
+            if group.state == PREPARING_REBALANCE:
+                raise RebalanceInProgressError(f"group {group_id!r} is rebalancing; join again")
+            self._touch(member)
+            if group.state == STABLE:
+                pending.set(member.assignment)
+            else:  # CompletingRebalance
+                member.sync_waiter = pending
+                if member_id == group.leader:
+                    self._install_assignment(group, assignments or {})
+        return pending
+
+    def _install_assignment(self, group, assignments):
+        unknown = set(assignments) - set(group.members)
+        if unknown:
+            log.warning("group %s: the leader assigned partitions to unknown members %s",
+                        group.group_id, sorted(unknown))
+        for member in group.members.values():
+            member.assignment = assignments.get(member.member_id, ())
+        now = self._broker.clock_ms()
+        self._write_group_record(group, now)
+        group.transition(STABLE)
+        for member in group.members.values():
+            if member.sync_waiter is not None:
+                member.sync_waiter.set(member.assignment)
+                member.sync_waiter = None
+                self._defer(member.notify, SYNCED, member.member_id)
+
+    # --- heartbeat and leave ---------------------------------------------------------
+
+    def heartbeat(self, group_id, member_id, generation, group_instance_id=None):
+        """Keep the member's session alive; raises RebalanceInProgressError while rebalancing."""
+        self._check_writable()
+        with self._locked():
+            group = self._group(group_id, member_id)
+            member = self._member(group, member_id, group_instance_id)
+            self._check_generation(group, generation)
+            self._touch(member)
+            if group.state == PREPARING_REBALANCE:
+                raise RebalanceInProgressError(f"group {group_id!r} is rebalancing; join again")
+
+    def leave_group(self, group_id, member_id, group_instance_id=None):
+        self._check_writable()
+        with self._locked():
+            group = self._group(group_id, member_id)
+            member = self._member(group, member_id, group_instance_id)
+            self._remove(group, member, None)
+            self._after_removal(group, f"{member_id} left")
+
+    def _remove(self, group, member, event):
+        for waiter in (member.join_waiter, member.sync_waiter):
+            if waiter is not None:
+                waiter.fail(UnknownMemberIdError(
+                    f"member {member.member_id} was removed from group {group.group_id!r}"))
+        member.join_waiter = member.sync_waiter = None
+        self._stop_session(member)
+        group.remove(member)
+        if event is not None:
+            self._defer(member.notify, event, member.member_id)
+
+    def _after_removal(self, group, reason):
+        if group.state in (STABLE, COMPLETING_REBALANCE):
+            self._prepare_rebalance(group, reason)
+        else:
+            self._maybe_complete_join(group)
+
+    # --- sessions -----------------------------------------------------------------------
+
+    def _start_session(self, group, member):
+        self._touch(member)
+        self._arm_session(group.group_id, member, member.session_timeout_ms)
+
+    def _arm_session(self, group_id, member, delay_ms):
+        member_id = member.member_id
+        member.session_task = self._schedule(
+            delay_ms + 1, lambda: self._check_session(group_id, member_id))
+
+    def _touch(self, member):
+        member.session_deadline = _monotonic_ms() + member.session_timeout_ms
+
+    def _stop_session(self, member):
+        self._cancel(member.session_task)
+        member.session_task = None
+
+    def _check_session(self, group_id, member_id):
+        with self._locked():
+            group = self._groups.get(group_id)
+            member = group.members.get(member_id) if group is not None else None
+            if member is None:
+                return
+            now = _monotonic_ms()
+            if member.awaiting:
+                self._touch(member)  # waiting on the group is not a failure (Kafka: keep alive)
+            if member.session_deadline > now:
+                self._arm_session(group_id, member, member.session_deadline - now)
+                return
+            log.info("group %s: member %s missed its session timeout (%d ms); removed",
+                     group_id, member_id, member.session_timeout_ms)
+            member.session_task = None
+            self._remove(group, member, REMOVED)
+            self._after_removal(group, f"{member_id}'s session expired")
+
+    # --- offsets -------------------------------------------------------------------------
+
+    def offset_commit(self, group_id, member_id, generation, group_instance_id, offsets):
+        """Store {TopicPartition: OffsetAndMetadata} for the group, all or nothing.
+
+        Members commit with their generation; a consumer outside group
+        management (manual assign, or an admin) commits with generation -1,
+        which only an Empty group accepts.
+        """
+        self._check_writable()
+        self._validate_group_id(group_id)
+        offsets = self._validate_offsets(offsets)
+        with self._locked():
+            self._check_open()
+            group = self._groups.get(group_id)
+            if group is None:
+                if generation >= 0:
+                    raise IllegalGenerationError(
+                        f"group {group_id!r} has no generation {generation}: it does not exist")
+                group = self._groups[group_id] = Group(group_id,
+                                                       empty_since=self._broker.clock_ms())
+            elif generation < 0:
+                if group.state != EMPTY:
+                    raise UnknownMemberIdError(
+                        f"group {group_id!r} has active members, so only its members may commit "
+                        "(with their generation); stop them first")
+            else:
+                member = self._member(group, member_id, group_instance_id)
+                self._check_generation(group, generation)
+                if group.state == COMPLETING_REBALANCE:
+                    raise RebalanceInProgressError(
+                        f"group {group_id!r} is completing a rebalance; poll() to finish it")
+                self._touch(member)
+            self._store.commit(group_id, offsets, self._broker.clock_ms())
+
+    def _validate_offsets(self, offsets):
+        out = {}
+        for tp, value in dict(offsets).items():
+            tp = TopicPartition(*tp)
+            om = value if isinstance(value, tuple) else OffsetAndMetadata(value)
+            om = OffsetAndMetadata(*om)
+            if isinstance(om.offset, bool) or not isinstance(om.offset, int) or om.offset < 0:
+                raise ValueError(f"the offset to commit for {tp} must be a non-negative int, "
+                                 f"got {om.offset!r}")
+            if not isinstance(om.metadata, str):
+                raise ValueError(f"offset metadata for {tp} must be a str, got {om.metadata!r}")
+            if len(om.metadata.encode("utf-8")) > OFFSET_METADATA_MAX_BYTES:
+                raise OffsetMetadataTooLargeError(
+                    f"offset metadata for {tp} is longer than {OFFSET_METADATA_MAX_BYTES} bytes")
+            info = self._broker.topic(tp.topic)
+            if not 0 <= tp.partition < info.partitions:
+                raise UnknownTopicOrPartitionError(
+                    f"topic {tp.topic!r} has partitions 0..{info.partitions - 1}, not "
+                    f"{tp.partition}")
+            out[tp] = om
+        return out
+
+    def offset_fetch(self, group_id, partitions=None):
+        """{TopicPartition: CommittedOffset} of the group (only `partitions` if given)."""
+        self._check_open()
+        self._refresh_readonly()
+        with self._lock:
+            committed = self._store.committed(group_id)
+            if partitions is None:
+                return dict(committed)
+            return {TopicPartition(*tp): committed.get(TopicPartition(*tp))
+                    for tp in partitions}
+
+    # --- administration ------------------------------------------------------------------
+
+    def describe_group(self, group_id):
+        self._check_open()
+        self._refresh_readonly()
+        with self._lock:
+            group = self._groups.get(group_id)
+            if group is None:
+                raise GroupIdNotFoundError(f"group {group_id!r} does not exist (no member has "
+                                           "joined it and it has no committed offsets)")
+            members = [MemberDescription(m.member_id, m.group_instance_id, m.client_id,
+                                         list(m.assignment)) for m in group.members.values()]
+            return GroupDescription(group_id, group.state, group.protocol_type, group.protocol,
+                                    group.generation, group.leader, members,
+                                    dict(self._store.committed(group_id)))
+
+    def list_groups(self):
+        self._check_open()
+        self._refresh_readonly()
+        with self._lock:
+            return [GroupListing(g.group_id, g.state, g.protocol_type)
+                    for _, g in sorted(self._groups.items())]
+
+    def delete_group(self, group_id):
+        """Delete an Empty group: tombstones for its offsets and its group record."""
+        self._check_writable()
+        with self._locked():
+            group = self._groups.get(group_id)
+            if group is None:
+                raise GroupIdNotFoundError(f"group {group_id!r} does not exist")
+            if group.state != EMPTY:
+                raise NonEmptyGroupError(
+                    f"group {group_id!r} has {len(group.members)} active member(s) "
+                    f"({group.state}); close its consumers before deleting it")
+            self._delete(group, self._broker.clock_ms())
+
+    def _delete(self, group, now_ms):
+        self._store.delete(group.group_id, list(self._store.committed(group.group_id)), now_ms,
+                           group_record=True)
+        group.transition(DEAD)
+        del self._groups[group.group_id]
+
+    def alter_offsets(self, group_id, offsets):
+        """Set an inactive group's committed offsets (the admin path of reset-offsets)."""
+        with self._locked():
+            group = self._groups.get(group_id)
+            if group is not None and group.state != EMPTY:
+                raise NonEmptyGroupError(
+                    f"group {group_id!r} has active members ({group.state}); offsets can only be "
+                    "changed while no consumer of the group is running")
+        self.offset_commit(group_id, "", -1, None, offsets)
+
+    # --- offset expiry ---------------------------------------------------------------------
+
+    def _schedule_expiry(self):
+        self._expiry_task = self._schedule(self._config.offsets_retention_check_interval_ms,
+                                           self._expiry_tick)
+
+    def _expiry_tick(self):
+        try:
+            self.expire_offsets()
+        except Exception:
+            log.exception("expiring committed offsets failed")
+        if not self._closed:
+            self._schedule_expiry()
+
+    def expire_offsets(self, now_ms=None):
+        """Drop offsets past offsets.retention.minutes (Kafka's rules); returns how many.
+
+        An Empty consumer group loses all its offsets once it has been Empty
+        that long; an offsets-only group loses each offset that long after
+        its commit; a Stable group loses only offsets of topics no member
+        subscribes to any more. An Empty group without offsets is deleted.
+        """
+        if self._closed or self._broker.readonly:
+            return 0
+        now = self._broker.clock_ms() if now_ms is None else now_ms
+        retention = self._config.offsets_retention_minutes * 60_000
+        expired_count = 0
+        with self._locked():
+            for group in list(self._groups.values()):
+                committed = self._store.committed(group.group_id)
+                if group.state == EMPTY and group.protocol_type is not None:
+                    expired = list(committed) if now - group.empty_since >= retention else []
+                elif group.state == EMPTY:
+                    expired = [tp for tp, c in committed.items()
+                               if now - c.commit_timestamp >= retention]
+                elif group.state == STABLE:
+                    subscribed = group.subscribed_topics()
+                    expired = [] if subscribed is None else [
+                        tp for tp, c in committed.items()
+                        if tp.topic not in subscribed and now - c.commit_timestamp >= retention]
+                else:
+                    expired = []
+                if expired:
+                    self._store.delete(group.group_id, expired, now)
+                    expired_count += len(expired)
+                if group.state == EMPTY and not self._store.committed(group.group_id):
+                    self._delete(group, now)  # nothing left to remember (Kafka: -> Dead)
+        return expired_count
+
+    # --- checks --------------------------------------------------------------------------
+
+    @staticmethod
+    def _validate_group_id(group_id):
+        if not isinstance(group_id, str) or not group_id:
+            raise InvalidGroupIdError(f"group_id must be a non-empty string, got {group_id!r}")
+
+    def _group(self, group_id, member_id):
+        group = self._groups.get(group_id)
+        if group is None:
+            raise UnknownMemberIdError(f"group {group_id!r} does not exist, so it has no member "
+                                       f"{member_id!r}; join it first")
+        return group
+
+    def _member(self, group, member_id, group_instance_id):
+        if group_instance_id is not None:
+            current = group.static_members.get(group_instance_id)
+            if current is not None and current != member_id:
+                raise self._fenced(group, group_instance_id)
+        member = group.members.get(member_id)
+        if member is None:
+            raise UnknownMemberIdError(
+                f"{member_id!r} is not a member of group {group.group_id!r} (it left, or was "
+                "removed after missing its session timeout); join again")
+        return member
+
+    @staticmethod
+    def _fenced(group, instance_id):
+        return FencedInstanceIdError(
+            f"another consumer joined group {group.group_id!r} with group_instance_id "
+            f"{instance_id!r}; this one is fenced and must stop (give each consumer its own "
+            "group_instance_id)")
+
+    @staticmethod
+    def _check_generation(group, generation):
+        if generation != group.generation:
+            raise IllegalGenerationError(
+                f"generation {generation} of group {group.group_id!r} is over (now "
+                f"{group.generation}); the group rebalanced: join again")
+
+    def _cancel(self, task):
+        if task is not None:
+            self._timer.cancel(task)
+
+    # --- lifecycle ---------------------------------------------------------------------------
+
+    def close(self):
+        """Answer every waiting member with LogClosedError and drop the timers' work."""
+        with self._locked():
+            if self._closed:
+                return
+            self._closed = True
+            self._cancel(self._expiry_task)
+            closed = LogClosedError(f"the database {self._broker.root} was closed")
+            for group in self._groups.values():
+                self._cancel(group.rebalance_task)
+                for member in group.members.values():
+                    self._stop_session(member)
+                    for waiter in (member.join_waiter, member.sync_waiter):
+                        if waiter is not None:
+                            waiter.fail(closed)
+                    member.join_waiter = member.sync_waiter = None
+                    self._defer(member.notify, REMOVED, member.member_id)

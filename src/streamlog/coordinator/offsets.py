@@ -1,0 +1,178 @@
+"""Committed offsets and group records, kept in the internal topic `__consumer_offsets`.
+
+As in Kafka, the store is a compacted topic: every commit appends records
+keyed by (group, topic, partition), every generation of a group appends a
+record keyed by the group, and a null value (tombstone) deletes either. The
+topic has offsets.topic.num.partitions partitions (Kafka: 50) and a group's
+records all go to partition abs(javaHashCode(group)) % n, Kafka's rule, so
+one group's history is one ordered stream. Opening the database replays the
+topic into memory; reads are then dictionary lookups.
+
+Record layout (msgpack; the leading number is the key's type, like Kafka's
+key version, and each value starts with its own version):
+
+    offset commit   key [1, group, topic, partition]
+                    value [1, offset, metadata, commit_timestamp_ms]
+    group           key [2, group]
+                    value [1, protocol_type, generation, protocol, leader,
+                           state_timestamp_ms, member_count]
+
+The group record exists so that, after a restart, a group keeps its
+generation and the time it became Empty (offsets expire that long after,
+offsets.retention.minutes). Members are not persisted: they are threads of
+the process that wrote them, so a reopened database has every group Empty.
+
+Thread-safety: the coordinator calls this under its own lock.
+"""
+from typing import NamedTuple
+
+import msgpack
+
+from ..errors import CorruptRecordError
+from ..storage.keyed_log import encode_changes, replay
+from ..structs import TopicPartition
+
+OFFSETS_TOPIC = "__consumer_offsets"
+OFFSETS_TOPIC_CONFIG = {"cleanup.policy": "compact", "segment.bytes": 104857600}
+
+_OFFSET_KEY, _GROUP_KEY = 1, 2
+_VALUE_VERSION = 1
+
+
+class CommittedOffset(NamedTuple):
+    offset: int
+    metadata: str
+    commit_timestamp: int
+
+
+class GroupRecord(NamedTuple):
+    """What the log remembers of a group between runs."""
+
+    protocol_type: object      # "consumer", or None for offsets-only (standalone) groups
+    generation: int
+    protocol: object
+    leader: object
+    state_timestamp: int       # when this record was written
+    member_count: int
+
+
+def java_string_hash(text):
+    """Java's String.hashCode: 31-polynomial over UTF-16 code units, as signed int32."""
+    h = 0
+    data = text.encode("utf-16-be")
+    for i in range(0, len(data), 2):
+        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
+    return h - (1 << 32) if h & 0x80000000 else h
+
+
+def partition_for(group_id, partitions):
+    """Kafka's Utils.abs(groupId.hashCode()) % partitions (abs(MIN_VALUE) is 0)."""
+    h = java_string_hash(group_id)
+    return (0 if h == -(1 << 31) else abs(h)) % partitions
+
+
+def _pack(obj):
+    return msgpack.packb(obj, use_bin_type=True)
+
+
+class OffsetStore:
+    """Every group's committed offsets and group record, in memory and in the log."""
+
+    def __init__(self, broker):
+        self._broker = broker
+        self.offsets = {}      # group -> {TopicPartition: CommittedOffset}
+        self.groups = {}       # group -> GroupRecord
+        self._replayed = {}    # partition of OFFSETS_TOPIC -> next offset to replay
+        self.partitions = 0
+        if OFFSETS_TOPIC in broker.topics():
+            self.partitions = broker.topic(OFFSETS_TOPIC).partitions
+            self.refresh()
+
+    # --- the topic -------------------------------------------------------------
+
+    def _ensure_topic(self):
+        if not self.partitions:
+            info = self._broker.create_topic(OFFSETS_TOPIC,
+                                             self._broker.config.offsets_topic_num_partitions,
+                                             OFFSETS_TOPIC_CONFIG, internal=True)
+            self.partitions = info.partitions
+
+    def partition_of(self, group_id):
+        self._ensure_topic()
+        return TopicPartition(OFFSETS_TOPIC, partition_for(group_id, self.partitions))
+
+    def refresh(self):
+        """Apply records appended since the last look (a read-only reader follows the writer)."""
+        if not self.partitions and OFFSETS_TOPIC in self._broker.topics():
+            self.partitions = self._broker.topic(OFFSETS_TOPIC).partitions
+        for p in range(self.partitions):
+            tp = TopicPartition(OFFSETS_TOPIC, p)
+            partition_log = self._broker.partition_log(tp)
+            if self._broker.readonly:
+                partition_log.refresh()
+            self._replayed[p] = replay(partition_log, self._replayed.get(p, 0),
+                                       lambda k, v, _ts, tp=tp: self._apply(tp, k, v))
+
+    def _apply(self, tp, key_bytes, value_bytes):
+        try:
+            key = msgpack.unpackb(key_bytes, raw=False)
+            value = None if value_bytes is None else msgpack.unpackb(value_bytes, raw=False)
+            if key[0] == _OFFSET_KEY:
+                _, group, topic, partition = key
+                committed = self.offsets.setdefault(group, {})
+                at = TopicPartition(topic, partition)
+                if value is None:
+                    committed.pop(at, None)
+                    if not committed:
+                        del self.offsets[group]
+                else:
+                    committed[at] = CommittedOffset(*value[1:4])
+            elif key[0] == _GROUP_KEY:
+                group = key[1]
+                if value is None:
+                    self.groups.pop(group, None)
+                else:
+                    self.groups[group] = GroupRecord(*value[1:7])
+            # Other key types belong to later versions: skipped, as Kafka skips unknown keys.
+        except (ValueError, TypeError, IndexError, KeyError, msgpack.UnpackException) as exc:
+            raise CorruptRecordError(f"undecodable record in {tp}: {exc}") from None
+
+    # --- writing -----------------------------------------------------------------
+
+    def _append(self, group_id, changes, now_ms):
+        tp = self.partition_of(group_id)
+        self._broker.produce(tp, encode_changes(changes, now_ms))
+        # Applied from the records just written, so memory is exactly what a replay gives.
+        for key, value in changes:
+            self._apply(tp, key, value)
+        self._replayed[tp.partition] = self._broker.partition_log(tp).log_end_offset
+
+    def commit(self, group_id, offsets, now_ms):
+        """offsets: {TopicPartition: OffsetAndMetadata}; one batch, so all or nothing."""
+        changes = [(_pack([_OFFSET_KEY, group_id, tp.topic, tp.partition]),
+                    _pack([_VALUE_VERSION, om.offset, om.metadata, now_ms]))
+                   for tp, om in offsets.items()]
+        if changes:
+            self._append(group_id, changes, now_ms)
+
+    def write_group(self, group_id, record, now_ms):
+        self._append(group_id, [(_pack([_GROUP_KEY, group_id]),
+                                 _pack([_VALUE_VERSION, *record]))], now_ms)
+
+    def delete(self, group_id, partitions, now_ms, group_record=False):
+        """Tombstones for the group's offsets of `partitions` (and its group record)."""
+        changes = [(_pack([_OFFSET_KEY, group_id, tp.topic, tp.partition]), None)
+                   for tp in partitions]
+        if group_record and group_id in self.groups:
+            changes.append((_pack([_GROUP_KEY, group_id]), None))
+        if changes:
+            self._append(group_id, changes, now_ms)
+
+    # --- reading -------------------------------------------------------------------
+
+    def committed(self, group_id):
+        """{TopicPartition: CommittedOffset} of the group (a live view; do not change it)."""
+        return self.offsets.get(group_id, {})
+
+    def known_groups(self):
+        return set(self.offsets) | set(self.groups)

@@ -1,0 +1,405 @@
+"""Consumer groups through the public API: subscribe, rebalances, commits, administration."""
+import re
+import threading
+import time
+from collections import Counter
+
+import pytest
+
+import streamlog
+from streamlog import OffsetAndMetadata, TopicPartition
+from support.group_threads import GENEROUS_S, GroupReader, partitions_of, wait_until
+
+FAST = {"heartbeat_interval_ms": 50}
+
+
+def fill(db, n, topic="t", partitions=4, start=0):
+    if topic not in db.topics():
+        db.create_topic(topic, partitions=partitions)
+    producer = db.producer()
+    for i in range(start, start + n):
+        producer.send(topic, value=b"%d" % i, partition=i % partitions)
+    producer.flush()
+    producer.close()
+
+
+def poll_until(consumer, condition, what, timeout=GENEROUS_S):
+    records = []
+    deadline = time.monotonic() + timeout
+    while not condition(records):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out polling until {what}")
+        records.extend(consumer.poll(timeout=0.05))
+    return records
+
+
+def values(records):
+    return sorted(int(r.value) for r in records)
+
+
+# --- calls and their checks -------------------------------------------------------------
+
+
+def test_subscribe_needs_a_group_and_excludes_assign(db):
+    db.create_topic("t")
+    with pytest.raises(streamlog.InvalidGroupIdError):
+        db.consumer().subscribe(["t"])
+    with pytest.raises(streamlog.InvalidGroupIdError):
+        db.consumer().commit()
+    manual = db.consumer(group_id="g")
+    manual.assign([TopicPartition("t", 0)])
+    with pytest.raises(streamlog.IllegalStateError):
+        manual.subscribe(["t"])
+    member = db.consumer(group_id="g")
+    member.subscribe(["t"])
+    with pytest.raises(streamlog.IllegalStateError):
+        member.assign([TopicPartition("t", 0)])
+    with pytest.raises(TypeError):
+        member.subscribe(["t"], listener=object())
+    with pytest.raises(streamlog.IllegalStateError):
+        member.subscribe(["t"], pattern="t.*")
+    with pytest.raises(streamlog.IllegalStateError):
+        db.consumer(group_id="g").poll(timeout=0)
+    with pytest.raises(streamlog.InvalidConfigurationError):
+        db.consumer(group_id="g", heartbeat_interval_ms=5000, session_timeout_ms=4000)
+    with pytest.raises(streamlog.InvalidConfigurationError):
+        db.consumer(group_id="g", partition_assignment_strategy=["no-such-assignor"])
+
+
+def test_one_member_gets_every_partition_and_commits_its_position(db):
+    fill(db, 40)
+    consumer = db.consumer(group_id="g", auto_offset_reset="earliest", enable_auto_commit=False)
+    consumer.subscribe(["t"])
+    assert consumer.subscription() == {"t"}
+    records = poll_until(consumer, lambda r: len(r) >= 40, "40 records")
+    assert values(records) == list(range(40))
+    assert consumer.assignment() == set(partitions_of(db, "t"))
+    consumer.commit()
+    committed = consumer.committed(partitions_of(db, "t"))
+    assert committed == {tp: OffsetAndMetadata(10) for tp in partitions_of(db, "t")}
+    meta = consumer.group_metadata()
+    assert meta.group_id == "g" and meta.generation_id >= 1 and meta.member_id
+    consumer.commit({TopicPartition("t", 0): OffsetAndMetadata(3, "checkpoint")})
+    assert consumer.committed([TopicPartition("t", 0)])[TopicPartition("t", 0)] == \
+        OffsetAndMetadata(3, "checkpoint")
+
+
+def test_async_commit_callback_runs_on_the_consumer_thread_at_the_next_poll(db):
+    fill(db, 8)
+    consumer = db.consumer(group_id="g", auto_offset_reset="earliest", enable_auto_commit=False)
+    consumer.subscribe(["t"])
+    poll_until(consumer, lambda r: len(r) >= 8, "8 records")
+    calls = []
+    consumer.commit(asynchronous=True,
+                    callback=lambda offsets, error: calls.append(
+                        (threading.current_thread(), dict(offsets), error)))
+    assert calls == []
+    consumer.poll(timeout=0)
+    assert calls == [(threading.current_thread(),
+                      {tp: OffsetAndMetadata(2) for tp in partitions_of(db, "t")}, None)]
+
+
+def test_auto_commit_on_close_and_restart_from_the_committed_offsets(db_path):
+    with streamlog.open(db_path) as db:
+        fill(db, 40)
+        consumer = db.consumer(group_id="g", auto_offset_reset="earliest", max_poll_records=6)
+        consumer.subscribe(["t"])
+        first = poll_until(consumer, lambda r: len(r) >= 6, "some records")
+        consumer.close()   # auto-commit (enable_auto_commit defaults to True) on close
+    with streamlog.open(db_path) as db:   # committed offsets survive the reopen
+        # Every position is committed: after the records read, 0 where nothing was read yet.
+        expected = dict.fromkeys(partitions_of(db, "t"), 0)
+        expected.update({TopicPartition(r.topic, r.partition): r.offset + 1 for r in first})
+        assert {tp: p.committed for tp, p in db.describe_group("g").partitions.items()} == \
+            expected
+        consumer = db.consumer(group_id="g", auto_offset_reset="earliest")
+        consumer.subscribe(["t"])
+        rest = poll_until(consumer, lambda r: len(first) + len(r) >= 40, "the rest")
+        assert values(first + rest) == list(range(40))
+
+
+def test_auto_offset_reset_applies_where_nothing_is_committed(db):
+    fill(db, 20)
+    consumer = db.consumer(group_id="g", auto_offset_reset="latest")
+    consumer.subscribe(["t"])
+    poll_until(consumer, lambda r: consumer.assignment(), "assigned")
+    fill(db, 4, start=20)
+    records = poll_until(consumer, lambda r: len(r) >= 4, "the new records")
+    assert values(records) == [20, 21, 22, 23]
+
+
+def test_wakeup_interrupts_a_waiting_poll(db):
+    db.create_topic("t")
+    consumer = db.consumer(group_id="g")
+    consumer.subscribe(["t"])
+    threading.Timer(0.2, consumer.wakeup).start()
+    with pytest.raises(streamlog.WakeupError):
+        consumer.poll(timeout=None)
+    assert consumer.poll(timeout=0) == []   # the wake-up is used up
+
+
+def test_close_from_another_thread_ends_a_waiting_poll_and_leaves(db):
+    db.create_topic("t")
+    consumer = db.consumer(group_id="g")
+    consumer.subscribe(["t"])
+    poll_until(consumer, lambda r: consumer.assignment(), "assigned")
+    threading.Timer(0.2, consumer.close).start()
+    assert consumer.poll(timeout=None) == []
+    wait_until(lambda: consumer.closed, "closed")
+    assert db.describe_group("g").state == "Empty"
+
+
+# --- groups of threads --------------------------------------------------------------------
+
+
+def test_members_joining_and_leaving_in_threads_split_the_partitions_and_lose_nothing(db):
+    fill(db, 2000, partitions=6)
+    readers = [GroupReader(db, ["t"], f"r{i}", max_poll_records=20) for i in range(4)]
+    for reader in readers:
+        reader.start()
+    wait_until(lambda: sorted(tp for r in readers for tp in r.assignment()) ==
+               partitions_of(db, "t") and all(r.assignment() for r in readers),
+               "four members share the six partitions")
+    readers[0].finish()
+    readers[1].finish()
+    fill(db, 1000, partitions=6, start=2000)
+    survivors = readers[2:]
+    wait_until(lambda: sum(len(r.records) for r in readers) >= 3000 and
+               sorted(tp for r in survivors for tp in r.assignment()) == partitions_of(db, "t"),
+               "the two left take every partition and read everything")
+    for reader in survivors:
+        reader.finish()
+    got = Counter(int(rec.value) for r in readers for rec in r.records)
+    assert sorted(got) == list(range(3000))                       # nothing lost
+    assert [v for v, n in got.items() if n > 1] == []             # nothing read twice
+    assert all(r.commit_failures == 0 for r in readers)
+
+
+def test_two_groups_each_get_everything_while_members_of_one_group_split_it(db):
+    db.create_topic("t", partitions=4)
+    queue = [GroupReader(db, ["t"], f"q{i}", group_id="queue") for i in range(2)]
+    pubsub = GroupReader(db, ["t"], "p", group_id="other")
+    for reader in queue + [pubsub]:
+        reader.start()
+    wait_until(lambda: all(len(r.assignment()) == 2 for r in queue) and
+               len(pubsub.assignment()) == 4, "both groups are formed")
+    fill(db, 400)
+    wait_until(lambda: sum(len(r.records) for r in queue) >= 400 and
+               len(pubsub.records) >= 400 and all(r.assignment() for r in queue),
+               "both groups read everything")
+    for reader in queue + [pubsub]:
+        reader.finish()
+    assert values(pubsub.records) == list(range(400))
+    assert values(queue[0].records + queue[1].records) == list(range(400))
+    assert queue[0].records and queue[1].records          # split, not copied
+    assert {(r.topic, r.partition) for r in queue[0].records}.isdisjoint(
+        {(r.topic, r.partition) for r in queue[1].records})
+
+
+def test_a_member_that_stops_heartbeating_is_evicted_and_its_partitions_reassigned(db_path):
+    with streamlog.open(db_path, config={"group.min.session.timeout.ms": 50}) as db:
+        fill(db, 10)
+        frozen = db.consumer(group_id="g", session_timeout_ms=300, **FAST)
+        frozen.subscribe(["t"])
+        poll_until(frozen, lambda r: frozen.assignment(), "the first member has partitions")
+        healthy = GroupReader(db, ["t"], "healthy", session_timeout_ms=300, **FAST)
+        healthy.start()
+        poll_until(frozen, lambda r: len(frozen.assignment()) == 2, "the partitions are shared")
+        # Test hook: the member's heartbeats stop, as if its process froze.
+        frozen._group.stop_heartbeats()
+        wait_until(lambda: healthy.assignment() == partitions_of(db, "t"),
+                   "the healthy member owns every partition")
+        assert [m.client_id for m in db.describe_group("g").members] == ["healthy"]
+        lost = []
+        frozen.subscribe(["t"], listener=type("L", (), {
+            "on_partitions_lost": lambda self, tps: lost.append(sorted(tps))})())
+        frozen.poll(timeout=0)
+        assert len(lost) == 1 and len(lost[0]) == 2   # told it lost them, not revoked
+        healthy.finish()
+
+
+def test_a_member_that_stops_polling_leaves_after_max_poll_interval(db):
+    fill(db, 10)
+    slow = db.consumer(group_id="g", max_poll_interval_ms=300, **FAST)
+    slow.subscribe(["t"])
+    poll_until(slow, lambda r: slow.assignment(), "assigned")
+    other = GroupReader(db, ["t"], "other", **FAST)
+    other.start()
+    poll_until(slow, lambda r: len(slow.assignment()) == 2, "the partitions are shared")
+    # `slow` stops calling poll(): its heartbeat notices and it leaves the group.
+    wait_until(lambda: other.assignment() == partitions_of(db, "t"),
+               "the other member owns every partition")
+    assert [m.client_id for m in db.describe_group("g").members] == ["other"]
+    with pytest.raises(streamlog.CommitFailedError, match="max_poll_interval_ms"):
+        slow.commit({TopicPartition("t", 0): 1})
+    other.finish()
+
+
+def test_a_commit_from_an_older_generation_is_fenced(db):
+    fill(db, 10)
+    # rebalance timeout = max_poll_interval_ms: a member that does not rejoin within it is
+    # left out of the next generation.
+    old = db.consumer(group_id="g", enable_auto_commit=False, max_poll_interval_ms=500, **FAST)
+    old.subscribe(["t"])
+    poll_until(old, lambda r: old.assignment(), "assigned")
+    generation = old.group_metadata().generation_id
+    newcomer = GroupReader(db, ["t"], "new", **FAST)
+    newcomer.start()
+    # `old` does not poll: the group forms the next generation without it, while it still
+    # believes it owns both partitions in generation `generation`.
+    wait_until(lambda: db.describe_group("g").generation > generation and
+               newcomer.assignment() == partitions_of(db, "t"), "the group moves on")
+    assert old.group_metadata().generation_id == generation
+    with pytest.raises(streamlog.CommitFailedError, match="rebalanced"):
+        old.commit({TopicPartition("t", 0): 5})
+    assert db.describe_group("g").partitions[TopicPartition("t", 0)].committed != 5
+    poll_until(old, lambda r: old.group_metadata().generation_id > generation + 1,
+               "the old member rejoins in a later generation")
+    newcomer.finish()
+
+
+@pytest.mark.parametrize("strategy", ["cooperative-sticky", "range"])
+def test_cooperative_member_keeps_consuming_its_partitions_while_another_joins(db, strategy):
+    fill(db, 40)
+    keeper = db.consumer(group_id="g", auto_offset_reset="earliest", enable_auto_commit=False,
+                         partition_assignment_strategy=strategy, **FAST)
+    revoked = []
+
+    class Listener:
+        def on_partitions_revoked(self, partitions):
+            revoked.append(sorted(partitions))
+
+    keeper.subscribe(["t"], listener=Listener())
+    poll_until(keeper, lambda r: len(r) >= 40, "the backlog")
+    assert keeper.assignment() == set(partitions_of(db, "t"))
+    producer = db.producer()
+    joiner = GroupReader(db, ["t"], "joiner", partition_assignment_strategy=strategy, **FAST)
+    joiner.start()
+    during = []   # (assignment, records) of each keeper poll until the joiner has partitions
+    n = 40
+    while not joiner.assignment():
+        for p in range(4):
+            producer.send("t", value=b"%d" % n, partition=p)
+            n += 1
+        producer.flush()
+        got = keeper.poll(timeout=0.05)
+        during.append((set(keeper.assignment()), got))
+        assert len(during) < 2000, "the joiner never got partitions"
+    joiner.finish()
+    kept = keeper.assignment()
+    assert len(kept) == 2
+    empty_polls = [i for i, (assigned, _) in enumerate(during) if not assigned]
+    kept_records = [r for _, got in during for r in got
+                    if TopicPartition(r.topic, r.partition) in kept]
+    if strategy == "cooperative-sticky":
+        # Only the partitions that moved were revoked; the kept ones never stopped.
+        assert revoked == [sorted(set(partitions_of(db, "t")) - kept)]
+        assert empty_polls == []
+        assert kept_records
+    else:
+        # Eager (the control): everything is revoked before the rebalance.
+        assert revoked[0] == partitions_of(db, "t")
+
+
+def test_a_static_member_restarting_within_its_session_causes_no_rebalance(db):
+    fill(db, 10)
+    settled = GroupReader(db, ["t"], "settled", **FAST)
+    settled.start()
+    first = db.consumer(group_id="g", group_instance_id="worker-1", **FAST)
+    first.subscribe(["t"])
+    poll_until(first, lambda r: len(first.assignment()) == 2 and
+               len(settled.assignment()) == 2, "two members share")
+    generation = db.describe_group("g").generation
+    mine = first.assignment()
+    events_before = list(settled.events)
+    first.close()   # a static member does not leave the group on close
+    assert db.describe_group("g").generation == generation
+    restarted = db.consumer(group_id="g", group_instance_id="worker-1", **FAST)
+    restarted.subscribe(["t"])
+    poll_until(restarted, lambda r: restarted.assignment(), "the restarted member")
+    assert restarted.assignment() == mine
+    d = db.describe_group("g")
+    assert d.generation == generation and d.state == "Stable"
+    assert settled.events == events_before      # the other member saw nothing
+    settled.finish()
+
+
+def test_pattern_subscription_picks_up_new_topics_and_partition_growth(db):
+    fill(db, 4, topic="ev-a", partitions=1)
+    db.create_topic("other")
+    consumer = db.consumer(group_id="g", auto_offset_reset="earliest")
+    consumer.subscribe(pattern=re.compile(r"ev-.*"))
+    poll_until(consumer, lambda r: len(r) >= 4, "ev-a")
+    assert consumer.subscription() == {"ev-a"}
+    fill(db, 3, topic="ev-b", partitions=1)
+    records = poll_until(consumer, lambda r: len(r) >= 3, "the new topic")
+    assert {r.topic for r in records} == {"ev-b"}
+    assert consumer.subscription() == {"ev-a", "ev-b"}
+    db.add_partitions("ev-b", 3)
+    poll_until(consumer, lambda r: len(consumer.assignment()) == 4, "the new partitions")
+    assert TopicPartition("ev-b", 2) in consumer.assignment()
+
+
+def test_unsubscribe_leaves_and_the_consumer_can_assign_afterwards(db):
+    fill(db, 4)
+    consumer = db.consumer(group_id="g")
+    consumer.subscribe(["t"])
+    poll_until(consumer, lambda r: consumer.assignment(), "assigned")
+    consumer.unsubscribe()
+    assert consumer.assignment() == set() and consumer.subscription() == set()
+    assert db.describe_group("g").members == []
+    consumer.assign([TopicPartition("t", 0)])
+    assert consumer.assignment() == {TopicPartition("t", 0)}
+
+
+def test_a_read_only_database_cannot_join_groups_but_can_describe_them(db_path):
+    with streamlog.open(db_path) as db:
+        fill(db, 4)
+        c = db.consumer(group_id="g", auto_offset_reset="earliest")
+        c.subscribe(["t"])
+        poll_until(c, lambda r: len(r) >= 4, "records")
+        c.commit()
+        with streamlog.open(db_path, readonly=True) as reader:
+            assert reader.describe_group("g").state == "Stable"
+            member = reader.consumer(group_id="g")
+            member.subscribe(["t"])
+            with pytest.raises(streamlog.ReadOnlyError):
+                member.poll(timeout=0)
+
+
+# --- administration --------------------------------------------------------------------
+
+
+def test_describe_list_delete_and_reset_offsets(db):
+    fill(db, 40)
+    consumer = db.consumer(group_id="g", auto_offset_reset="earliest", enable_auto_commit=False,
+                           client_id="app", max_poll_records=8)
+    consumer.subscribe(["t"])
+    poll_until(consumer, lambda r: len(r) >= 8, "records")
+    consumer.commit({TopicPartition("t", 0): 4, TopicPartition("t", 1): 10})
+    d = db.describe_group("g")
+    assert (d.state, d.protocol_type, d.assignor) == ("Stable", "consumer", "range")
+    assert [(m.client_id, m.assignment) for m in d.members] == [("app", partitions_of(db, "t"))]
+    assert d.partitions[TopicPartition("t", 0)][:4] == (4, "", 10, 6)
+    assert d.partitions[TopicPartition("t", 1)].lag == 0
+    assert d.partitions[TopicPartition("t", 2)].committed is None   # assigned, never committed
+    assert d.total_lag == 6
+    assert [(g.group_id, g.state) for g in db.list_groups()] == [("g", "Stable")]
+    with pytest.raises(streamlog.NonEmptyGroupError):
+        db.delete_group("g")
+    with pytest.raises(streamlog.NonEmptyGroupError):
+        db.reset_group_offsets("g", partitions_of(db, "t"), "earliest")
+    consumer.close()
+    tps = partitions_of(db, "t")
+    assert db.reset_group_offsets("g", tps, "shift", -6, dry_run=True) == {
+        tps[0]: 0, tps[1]: 4, tps[2]: 0, tps[3]: 0}
+    assert db.describe_group("g").partitions[tps[1]].committed == 10   # dry run
+    db.reset_group_offsets("g", tps, "offset", 7)
+    assert {tp: p.committed for tp, p in db.describe_group("g").partitions.items()} == \
+        dict.fromkeys(tps, 7)
+    db.reset_group_offsets("g", tps, "latest")
+    assert db.describe_group("g").total_lag == 0
+    db.delete_group("g")
+    assert db.list_groups() == []
+    with pytest.raises(streamlog.GroupIdNotFoundError):
+        db.describe_group("g")

@@ -1,0 +1,364 @@
+"""GroupCoordinator: Kafka's group state machine, driven request by request.
+
+Members here are plain objects calling the coordinator the way a consumer's
+GroupMembership does; waits on the timing wheel (sessions, rebalance
+timeouts) use small timeouts and a generous bound on how long to wait for
+the outcome, so timing never decides a verdict.
+"""
+import threading
+
+import pytest
+
+from streamlog.broker.broker import Broker
+from streamlog.coordinator.assignors import Subscription
+from streamlog.coordinator.group import (COMPLETING_REBALANCE, EMPTY, PREPARING_REBALANCE,
+                                         STABLE)
+from streamlog.coordinator.group_coordinator import (FENCED, JOINED, REBALANCE, REMOVED,
+                                                     SYNCED, find_coordinator)
+from streamlog.errors import (FencedInstanceIdError, GroupIdNotFoundError,
+                              IllegalGenerationError, InconsistentGroupProtocolError,
+                              InvalidGroupIdError, InvalidSessionTimeoutError,
+                              NonEmptyGroupError, OffsetMetadataTooLargeError,
+                              RebalanceInProgressError, UnknownMemberIdError,
+                              UnknownTopicOrPartitionError)
+from streamlog.structs import OffsetAndMetadata, TopicPartition
+
+GENEROUS_S = 20.0
+TP0, TP1 = TopicPartition("t", 0), TopicPartition("t", 1)
+SUB = Subscription(["t"])
+
+
+@pytest.fixture
+def broker(tmp_path):
+    b = Broker(str(tmp_path / "db"), config={"group.min.session.timeout.ms": 10,
+                                             "offsets.topic.num.partitions": 3})
+    b.create_topic("t", 2)
+    yield b
+    b.close()
+
+
+@pytest.fixture
+def coordinator(broker):
+    return find_coordinator(broker)
+
+
+class Client:
+    """A member as the coordinator sees it: requests out, notifications in."""
+
+    def __init__(self, coordinator, group="g", instance=None, session_ms=10_000,
+                 rebalance_ms=10_000, protocols=(("range", SUB),)):
+        self.c = coordinator
+        self.group, self.instance = group, instance
+        self.session_ms, self.rebalance_ms = session_ms, rebalance_ms
+        self.protocols = list(protocols)
+        self.member_id, self.generation = "", -1
+        self.events = []
+        self.changed = threading.Condition()
+
+    def notify(self, event, member_id):
+        with self.changed:
+            self.events.append((event, member_id))
+            self.changed.notify_all()
+
+    def wait_for(self, event):
+        with self.changed:
+            assert self.changed.wait_for(lambda: any(e == event for e, _ in self.events),
+                                         GENEROUS_S), f"no {event} event: {self.events}"
+
+    def join(self):
+        return self.c.join_group(self.group, self.member_id, self.instance, "client",
+                                 self.session_ms, self.rebalance_ms, "consumer", self.protocols,
+                                 self.notify)
+
+    def joined(self, pending):
+        answer = result(pending)
+        self.member_id, self.generation = answer.member_id, answer.generation
+        return answer
+
+    def sync(self, assignments=None):
+        return self.c.sync_group(self.group, self.member_id, self.generation, self.instance,
+                                 assignments)
+
+    def heartbeat(self):
+        self.c.heartbeat(self.group, self.member_id, self.generation, self.instance)
+
+    def commit(self, offsets):
+        self.c.offset_commit(self.group, self.member_id, self.generation, self.instance, offsets)
+
+
+def result(pending):
+    assert pending.wait(GENEROUS_S), "the answer never came"
+    return pending.result()
+
+
+def form_group(a, b):
+    """a joins alone and takes everything; b joins; after the rebalance a has TP0, b TP1."""
+    a.joined(a.join())
+    result(a.sync({a.member_id: [TP0, TP1]}))
+    b_pending = b.join()
+    a.joined(a.join())
+    b.joined(b_pending)
+    a.sync({a.member_id: [TP0], b.member_id: [TP1]})
+    assert result(b.sync()) == [TP1]
+
+
+def state(coordinator, group="g"):
+    return coordinator.describe_group(group).state
+
+
+def test_first_member_leads_and_the_group_becomes_stable(coordinator):
+    a = Client(coordinator)
+    answer = a.joined(a.join())
+    assert answer.leader == a.member_id and answer.generation == 1
+    assert answer.protocol == "range"
+    assert answer.members == [(a.member_id, None, SUB)]
+    assert state(coordinator) == COMPLETING_REBALANCE
+    assert result(a.sync({a.member_id: [TP0, TP1]})) == [TP0, TP1]
+    assert state(coordinator) == STABLE
+    a.heartbeat()
+
+
+def test_a_second_member_triggers_a_rebalance_that_waits_for_the_first(coordinator):
+    a = Client(coordinator)
+    a.joined(a.join())
+    result(a.sync({a.member_id: [TP0, TP1]}))
+    b = Client(coordinator)
+    b_pending = b.join()
+    assert not b_pending.done()
+    assert state(coordinator) == PREPARING_REBALANCE
+    a.wait_for(REBALANCE)
+    with pytest.raises(RebalanceInProgressError):
+        a.heartbeat()
+    a_answer = a.joined(a.join())
+    b_answer = b.joined(b_pending)
+    assert a_answer.generation == b_answer.generation == 2
+    assert a_answer.leader == b_answer.leader == a.member_id      # the leader stays
+    assert {m for m, _, _ in a_answer.members} == {a.member_id, b.member_id}
+    assert b_answer.members == []                                  # only the leader sees them
+    b.wait_for(JOINED)
+    b_sync = b.sync()
+    assert not b_sync.done()                                       # waits for the leader
+    a.sync({a.member_id: [TP0], b.member_id: [TP1]})
+    assert result(b_sync) == [TP1]
+    b.wait_for(SYNCED)
+    assert state(coordinator) == STABLE
+
+
+def test_stale_generations_and_unknown_members_are_refused(coordinator):
+    a = Client(coordinator)
+    a.joined(a.join())
+    result(a.sync({a.member_id: [TP0]}))
+    stale = a.generation
+    b = Client(coordinator)
+    b_pending = b.join()
+    a.joined(a.join())
+    b.joined(b_pending)
+    with pytest.raises(IllegalGenerationError):
+        coordinator.sync_group("g", a.member_id, stale, None, {})
+    with pytest.raises(IllegalGenerationError):
+        coordinator.heartbeat("g", a.member_id, stale)
+    with pytest.raises(IllegalGenerationError):
+        coordinator.offset_commit("g", a.member_id, stale, None, {TP0: OffsetAndMetadata(1)})
+    with pytest.raises(RebalanceInProgressError):  # CompletingRebalance: sync first
+        a.commit({TP0: OffsetAndMetadata(1)})
+    with pytest.raises(UnknownMemberIdError):
+        coordinator.heartbeat("g", "nobody", a.generation)
+    with pytest.raises(UnknownMemberIdError):  # an outsider may not commit to an active group
+        coordinator.offset_commit("g", "", -1, None, {TP0: OffsetAndMetadata(1)})
+    a.sync({a.member_id: [TP0], b.member_id: [TP1]})
+    a.commit({TP0: OffsetAndMetadata(5, "meta")})
+    assert coordinator.offset_fetch("g", [TP0, TP1]) == {
+        TP0: coordinator.offset_fetch("g")[TP0], TP1: None}
+    assert coordinator.offset_fetch("g")[TP0][:2] == (5, "meta")
+
+
+def test_leaving_rebalances_the_rest_and_the_last_leaves_an_empty_group(coordinator):
+    a, b = Client(coordinator), Client(coordinator)
+    form_group(a, b)
+    coordinator.leave_group("g", a.member_id)
+    b.wait_for(REBALANCE)
+    answer = b.joined(b.join())
+    assert answer.leader == b.member_id and answer.generation == 3
+    result(b.sync({b.member_id: [TP0, TP1]}))
+    coordinator.leave_group("g", b.member_id)
+    d = coordinator.describe_group("g")
+    assert d.state == EMPTY and d.members == [] and d.generation == 4
+
+
+def test_a_member_that_stops_heartbeating_is_removed_after_its_session(coordinator):
+    a = Client(coordinator, session_ms=10_000)
+    b = Client(coordinator, session_ms=50)
+    form_group(a, b)
+    # b never heartbeats again: its session (50 ms) runs out on the timing wheel.
+    b.wait_for(REMOVED)
+    a.wait_for(REBALANCE)
+    assert [m.member_id for m in coordinator.describe_group("g").members] == [a.member_id]
+    with pytest.raises(UnknownMemberIdError):
+        b.heartbeat()
+
+
+def test_a_member_waiting_for_its_join_answer_is_not_expired(coordinator):
+    a = Client(coordinator, session_ms=10_000, rebalance_ms=60_000)
+    a.joined(a.join())
+    result(a.sync({a.member_id: [TP0, TP1]}))
+    b = Client(coordinator, session_ms=20, rebalance_ms=60_000)
+    b_pending = b.join()                       # waits for a, which takes its time
+    done = threading.Event()
+    threading.Timer(0.3, done.set).start()     # many of b's sessions long
+    done.wait()
+    assert not b_pending.done() and not b.events
+    a.joined(a.join())
+    assert b.joined(b_pending).generation == 2
+
+
+def test_a_member_that_does_not_rejoin_is_dropped_at_the_rebalance_timeout(coordinator):
+    a = Client(coordinator, rebalance_ms=100)
+    a.joined(a.join())
+    result(a.sync({a.member_id: [TP0, TP1]}))
+    b = Client(coordinator, rebalance_ms=100)
+    answer = b.joined(b.join())   # a never rejoins; b's join completes when a is dropped
+    assert answer.leader == b.member_id and answer.generation == 2
+    a.wait_for(REMOVED)
+    assert [m.member_id for m in coordinator.describe_group("g").members] == [b.member_id]
+
+
+def test_a_static_member_returning_while_stable_gets_its_assignment_without_rebalance(
+        coordinator):
+    a = Client(coordinator, instance="app-1")
+    b = Client(coordinator, instance="app-2")
+    form_group(a, b)
+    generation, old_id = b.generation, b.member_id
+    a.events.clear()
+
+    restarted = Client(coordinator, instance="app-2")
+    answer = restarted.joined(restarted.join())
+    assert answer.skip_assignment and answer.generation == generation
+    assert answer.member_id != old_id
+    assert result(restarted.sync()) == [TP1]
+    assert state(coordinator) == STABLE
+    assert not any(e == REBALANCE for e, _ in a.events)
+    b.wait_for(FENCED)
+    with pytest.raises(FencedInstanceIdError):
+        b.heartbeat()
+
+
+def test_join_checks(coordinator):
+    with pytest.raises(InvalidSessionTimeoutError):
+        Client(coordinator, session_ms=5).join()
+    with pytest.raises(InvalidGroupIdError):
+        Client(coordinator, group="").join()
+    a = Client(coordinator)
+    a.joined(a.join())
+    with pytest.raises(InconsistentGroupProtocolError):
+        Client(coordinator, protocols=[("roundrobin", SUB)]).join()
+    with pytest.raises(UnknownMemberIdError):
+        coordinator.join_group("other", "ghost", None, "c", 10_000, 10_000, "consumer",
+                               [("range", [])], lambda *_: None)
+
+
+def test_the_assignor_is_the_most_preferred_common_one_ties_to_the_first_member(coordinator):
+    a = Client(coordinator, protocols=[("roundrobin", SUB), ("range", SUB)])
+    b = Client(coordinator, protocols=[("range", SUB), ("roundrobin", SUB)])
+    a.joined(a.join())
+    result(a.sync({}))
+    b_pending = b.join()
+    assert a.joined(a.join()).protocol == "roundrobin"   # one vote each: a voted first
+    b.joined(b_pending)
+    c = Client(coordinator, protocols=[("range", SUB)])
+    c_pending = c.join()
+    a_pending, b_pending = a.join(), b.join()
+    assert c.joined(c_pending).protocol == "range"       # the only one all three offer
+    assert a.joined(a_pending).generation == b.joined(b_pending).generation == 3
+
+
+def test_commit_checks(coordinator):
+    with pytest.raises(ValueError):
+        coordinator.offset_commit("g", "", -1, None, {TP0: OffsetAndMetadata(-1)})
+    with pytest.raises(UnknownTopicOrPartitionError):
+        coordinator.offset_commit("g", "", -1, None, {TopicPartition("t", 9): 1})
+    with pytest.raises(OffsetMetadataTooLargeError):
+        coordinator.offset_commit("g", "", -1, None, {TP0: OffsetAndMetadata(1, "x" * 4097)})
+    with pytest.raises(IllegalGenerationError):
+        coordinator.offset_commit("new", "m", 3, None, {TP0: 1})
+    with pytest.raises(GroupIdNotFoundError):
+        coordinator.describe_group("g")  # nothing above was stored
+    coordinator.offset_commit("g", "", -1, None, {TP0: 1, TP1: OffsetAndMetadata(2, "x")})
+    assert {tp: c[:2] for tp, c in coordinator.offset_fetch("g").items()} == {
+        TP0: (1, ""), TP1: (2, "x")}
+
+
+def test_delete_group_refuses_active_groups_and_forgets_the_rest(coordinator, broker):
+    a = Client(coordinator)
+    a.joined(a.join())
+    with pytest.raises(NonEmptyGroupError):
+        coordinator.delete_group("g")
+    with pytest.raises(NonEmptyGroupError):
+        coordinator.alter_offsets("g", {TP0: OffsetAndMetadata(3)})
+    coordinator.leave_group("g", a.member_id)
+    coordinator.alter_offsets("g", {TP0: OffsetAndMetadata(3)})
+    coordinator.delete_group("g")
+    assert coordinator.list_groups() == []
+    assert coordinator.offset_fetch("g") == {}
+    with pytest.raises(GroupIdNotFoundError):
+        coordinator.delete_group("g")
+
+
+def test_groups_and_offsets_survive_a_reopen_and_come_back_empty(tmp_path):
+    path = str(tmp_path / "db")
+    broker = Broker(path, config={"offsets.topic.num.partitions": 3})
+    broker.create_topic("t", 2)
+    coordinator = find_coordinator(broker)
+    a = Client(coordinator)
+    a.joined(a.join())
+    result(a.sync({a.member_id: [TP0, TP1]}))
+    a.commit({TP0: OffsetAndMetadata(11)})
+    broker.close()   # the member dies with the process
+
+    broker = Broker(path)
+    try:
+        coordinator = find_coordinator(broker)
+        d = coordinator.describe_group("g")
+        assert d.state == EMPTY and d.generation == 1 and d.protocol_type == "consumer"
+        assert d.offsets[TP0].offset == 11
+        b = Client(coordinator)
+        assert b.joined(b.join()).generation == 2
+    finally:
+        broker.close()
+
+
+def test_offsets_expire_by_kafkas_rules(coordinator, broker):
+    retention_ms = broker.config.offsets_retention_minutes * 60_000
+    # An offsets-only group: each offset expires retention after its commit.
+    coordinator.offset_commit("solo", "", -1, None, {TP0: 1})
+    t0 = coordinator.offset_fetch("solo")[TP0].commit_timestamp
+    assert coordinator.expire_offsets(t0 + retention_ms - 1) == 0
+    assert coordinator.expire_offsets(t0 + retention_ms) == 1
+    assert "solo" not in [g.group_id for g in coordinator.list_groups()]  # nothing left
+
+    # A consumer group: offsets live while it has members; expire retention after it empties.
+    a = Client(coordinator, group="app")
+    a.joined(a.join())
+    result(a.sync({a.member_id: [TP0, TP1]}))
+    a.commit({TP0: 5})
+    now = coordinator.offset_fetch("app")[TP0].commit_timestamp
+    assert coordinator.expire_offsets(now + 10 * retention_ms) == 0   # Stable, subscribed
+    coordinator.leave_group("app", a.member_id)
+    empty_since = broker.clock_ms()
+    assert coordinator.expire_offsets(empty_since + retention_ms - 1000) == 0
+    assert coordinator.expire_offsets(empty_since + retention_ms + 1000) == 1
+    with pytest.raises(GroupIdNotFoundError):
+        coordinator.describe_group("app")
+
+
+def test_a_stable_group_loses_only_offsets_of_topics_it_no_longer_subscribes(coordinator,
+                                                                             broker):
+    broker.create_topic("old", 1)
+    old = TopicPartition("old", 0)
+    coordinator.offset_commit("app", "", -1, None, {old: 1, TP0: 2})
+    committed_at = coordinator.offset_fetch("app")[old].commit_timestamp
+    a = Client(coordinator, group="app")      # subscribes to "t" only
+    a.joined(a.join())
+    result(a.sync({a.member_id: [TP0, TP1]}))
+    retention_ms = broker.config.offsets_retention_minutes * 60_000
+    assert coordinator.expire_offsets(committed_at + retention_ms) == 1
+    assert set(coordinator.offset_fetch("app")) == {TP0}
