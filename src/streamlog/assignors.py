@@ -7,7 +7,7 @@
 
 Built-in names: "range", "roundrobin", "sticky", "cooperative-sticky". A
 user assignor is any object with `.name` and `.assign(partitions_per_topic,
-subscriptions)`, optionally `.supported_protocols`. See docs/ASSIGNORS.md.
+subscriptions)`, optionally `.supported_protocols`. See docs/GROUPS.md.
 """
 from .coordinator.assignors import (ASSIGNOR_NAMES, COOPERATIVE, EAGER, CooperativeStickyAssignor,
                                     RangeAssignor, RoundRobinAssignor, StickyAssignor,

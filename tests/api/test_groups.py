@@ -8,6 +8,7 @@ import pytest
 
 import streamlog
 from streamlog import OffsetAndMetadata, TopicPartition
+from streamlog.assignors import get_assignor
 from support.group_threads import GENEROUS_S, GroupReader, partitions_of, wait_until
 
 FAST = {"heartbeat_interval_ms": 50}
@@ -403,3 +404,43 @@ def test_describe_list_delete_and_reset_offsets(db):
     assert db.list_groups() == []
     with pytest.raises(streamlog.GroupIdNotFoundError):
         db.describe_group("g")
+
+
+def test_a_rebalance_that_starts_while_a_member_syncs_is_not_missed(db):
+    """Single-threaded and deterministic: heartbeats (every 10 s) cannot help.
+
+    The leader's assignor lets the second member send its sync first, so that
+    member is syncing when a third member's join starts the next rebalance.
+    Taking in its sync answer must not make it forget that rebalance.
+    """
+    db.create_topic("t", partitions=6)
+    slow = {"heartbeat_interval_ms": 10_000}
+    consumers = {}
+
+    class LetOthersSyncFirst:
+        name = "range-after-others"
+
+        def assign(self, partitions_per_topic, subscriptions):
+            if "b" in consumers:
+                consumers["b"].poll(timeout=0)   # b takes its join answer and sends its sync
+            return get_assignor("range").assign(partitions_per_topic,
+                                                subscriptions)
+
+    def member(name):
+        consumers[name] = db.consumer(group_id="g", client_id=name, **slow,
+                                      partition_assignment_strategy=[LetOthersSyncFirst()])
+        consumers[name].subscribe(["t"])
+        consumers[name].poll(timeout=0)
+
+    member("a")
+    assert len(consumers["a"].assignment()) == 6
+    member("b")                      # starts a rebalance; b waits for a
+    consumers["a"].poll(timeout=0)   # a rejoins, leads; b syncs inside a's assignor
+    assert db.describe_group("g").state == "Stable"
+    member("c")                      # the next rebalance, while b has not taken its answer
+    for _ in range(3):
+        for name in ("b", "a", "c"):
+            consumers[name].poll(timeout=0)
+    d = db.describe_group("g")
+    assert d.state == "Stable" and len(d.members) == 3
+    assert sorted(len(c.assignment()) for c in consumers.values()) == [2, 2, 2]

@@ -100,3 +100,20 @@ def test_file_names_in_the_doc_match_the_code():
                    files.TMP_SUFFIX):
         assert f"`{suffix}`" in text
     assert re.search(r"\b0{20}\.log\b", text) and files.offset_prefix(0) == "0" * 20
+
+
+def test_consumer_offsets_table_matches_the_store():
+    from streamlog.coordinator import offsets
+    rows = table_after("Internal topic `__consumer_offsets`")
+    documented = {int(r[0]): ([f.strip(" `") for f in r[1].strip("`[]").split(",")],
+                              [f.strip(" `") for f in r[2].strip("`[]").split(",")])
+                  for r in rows}
+    assert set(documented) == {offsets._OFFSET_KEY, offsets._GROUP_KEY}
+    key, value = documented[offsets._OFFSET_KEY]
+    assert key == ["1", "group", "topic", "partition"]
+    assert value == [str(offsets._VALUE_VERSION), *offsets.CommittedOffset._fields]
+    key, value = documented[offsets._GROUP_KEY]
+    assert key == ["2", "group"]
+    assert value == [str(offsets._VALUE_VERSION), *offsets.GroupRecord._fields]
+    assert offsets.OFFSETS_TOPIC_CONFIG == {"cleanup.policy": "compact",
+                                            "segment.bytes": 104857600}

@@ -68,8 +68,8 @@ class GroupReader(threading.Thread):
                 if got and self.commit:
                     try:
                         self.consumer.commit()
-                    except streamlog.CommitFailedError:
-                        self.commit_failures += 1
+                    except (streamlog.CommitFailedError, streamlog.RebalanceInProgressError):
+                        self.commit_failures += 1   # the records will be read again
             self.consumer.close()
         except BaseException as exc:  # reported by finish()
             self.error = exc

@@ -188,12 +188,16 @@ class GroupMembership:
         if not self.subscribed:
             self._maybe_auto_commit()
             return
-        if woken and self._state == STABLE:
-            self._check_membership()
         self._check_metadata()
         self._maybe_auto_commit()
         while self._advance():
             pass
+        if woken and self._state == STABLE:
+            # Checked after the answers are taken in: a rebalance may have started while
+            # this member was syncing, and one wake-up flag covers both notifications.
+            self._check_membership()
+            while self._advance():
+                pass
 
     def _advance(self):
         if self._state in (UNJOINED, STABLE) and (self._rejoin or self._state == UNJOINED):
@@ -493,6 +497,14 @@ class GroupMembership:
                 self.generation if managed else -1, self.instance_id if managed else None,
                 offsets)
         except (IllegalGenerationError, UnknownMemberIdError) as exc:
+            if managed and self._state in (JOINING, SYNCING):
+                # The group already formed the generation this member is joining; its
+                # partitions are still its own until poll() takes in the answer (Kafka's
+                # RebalanceInProgressException: retriable).
+                raise RebalanceInProgressError(
+                    f"group {self.group_id!r} is rebalancing and this member has not finished "
+                    "rejoining: call poll() to complete the rebalance, then commit again"
+                ) from None
             if managed:
                 self._rejoin = True
                 raise CommitFailedError(
