@@ -219,6 +219,21 @@ def test_a_member_that_stops_heartbeating_is_evicted_and_its_partitions_reassign
         healthy.finish()
 
 
+def test_heartbeats_keep_a_member_that_does_not_poll_for_several_sessions(db_path):
+    with streamlog.open(db_path, config={"group.min.session.timeout.ms": 50}) as db:
+        fill(db, 4)
+        consumer = db.consumer(group_id="g", session_timeout_ms=500, **FAST)
+        consumer.subscribe(["t"])
+        poll_until(consumer, lambda r: consumer.assignment(), "assigned")
+        generation = db.describe_group("g").generation
+        time.sleep(2.0)   # four sessions without a poll: the timer thread heartbeats
+        d = db.describe_group("g")
+        assert (d.state, d.generation, len(d.members)) == ("Stable", generation, 1)
+        consumer.poll(timeout=0)
+        assert len(consumer.assignment()) == 4   # nothing was lost or revoked
+        assert consumer.group_metadata().generation_id == generation
+
+
 def test_a_member_that_stops_polling_leaves_after_max_poll_interval(db):
     fill(db, 10)
     slow = db.consumer(group_id="g", max_poll_interval_ms=300, **FAST)
