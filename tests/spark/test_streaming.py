@@ -1,0 +1,197 @@
+"""Structured Streaming: availableNow and restarts, admission control, discovery, triggers."""
+import json
+
+import pytest
+
+import streamlog
+from streamlog_spark import StreamlogDataSource
+
+pytestmark = pytest.mark.spark
+
+
+def produce(path, topic, values, partition=None):
+    with streamlog.open(path) as db:
+        if topic not in db.topics():
+            db.create_topic(topic, partitions=2)
+        db.producer().send_batch(topic, values, partition=partition).result()
+
+
+def stream(spark, path, **options):
+    reader = spark.readStream.format("streamlog")
+    for k, v in options.items():
+        reader = reader.option(k, v)
+    return reader.load(path)
+
+
+def run_available_now(df, out, checkpoint):
+    """Run to completion into a Parquet sink; return each batch's (rows, end offsets)."""
+    q = (df.selectExpr("topic", "partition", "offset", "CAST(value AS STRING) AS value")
+         .writeStream.format("parquet").option("path", out)
+         .option("checkpointLocation", checkpoint).trigger(availableNow=True).start())
+    q.awaitTermination()
+    assert q.exception() is None
+    return [(p["numInputRows"], json.loads(p["sources"][0]["endOffset"]))
+            for p in q.recentProgress if p["numInputRows"]]
+
+
+def test_available_now_reads_all_and_a_restart_reads_only_new_records(spark, fresh_db,
+                                                                       tmp_path):
+    produce(fresh_db, "s", [b"a%d" % i for i in range(30)], partition=0)
+    produce(fresh_db, "s", [b"b%d" % i for i in range(10)], partition=1)
+    out, ck = str(tmp_path / "out"), str(tmp_path / "ck")
+    df = stream(spark, fresh_db, subscribe="s", startingOffsets="earliest",
+                maxOffsetsPerTrigger="15")
+    batches = run_available_now(df, out, ck)
+    assert [n for n, _ in batches] == [15, 15, 10]  # the limit holds under availableNow
+    # maxOffsetsPerTrigger is spread over the partitions in proportion to their backlog.
+    assert batches[0][1] == {"s": {"0": 11, "1": 4}}
+    assert batches[-1][1] == {"s": {"0": 30, "1": 10}}
+
+    produce(fresh_db, "s", [b"c%d" % i for i in range(4)], partition=1)
+    batches = run_available_now(df, out, ck)
+    assert [n for n, _ in batches] == [4]
+    rows = spark.read.parquet(out).collect()
+    keys = [(r.partition, r.offset) for r in rows]
+    assert len(keys) == len(set(keys)) == 44  # every record once, none twice
+    assert sorted(r.value for r in rows if r.partition == 1)[-4:] == ["c0", "c1", "c2", "c3"]
+
+
+def test_streaming_starts_at_latest_by_default(spark, fresh_db, tmp_path):
+    produce(fresh_db, "late", [b"old%d" % i for i in range(5)], partition=0)
+    out, ck = str(tmp_path / "out"), str(tmp_path / "ck")
+    df = stream(spark, fresh_db, subscribe="late")
+    assert run_available_now(df, out, ck) == []
+    produce(fresh_db, "late", [b"new"], partition=0)
+    assert [n for n, _ in run_available_now(df, out, ck)] == [1]
+    assert [r.value for r in spark.read.parquet(out).collect()] == ["new"]
+
+
+def test_streaming_starting_offsets_json_and_timestamp(spark, fresh_db, tmp_path):
+    with streamlog.open(fresh_db) as db:
+        db.create_topic("j", partitions=2)
+        p = db.producer()
+        for i in range(6):
+            p.send("j", value=b"%d" % i, partition=i % 2, timestamp_ms=1000 * (i + 1))
+        p.flush()
+    df = stream(spark, fresh_db, subscribe="j",
+                startingOffsets=json.dumps({"j": {"0": 2, "1": -2}}))
+    run_available_now(df, str(tmp_path / "o1"), str(tmp_path / "c1"))
+    got = sorted((r.partition, r.offset) for r in spark.read.parquet(str(tmp_path / "o1"))
+                 .collect())
+    assert got == [(0, 2), (1, 0), (1, 1), (1, 2)]
+    df = stream(spark, fresh_db, subscribe="j", startingTimestamp="4000")
+    run_available_now(df, str(tmp_path / "o2"), str(tmp_path / "c2"))
+    got = sorted(r.value for r in spark.read.parquet(str(tmp_path / "o2")).collect())
+    assert got == ["3", "4", "5"]
+
+
+def test_new_partitions_and_new_matching_topics_are_picked_up(spark, fresh_db, tmp_path):
+    produce(fresh_db, "dyn-a", [b"a0", b"a1"], partition=0)
+    out, ck = str(tmp_path / "out"), str(tmp_path / "ck")
+    df = stream(spark, fresh_db, subscribePattern="dyn-.*", startingOffsets="earliest")
+    assert sum(n for n, _ in run_available_now(df, out, ck)) == 2
+    with streamlog.open(fresh_db) as db:
+        db.add_partitions("dyn-a", 3)
+        db.create_topic("dyn-b", partitions=1)
+        db.create_topic("other", partitions=1)
+        p = db.producer()
+        p.send_batch("dyn-a", [b"a2"], partition=2).result()
+        p.send_batch("dyn-b", [b"b0", b"b1"], partition=0).result()
+        p.send_batch("other", [b"x"], partition=0).result()
+    assert sum(n for n, _ in run_available_now(df, out, ck)) == 3
+    values = sorted(r.value for r in spark.read.parquet(out).collect())
+    assert values == ["a0", "a1", "a2", "b0", "b1"]
+
+
+def test_processing_time_trigger_reads_appends_while_running(spark, fresh_db, tmp_path):
+    produce(fresh_db, "live", [b"x0"], partition=0)
+    df = stream(spark, fresh_db, subscribe="live", startingOffsets="earliest")
+    q = (df.selectExpr("CAST(value AS STRING) AS value").writeStream.format("memory")
+         .queryName("live_sink").trigger(processingTime="200 milliseconds").start())
+    try:
+        q.processAllAvailable()
+        produce(fresh_db, "live", [b"x1", b"x2"], partition=1)
+        q.processAllAvailable()
+        values = sorted(r.value for r in spark.sql("SELECT value FROM live_sink").collect())
+    finally:
+        q.stop()
+    assert values == ["x0", "x1", "x2"]
+
+
+def test_include_headers_in_streaming(spark, fresh_db, tmp_path):
+    with streamlog.open(fresh_db) as db:
+        db.create_topic("h", partitions=1)
+        p = db.producer()
+        p.send("h", value=b"with", headers=[("a", b"1")])
+        p.send("h", value=b"without")
+        p.flush()
+    df = stream(spark, fresh_db, subscribe="h", startingOffsets="earliest",
+                includeHeaders="true")
+    q = (df.selectExpr("CAST(value AS STRING) AS value", "headers").writeStream
+         .format("parquet").option("path", str(tmp_path / "o"))
+         .option("checkpointLocation", str(tmp_path / "c")).trigger(availableNow=True).start())
+    q.awaitTermination()
+    got = {r.value: r.headers for r in spark.read.parquet(str(tmp_path / "o")).collect()}
+    assert got["without"] is None
+    assert [(h.key, h.value) for h in got["with"]] == [("a", b"1")]
+
+
+# --- admission control, driven through the DataSource API as Spark drives it ------------------
+
+def _reader(path, **options):
+    source = StreamlogDataSource({k.lower(): str(v) for k, v in {"path": path, **options}.items()})
+    return source.streamReader(source.schema())
+
+
+def test_max_offsets_per_trigger_is_prorated_and_no_partition_is_starved(fresh_db):
+    from pyspark.sql.streaming.datasource import ReadMaxRows
+
+    with streamlog.open(fresh_db) as db:
+        db.create_topic("b", partitions=3)
+        p = db.producer()
+        p.send_batch("b", [b"x"] * 100, partition=0).result()
+        p.send_batch("b", [b"x"] * 50, partition=1).result()
+        p.send_batch("b", [b"x"] * 1, partition=2).result()
+    reader = _reader(fresh_db, subscribe="b", startingOffsets="earliest",
+                     maxOffsetsPerTrigger=30)
+    start = reader.initialOffset()
+    assert start == {"b": {"0": 0, "1": 0, "2": 0}}
+    limit = reader.getDefaultReadLimit()
+    assert limit == ReadMaxRows(30)
+    end = reader.latestOffset(start, limit)
+    assert end == {"b": {"0": 19, "1": 10, "2": 1}}  # 30 in all, partition 2 not starved
+    assert reader.reportLatestOffset() == {"b": {"0": 100, "1": 50, "2": 1}}
+    reader.stop()
+
+
+def test_min_offsets_per_trigger_waits_until_enough_or_max_trigger_delay(fresh_db):
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    produce(fresh_db, "m", [b"x"] * 5, partition=0)
+    waiting = _reader(fresh_db, subscribe="m", startingOffsets="earliest",
+                      minOffsetsPerTrigger=10, maxTriggerDelay="1h")
+    start = waiting.initialOffset()
+    assert waiting.latestOffset(start, ReadAllAvailable()) == start  # 5 < 10: no batch yet
+    produce(fresh_db, "m", [b"x"] * 5, partition=1)
+    assert waiting.latestOffset(start, ReadAllAvailable()) == {"m": {"0": 5, "1": 5}}
+    waiting.stop()
+    impatient = _reader(fresh_db, subscribe="m", startingOffsets="earliest",
+                        minOffsetsPerTrigger=100, maxTriggerDelay="0s")
+    start = impatient.initialOffset()
+    assert impatient.latestOffset(start, ReadAllAvailable()) == {"m": {"0": 5, "1": 5}}
+    impatient.stop()
+
+
+def test_min_offsets_above_max_offsets_is_refused(spark, events_db):
+    path, _ = events_db
+    with pytest.raises(Exception, match=r"minOffsetPerTrigger\(10\) is higher than the "
+                                        r"maxOffsetsPerTrigger\(5\)"):
+        stream(spark, path, subscribe="events", minOffsetsPerTrigger="10",
+               maxOffsetsPerTrigger="5").writeStream.format("noop").start().awaitTermination()
+
+
+def test_ending_offsets_are_refused_in_streaming(spark, events_db):
+    path, _ = events_db
+    with pytest.raises(Exception, match="ending offset not valid in streaming queries"):
+        stream(spark, path, subscribe="events", endingOffsets="latest") \
+            .writeStream.format("noop").start().awaitTermination()
