@@ -198,13 +198,31 @@ def slices_to_list(src, pos, lens):
 
 def gather(src, pos, lens):
     """Copy the (pos, len) slices of src back to back: (uint8 array, int32 offsets[n+1])."""
-    n = len(lens)
-    total = int(np.maximum(lens, 0).sum())
+    return gather_many([(src, pos, lens)])
+
+
+def gather_many(pieces):
+    """gather() over several (src, pos, lens) pieces into one buffer, in order.
+
+    Columns of several batches become one column with one copy of each value
+    (gathering per batch and concatenating copied everything twice).
+    """
+    n = sum(len(lens) for _, _, lens in pieces)
+    total = sum(int(np.maximum(lens, 0).sum()) for _, _, lens in pieces)
     dst = np.empty(total, dtype=np.uint8)
-    offsets = np.empty(n + 1, dtype=np.int32)
-    lib.sl_gather(ffi.from_buffer(src), ffi.from_buffer("int32_t[]", pos),
-                  ffi.from_buffer("int32_t[]", lens), n, ffi.from_buffer(dst),
-                  ffi.from_buffer("int32_t[]", offsets))
+    offsets = np.zeros(n + 1, dtype=np.int32)
+    c_dst = ffi.from_buffer("uint8_t[]", dst)
+    c_offsets = ffi.from_buffer("int32_t[]", offsets)
+    base = at = 0
+    for src, pos, lens in pieces:
+        k = len(lens)
+        written = lib.sl_gather(ffi.from_buffer(src), ffi.from_buffer("int32_t[]", pos),
+                                ffi.from_buffer("int32_t[]", lens), k, c_dst + base,
+                                c_offsets + at)
+        if base:
+            offsets[at:at + k + 1] += base  # sl_gather numbers each piece from 0
+        base += written
+        at += k
     return dst, offsets
 
 

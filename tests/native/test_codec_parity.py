@@ -84,6 +84,25 @@ def test_gather_is_identical(items):
     assert o1.tolist() == o2.tolist()
 
 
+@given(st.lists(st.lists(maybe_bytes, max_size=20), max_size=5))
+def test_gather_many_is_identical_and_equals_one_gather_of_everything(columns):
+    import numpy as np
+    pieces = []
+    for items in columns:
+        data, lens = _column(items)
+        lens = np.frombuffer(lens, dtype=np.int32)
+        pos = np.zeros(len(items), dtype=np.int32)
+        if len(items) > 1:
+            np.cumsum(np.maximum(lens, 0)[:-1], out=pos[1:])
+        pieces.append((data, pos, lens))
+    d1, o1 = native.gather_many(pieces)
+    d2, o2 = records_py.gather_many(pieces)
+    everything = [x for items in columns for x in items]
+    assert bytes(d1) == bytes(d2) == b"".join(x for x in everything if x)
+    lengths = [len(x) if x is not None else 0 for x in everything]
+    assert o1.tolist() == o2.tolist() == [sum(lengths[:i]) for i in range(len(lengths) + 1)]
+
+
 @settings(max_examples=500)
 @given(st.binary(max_size=200), st.integers(0, 20))
 def test_garbage_is_rejected_identically(data, n):

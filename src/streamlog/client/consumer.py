@@ -633,27 +633,16 @@ def _assemble(tp, timestamp_type, pieces, with_headers):
         o, t = recs.offsets, recs.timestamps
         offsets.append(o if keep is None else o[keep])
         stamps.append(t if keep is None else t[keep])
-        keys.append(_binary(recs.buf, *_select(recs.key_pos, recs.key_lens, keep)))
-        values.append(_binary(recs.buf, *_select(recs.value_pos, recs.value_lens, keep)))
+        keys.append((recs.buf, *_select(recs.key_pos, recs.key_lens, keep)))
+        values.append((recs.buf, *_select(recs.value_pos, recs.value_lens, keep)))
     return RecordColumns(tp.topic, tp.partition, timestamp_type, np.concatenate(offsets),
-                         np.concatenate(stamps), _concat_binary(keys), _concat_binary(values),
-                         headers)
+                         np.concatenate(stamps), _binary(keys), _binary(values), headers)
 
 
-def _binary(buf, pos, lens):
-    data, offsets = codec.gather(buf, pos, lens)
-    return data, offsets, lens < 0
-
-
-def _concat_binary(parts):
-    if len(parts) == 1:
-        return parts[0]
-    data = np.concatenate([p[0] for p in parts])
-    shifts = np.cumsum([0] + [int(p[1][-1]) for p in parts[:-1]])
-    offsets = np.concatenate([parts[0][1]] + [p[1][1:] + s for p, s in zip(parts[1:],
-                                                                             shifts[1:])])
-    nulls = np.concatenate([p[2] for p in parts])
-    return data, offsets.astype(np.int32), nulls
+def _binary(pieces):
+    """(data, offsets, nulls) of one column from each batch's (buf, pos, lens)."""
+    data, offsets = codec.gather_many(pieces)
+    return data, offsets, np.concatenate([lens for _, _, lens in pieces]) < 0
 
 
 def _columns_from_records(tp, records, with_headers):

@@ -103,7 +103,7 @@ class RecordColumns:
         columns = [
             binary(self.key_data, self.key_offsets, self.key_nulls),
             binary(self.value_data, self.value_offsets, self.value_nulls),
-            pa.DictionaryArray.from_arrays(np.zeros(n, np.int32), [self.topic]).cast(pa.string()),
+            pa.repeat(pa.scalar(self.topic, pa.string()), n),
             pa.array(np.full(n, self.partition, np.int32)),
             pa.array(self.offsets),
             pa.array(self.timestamps * 1000, pa.timestamp("us", tz="UTC")),

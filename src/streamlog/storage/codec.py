@@ -19,6 +19,7 @@ records_decode = _source.records_decode
 records_to_tuples = _source.records_to_tuples
 slices_to_list = _source.slices_to_list
 gather = _source.gather
+gather_many = _source.gather_many
 
 
 def implementation():

@@ -131,13 +131,20 @@ def records_decode(buf, pos, length, n, path=None, file_position=None):
 
 
 def gather(src, pos, lens):
-    view = memoryview(src).cast("B")
-    parts = [bytes(view[p:p + length]) for p, length in zip(pos.tolist(), lens.tolist())
-             if length > 0]
-    data = b"".join(parts)
-    offsets = np.zeros(len(lens) + 1, dtype=np.int32)
-    np.cumsum(np.maximum(lens, 0), out=offsets[1:])
-    return np.frombuffer(data, dtype=np.uint8).copy(), offsets
+    return gather_many([(src, pos, lens)])
+
+
+def gather_many(pieces):
+    parts = []
+    for src, pos, lens in pieces:
+        view = memoryview(src).cast("B")
+        parts.extend(bytes(view[p:p + length])
+                     for p, length in zip(pos.tolist(), lens.tolist()) if length > 0)
+    all_lens = np.concatenate([lens for _, _, lens in pieces]) if pieces else \
+        np.zeros(0, np.int32)
+    offsets = np.zeros(len(all_lens) + 1, dtype=np.int32)
+    np.cumsum(np.maximum(all_lens, 0), out=offsets[1:])
+    return np.frombuffer(b"".join(parts), dtype=np.uint8).copy(), offsets
 
 
 def slices_to_list(src, pos, lens):
