@@ -219,6 +219,16 @@ class TimingWheel:
 
 _NEVER = float("inf")  # the reaper sleeps with no deadline
 _AWAKE = float("-inf")  # the reaper is running: adds need not wake it
+# The wheel clamps deadlines to [0, 2^62] ms (docs/TIMER.md); SystemTimer clamps
+# before the native call, where a deadline past int64 would raise OverflowError.
+_MAX_DEADLINE_MS = 1 << 62
+# Condition.wait raises OverflowError above threading.TIMEOUT_MAX (~292 years):
+# a far-off task makes the reaper wake once then and sleep again, harmlessly.
+_MAX_WAIT_S = threading.TIMEOUT_MAX
+# After an unexpected error in the reaper's own code (not a callback's), it
+# pauses this long before trying again, so a persistent fault logs a few times
+# a second instead of spinning a core.
+_REAPER_RETRY_S = 0.1
 
 
 class SystemTimer:
@@ -230,8 +240,13 @@ class SystemTimer:
     an add whose deadline is earlier than that, and runs expired callbacks on
     itself, never on the caller's thread and never under the lock (callbacks
     may add and cancel). A callback that raises is logged and the reaper
-    carries on. close() stops and joins the reaper; tasks still pending are
-    dropped, not run.
+    carries on; so does an unexpected error in the reaper's own code (logged,
+    retried after a short pause), since a dead reaper would silently stop
+    every later task. close() stops and joins the reaper; tasks still pending
+    are dropped, not run.
+
+    Deadlines are clamped to [0, 2^62] ms, as the wheel does (a task that far
+    off never comes due), and the reaper's sleeps to threading.TIMEOUT_MAX.
 
     clock_ms: a function returning integer milliseconds (for tests); the
     default is monotonic_ms. With the default clock a delay is counted from
@@ -263,11 +278,19 @@ class SystemTimer:
         return (t_ms - self._clock()) / 1000.0
 
     def add(self, delay_ms, callback):
-        """Run callback() on the reaper thread once delay_ms has passed; return a handle."""
+        """Run callback() on the reaper thread once delay_ms has passed; return a handle.
+
+        Delays beyond the wheel's range (deadline past 2^62 ms) are clamped,
+        not refused: such a task simply never comes due.
+        """
         return self.add_at(self._now_for_deadline() + max(delay_ms, 0), callback)
 
     def add_at(self, deadline_ms, callback):
-        """Run callback() on the reaper thread once the clock reaches deadline_ms."""
+        """Run callback() on the reaper thread once the clock reaches deadline_ms.
+
+        deadline_ms is clamped to [0, 2^62], as the wheel itself does.
+        """
+        deadline_ms = min(max(deadline_ms, 0), _MAX_DEADLINE_MS)
         with self._cond:
             if self._closed:
                 raise TimerClosedError(f"timer {self.name!r} is closed (its broker was closed); "
@@ -287,10 +310,14 @@ class SystemTimer:
                 raise TimerClosedError(f"timer {self.name!r} is closed (its broker was closed); "
                                        "open the database again to schedule work")
             # The wheel counts delays from its own clock (the reaper's last
-            # advance), which is behind base_ms: shift them by the gap.
-            shift_ms = base_ms - self._wheel.now_ms
-            handles = self._wheel.add_many([max(d, 0) + shift_ms for d in delays_ms], callbacks)
-            if len(delays_ms) and base_ms + max(min(delays_ms), 0) < self._wake_at:
+            # advance), which is behind base_ms: shift them by the gap, and
+            # clamp so that no deadline passes 2^62 (nor int64 in the native call).
+            wheel_now_ms = self._wheel.now_ms
+            shift_ms = base_ms - wheel_now_ms
+            limit_ms = _MAX_DEADLINE_MS - wheel_now_ms
+            handles = self._wheel.add_many(
+                [min(max(int(d), 0) + shift_ms, limit_ms) for d in delays_ms], callbacks)
+            if len(delays_ms) and base_ms + max(int(min(delays_ms)), 0) < self._wake_at:
                 self._cond.notify()
         return handles
 
@@ -328,16 +355,39 @@ class SystemTimer:
             self._cond.notify()
 
     def _reap(self):
+        while True:
+            try:
+                expired = self._wait_for_expired()
+            except Exception:
+                # A bug here must not end the thread: every later task of this
+                # timer (every long poll, linger and session of the broker)
+                # would silently never fire. Rejected: letting it die and
+                # restarting it from add, which would still lose the pending ones.
+                _log.exception("timer %r: the reaper failed; it retries in %.1f s",
+                               self.name, _REAPER_RETRY_S)
+                time.sleep(_REAPER_RETRY_S)
+                continue
+            if expired is None:
+                return
+            for callback in expired:
+                try:
+                    callback()
+                except Exception:
+                    _log.exception("timer %r: task %r raised; the timer carries on",
+                                   self.name, callback)
+
+    def _wait_for_expired(self):
+        """Sleep until tasks are due; return their callbacks (taken off), or None once closed."""
         wheel = self._wheel
         cond = self._cond
-        while True:
-            with cond:
+        with cond:
+            try:
                 while True:
                     if self._closed:
-                        return
+                        return None
                     expired = wheel.expire(self._clock())
                     if expired:
-                        break
+                        return expired
                     next_ms = wheel.next_expiration()
                     if next_ms is None:
                         self._wake_at = _NEVER
@@ -346,14 +396,10 @@ class SystemTimer:
                         self._wake_at = next_ms
                         timeout_s = self._seconds_until(next_ms)
                         if timeout_s > 0:
-                            cond.wait(timeout_s)
+                            cond.wait(min(timeout_s, _MAX_WAIT_S))
                     self._wake_at = _AWAKE
-            for callback in expired:
-                try:
-                    callback()
-                except Exception:
-                    _log.exception("timer %r: task %r raised; the timer carries on",
-                                   self.name, callback)
+            finally:
+                self._wake_at = _AWAKE
 
     def close(self, timeout_s=None):
         """Stop the reaper and join it (unless called from a callback); drop pending tasks."""

@@ -8,6 +8,7 @@ import logging
 import threading
 import time
 
+import numpy as np
 import pytest
 
 from streamlog import native
@@ -330,6 +331,161 @@ def test_system_timer_add_many_counts_delays_from_now_not_from_the_reaper_clock(
     assert all(now >= 1_230 for tag, now in fired if tag in "bc")
     with SystemTimer("mismatch") as timer, pytest.raises(ValueError):
         timer.add_many([1], [])
+
+
+class RecordingCondition(threading.Condition):
+    """A Condition that records the timeout of every wait (None: no timeout)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.timeouts = []
+
+    def wait(self, timeout=None):
+        self.timeouts.append(timeout)
+        return super().wait(timeout)
+
+
+def recording_timer(monkeypatch, name, clock, **kwargs):
+    """A SystemTimer whose Condition records the timeouts its reaper sleeps with."""
+    with monkeypatch.context() as patch:
+        # Only while the timer is built: its Condition (and its thread's own
+        # internal ones, which the test ignores) are RecordingConditions.
+        patch.setattr(threading, "Condition", RecordingCondition)
+        timer = SystemTimer(name, clock_ms=clock, **kwargs)
+    assert isinstance(timer._cond, RecordingCondition)
+    return timer, timer._cond.timeouts
+
+
+def test_reaper_sleeps_exactly_until_the_task_is_due_not_a_poll_interval(monkeypatch):
+    clock = FakeClock(1_000)
+    # 64 buckets of 1 ms: a 50 ms task sits in the first level, one bucket of its own.
+    timer, timeouts = recording_timer(monkeypatch, "sleeps", clock, wheel_size=64)
+    with timer:
+        assert wait_for(lambda: timeouts == [None])  # idle: no timeout at all
+        timer.add(50, lambda: None)
+        assert wait_for(lambda: len(timeouts) >= 2)
+        assert timeouts[1] == pytest.approx(0.050)
+        time.sleep(0.2)  # the fake clock stands still: each re-planned sleep is 50 ms again
+        assert all(t == pytest.approx(0.050) for t in timeouts[1:])
+        clock.set(1_030)
+        timer.wakeup()
+        assert wait_for(lambda: timeouts[-1] == pytest.approx(0.020))
+
+
+def test_reaper_sleeps_until_each_bucket_boundary_of_a_cascading_task(monkeypatch):
+    clock = FakeClock(1_000)
+    fired = threading.Event()
+    # The default wheel (20 x 1 ms): a 50 ms task waits in the second level's bucket
+    # [1_040, 1_060), then cascades into the first level at 1_040.
+    timer, timeouts = recording_timer(monkeypatch, "cascade", clock)
+    with timer:
+        assert wait_for(lambda: timeouts == [None])
+        timer.add(50, fired.set)
+        assert wait_for(lambda: len(timeouts) >= 2)
+        assert timeouts[1] == pytest.approx(0.040)
+        clock.set(1_040)
+        timer.wakeup()
+        assert wait_for(lambda: timeouts[-1] == pytest.approx(0.010))
+        assert not fired.is_set()
+        clock.set(1_050)
+        timer.wakeup()
+        assert fired.wait(GENEROUS_S)
+        assert wait_for(lambda: timeouts[-1] is None)  # idle again
+
+
+def test_reaper_is_woken_early_by_add_many_with_an_earlier_task(monkeypatch):
+    clock = FakeClock(0)
+    timer, timeouts = recording_timer(monkeypatch, "early-many", clock)
+    with timer:
+        timer.add(60_000, lambda: None)
+        # The sleep ends at that task's bucket, most of a minute away.
+        assert wait_for(lambda: timeouts and timeouts[-1] is not None and timeouts[-1] > 50)
+        planned = len(timeouts)
+        fired = threading.Event()
+        timer.add_many([5_000, 20], [lambda: None, fired.set])
+        # Without the wake-up the reaper would still be in its long sleep.
+        assert wait_for(lambda: len(timeouts) > planned)
+        assert timeouts[planned] == pytest.approx(0.020)
+        clock.set(20)
+        timer.wakeup()
+        assert fired.wait(GENEROUS_S)
+
+
+def test_add_many_with_only_later_tasks_does_not_wake_the_reaper(monkeypatch):
+    clock = FakeClock(0)
+    timer, timeouts = recording_timer(monkeypatch, "late-many", clock)
+    with timer:
+        timer.add(100_000, lambda: None)
+        assert wait_for(lambda: timeouts and timeouts[-1] is not None and timeouts[-1] > 50)
+        planned = len(timeouts)
+        timer.add_many([200_000, 300_000], [lambda: None, lambda: None])
+        time.sleep(0.2)
+        assert len(timeouts) == planned  # still in the same sleep
+
+
+def test_far_future_tasks_do_not_kill_the_reaper(caplog):
+    with caplog.at_level(logging.ERROR, logger="streamlog.timer"):
+        with SystemTimer("far") as timer:
+            # 10**13 ms is ~317 years: past threading.TIMEOUT_MAX as a sleep.
+            for delay_ms in (2**62, 10**13, 2**63 - 1):
+                timer.add(delay_ms, lambda: None)
+            time.sleep(0.05)  # the reaper plans its sleep for the earliest of them
+            fired = threading.Event()
+            timer.add(1, fired.set)
+            assert fired.wait(5)
+            assert timer.thread.is_alive()
+            assert len(timer) == 3
+    assert "reaper failed" not in caplog.text  # no error loop either: the sleep is clamped
+
+
+def test_deadlines_past_the_wheel_range_are_clamped_not_refused():
+    clock = FakeClock(1_000)
+    limit_ms = 2**62
+    with SystemTimer("clamp", clock_ms=clock) as timer:
+        for add in (lambda: timer.add(2**63 - 1, lambda: None),
+                    lambda: timer.add(10**30, lambda: None),
+                    lambda: timer.add_at(2**63 - 1, lambda: None),
+                    lambda: timer.add_at(10**30, lambda: None),
+                    lambda: timer.add_many([2**63 - 1, 10**30], [lambda: None] * 2),
+                    lambda: timer.add_many(np.array([2**63 - 1], dtype=np.int64),
+                                           [lambda: None])):
+            handles = add()
+            for handle in np.atleast_1d(handles).tolist():
+                assert timer._wheel.expiration(handle) == limit_ms
+        assert len(timer) == 7
+        fired = threading.Event()
+        timer.add_at(-(10**30), fired.set)  # long past: due at once
+        timer.wakeup()
+        assert fired.wait(GENEROUS_S)
+
+
+class FailingClock(FakeClock):
+    """Raises the first time the reaper thread reads it (a bug inside the reaper's loop)."""
+
+    def __init__(self, now_ms):
+        super().__init__(now_ms)
+        self.failures_left = 1
+
+    def __call__(self):
+        if (threading.current_thread().name.startswith("streamlog-timer-")
+                and self.failures_left):
+            self.failures_left -= 1
+            raise RuntimeError("clock read failed")
+        return super().__call__()
+
+
+def test_reaper_survives_an_error_in_its_own_loop_and_logs_it(caplog):
+    clock = FailingClock(0)
+    with caplog.at_level(logging.ERROR, logger="streamlog.timer"):
+        with SystemTimer("fault", clock_ms=clock) as timer:
+            assert wait_for(lambda: clock.failures_left == 0)
+            fired = threading.Event()
+            timer.add(5, fired.set)
+            clock.set(5)
+            timer.wakeup()
+            assert fired.wait(GENEROUS_S)
+            assert timer.thread.is_alive()
+    assert "reaper failed" in caplog.text and "clock read failed" in caplog.text
 
 
 def test_close_stops_the_reaper_and_drops_pending_tasks():
