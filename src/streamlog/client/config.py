@@ -12,8 +12,24 @@ from ..errors import InvalidConfigurationError
 from ..parsing import bad_value, parse_bool, parse_choice, parse_int
 
 
+# Kafka declares these settings Type.INT (ConsumerConfig / ProducerConfig), so a
+# value past int32 is refused there; the same here, rather than a 30-year
+# fetch.max.wait.ms reaching the timing wheel. Kafka's Type.LONG ones (linger.ms,
+# max.block.ms, buffer.memory) keep no upper bound: the timer clamps far deadlines.
+INT32_MAX = 2**31 - 1
+
+
 def _int(minimum=None):
     return lambda name, value: parse_int(repr(name), value, minimum)
+
+
+def _int32(minimum=None):
+    def parse(name, value):
+        value = parse_int(repr(name), value, minimum)
+        if value > INT32_MAX:
+            raise _bad(name, value, f"an integer <= {INT32_MAX} (an int32, as in Kafka)")
+        return value
+    return parse
 
 
 def _bool(name, value):
@@ -64,7 +80,7 @@ def _bad(name, value, rule):
 PRODUCER = {
     "acks": (1, _acks),
     "linger.ms": (0, _int(0)),
-    "batch.size": (16384, _int(0)),
+    "batch.size": (16384, _int32(0)),
     "compression.type": ("none", _choice("none", "gzip", "snappy", "lz4", "zstd")),
     "partitioner": ("default", _any),  # a name or a callable; checked by the producer
     "partitioner.ignore.keys": (False, _bool),
@@ -72,11 +88,11 @@ PRODUCER = {
     "transactional.id": (None, _optional_str),
     "key.serializer": (None, _callable_or_none),
     "value.serializer": (None, _callable_or_none),
-    "max.request.size": (1048576, _int(1)),
+    "max.request.size": (1048576, _int32(1)),
     "buffer.memory": (33554432, _int(1)),
     "max.block.ms": (60000, _int(0)),
-    "delivery.timeout.ms": (120000, _int(1)),
-    "request.timeout.ms": (30000, _int(1)),
+    "delivery.timeout.ms": (120000, _int32(1)),
+    "request.timeout.ms": (30000, _int32(1)),
     "client.id": ("", _optional_str),
 }
 
@@ -86,16 +102,16 @@ CONSUMER = {
     "client.id": ("", _optional_str),
     "auto.offset.reset": ("latest", _choice("earliest", "latest", "none")),
     "enable.auto.commit": (True, _bool),
-    "auto.commit.interval.ms": (5000, _int(0)),
+    "auto.commit.interval.ms": (5000, _int32(0)),
     "isolation.level": ("read_uncommitted", _choice("read_uncommitted", "read_committed")),
-    "fetch.min.bytes": (1, _int(1)),
-    "fetch.max.wait.ms": (500, _int(0)),
-    "fetch.max.bytes": (52428800, _int(0)),
-    "max.partition.fetch.bytes": (1048576, _int(1)),
-    "max.poll.records": (500, _int(1)),
-    "max.poll.interval.ms": (300000, _int(1)),
-    "session.timeout.ms": (45000, _int(1)),
-    "heartbeat.interval.ms": (3000, _int(1)),
+    "fetch.min.bytes": (1, _int32(1)),
+    "fetch.max.wait.ms": (500, _int32(0)),
+    "fetch.max.bytes": (52428800, _int32(0)),
+    "max.partition.fetch.bytes": (1048576, _int32(1)),
+    "max.poll.records": (500, _int32(1)),
+    "max.poll.interval.ms": (300000, _int32(1)),
+    "session.timeout.ms": (45000, _int32(1)),
+    "heartbeat.interval.ms": (3000, _int32(1)),
     "partition.assignment.strategy": (["range", "cooperative-sticky"], _strategies),
     "key.deserializer": (None, _callable_or_none),
     "value.deserializer": (None, _callable_or_none),
