@@ -2,8 +2,17 @@
 
 Single-threaded scenarios drive a TimingWheel by hand (the purgatory accepts
 any timer with add/cancel); the races use a real SystemTimer and 8 threads.
+
+Under the GIL, threads rarely switch between two particular lines, so a race
+test alone would pass a check-then-set force_complete almost always. The race
+tests therefore run with a tracer that yields the GIL (time.sleep(0)) before
+every line of force_complete, and two-thread tests pause one thread inside
+force_complete, right after its first statement (the test-and-set), while
+another completes or expires the operation: exactly one of them may win.
 """
+import contextlib
 import random
+import sys
 import threading
 import time
 
@@ -244,7 +253,39 @@ def test_long_poll_fetch_completes_on_append_or_on_max_wait(wheel, purgatory):
 # --- races ------------------------------------------------------------------------
 
 
+@contextlib.contextmanager
+def preempting_inside(function_name):
+    """Yield the GIL before every line of functions named function_name, in threads started here.
+
+    Covers the current thread and every thread started inside the block (the
+    SystemTimer's reaper too, if it is created inside); their tracer stays for
+    their lifetime, the hook for new threads is removed on exit.
+    """
+    def line(frame, event, arg):
+        if event == "line":
+            time.sleep(0)  # another thread may run between any two lines here
+        return line
+
+    def call(frame, event, arg):
+        return line if frame.f_code.co_name == function_name else None
+
+    previous_thread_hook = threading.gettrace()
+    previous = sys.gettrace()
+    threading.settrace(call)
+    sys.settrace(call)
+    try:
+        yield
+    finally:
+        sys.settrace(previous)
+        threading.settrace(previous_thread_hook)
+
+
 def test_each_operation_completes_exactly_once_with_8_threads_racing_the_timer():
+    with preempting_inside("force_complete"):
+        race_completers_against_the_timer()
+
+
+def race_completers_against_the_timer():
     rng = random.Random(42)
     keys = [f"key{i}" for i in range(16)]
     with SystemTimer("race") as timer:
@@ -286,6 +327,12 @@ def test_each_operation_completes_exactly_once_with_8_threads_racing_the_timer()
         stop.set()
         for t in threads:
             t.join(GENEROUS_S)
+        # The reaper may still be running expiries it took off the wheel (a completed
+        # operation's run() returns at once, but the tracer slows it): wait for a task
+        # due after all of theirs, which runs after them, before reading the counts.
+        drained = threading.Event()
+        timer.add(16, drained.set)
+        assert drained.wait(GENEROUS_S)
         assert not errors
         assert all(op.is_completed for op, _ in ops)
         assert [op.completions for op, _ in ops] == [1] * len(ops)
@@ -297,7 +344,7 @@ def test_each_operation_completes_exactly_once_with_8_threads_racing_the_timer()
 
 
 def test_force_complete_has_exactly_one_winner_among_8_threads_and_the_timer():
-    with SystemTimer("cas") as timer:
+    with preempting_inside("force_complete"), SystemTimer("cas") as timer:
         for _ in range(200):
             op = MockOperation(0)
             barrier = threading.Barrier(8)
@@ -323,3 +370,80 @@ def test_force_complete_has_exactly_one_winner_among_8_threads_and_the_timer():
             assert timer_ran.wait(GENEROUS_S)
             assert op.completions == 1
             assert len(wins) + op.expirations == 1
+
+
+class PausedInsideForceComplete:
+    """Runs target() on a thread that stops inside force_complete after its first statement.
+
+    The first statement is where the completed flag is tested and set; the
+    thread waits there (holding whatever that statement took) until resume().
+    """
+
+    def __init__(self, target):
+        self.paused = threading.Event()
+        self._resume = threading.Event()
+        self.result = []
+        self._thread = threading.Thread(target=self._run, args=(target,))
+
+    def _tracer(self, frame, event, arg):
+        if frame.f_code.co_name != "force_complete" or self.paused.is_set():
+            return None
+        lines = []
+
+        def line(frame, event, arg):
+            if event == "line":
+                lines.append(frame.f_lineno)
+                if len(lines) == 2:  # the first statement has run, the second not yet
+                    self.paused.set()
+                    self._resume.wait(GENEROUS_S)
+            return line
+        return line
+
+    def _run(self, target):
+        sys.settrace(self._tracer)
+        try:
+            self.result.append(target())
+        finally:
+            sys.settrace(None)
+
+    def start(self):
+        self._thread.start()
+        assert self.paused.wait(GENEROUS_S), "never reached force_complete"
+        return self
+
+    def resume(self):
+        self._resume.set()
+        self._thread.join(GENEROUS_S)
+        assert not self._thread.is_alive()
+        return self.result[0] if self.result else None
+
+
+def test_force_complete_paused_after_its_check_and_a_second_force_complete_has_one_winner():
+    op = MockOperation(100_000)
+    first = PausedInsideForceComplete(op.force_complete).start()
+    second = op.force_complete()
+    assert [first.resume(), second].count(True) == 1
+    assert op.completions == 1
+
+
+def test_force_complete_paused_after_its_check_and_the_timer_expiring_it_has_one_winner(
+        wheel, purgatory):
+    op = MockOperation(10)
+    purgatory.try_complete_else_watch(op, ["k"])
+    first = PausedInsideForceComplete(op.force_complete).start()
+    wheel.advance(10)  # the expiry: run() = force_complete(), then on_expiration() if it won
+    won = first.resume()
+    assert op.completions == 1
+    assert (won, op.expirations) in ((True, 0), (False, 1))
+    assert purgatory.num_delayed() == 0
+
+
+def test_expiry_paused_after_its_check_and_check_and_complete_has_one_winner(wheel, purgatory):
+    op = MockOperation(10)
+    purgatory.try_complete_else_watch(op, ["k"])
+    expiry = PausedInsideForceComplete(lambda: wheel.advance(10)).start()
+    op.completable = True
+    completed_by_check = purgatory.check_and_complete("k")
+    assert expiry.resume() == 1  # the expiry task ran
+    assert op.completions == 1
+    assert completed_by_check + op.expirations == 1
