@@ -13,7 +13,8 @@
    contiguous numpy buffers, no per-record objects: what poll_batch and the
    Spark reader use), against the same SELECT.
 3. 1 KiB values: append vs a raw sequential write (+ one fsync) of exactly the
-   bytes the log ends up holding.
+   bytes the log ends up holding, both of batches already encoded and encoding
+   from Python lists (target >= 0.5x for each).
 """
 import gc
 import os
@@ -211,8 +212,10 @@ def main():
         mb = len(data) / 1e6
         results.add(f"append {n_kib:,} x 1 KiB, encoded batches", mb / t_log, "MB/s",
                     t_raw / t_log, 0.5, "raw sequential write")
+        # The target ("1 KiB-value append >= 50% of a raw sequential write of the same bytes")
+        # holds for both rows: appending what a producer hands over includes encoding it.
         results.add(f"append {n_kib:,} x 1 KiB, encoding from Python lists", mb / t_full, "MB/s",
-                    t_raw / t_full, None, "raw sequential write")
+                    t_raw / t_full, 0.5, "raw sequential write")
         results.add("  raw sequential write of the same bytes + fsync", mb / t_raw, "MB/s")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
