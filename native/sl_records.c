@@ -154,15 +154,6 @@ static inline int get_varint_u64(const uint8_t *p, const uint8_t *end, int max_b
     return -1;
 }
 
-/* One decoded record: positions are relative to the buffer handed to the decoder. */
-typedef struct {
-    int64_t timestamp_delta;
-    int32_t offset_delta;
-    int32_t key_pos, key_len;
-    int32_t value_pos, value_len;
-    int32_t header_pos, header_len, header_count;
-} sl_record_view;
-
 /* Field readers for decode_record: on failure set rc and jump to its single exit. */
 #define READ_VARINT(dst)                                                                          \
     do {                                                                                          \
@@ -252,6 +243,20 @@ static int decode_record(const uint8_t *buf, const uint8_t **pp, const uint8_t *
 done:
     *pp = p;
     return rc;
+}
+
+int sl_record_next(const uint8_t *buf, const uint8_t **pp, const uint8_t *end, sl_record_view *r)
+{
+    return decode_record(buf, pp, end, r);
+}
+
+int sl_read_varint(const uint8_t *p, const uint8_t *end, int32_t *out)
+{
+    uint64_t u;
+    int used = get_varint_u64(p, end, SL_MAX_VARINT, &u);
+    if (used > 0)
+        *out = unzz32((uint32_t)u);
+    return used;
 }
 
 #undef READ_VARINT
@@ -346,140 +351,4 @@ int64_t sl_marshal_slices(const uint8_t *src, const int32_t *pos, const int32_t 
         p += l;
     }
     return (int64_t)(p - dst);
-}
-
-/* marshal's TYPE_INT for int32 values, else TYPE_LONG: a signed digit count and
- * 15-bit digits, least significant first. At most 15 bytes for an int64. */
-static inline uint8_t *put_marshal_int(uint8_t *p, int64_t v)
-{
-    if (v >= INT32_MIN && v <= INT32_MAX) {
-        *p++ = 'i';
-        return put_le32(p, (uint32_t)(int32_t)v);
-    }
-    uint64_t mag = v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v;
-    int32_t digits = 0;
-    uint8_t *count = p + 1;
-    p += 5;
-    while (mag) {
-        uint16_t d = (uint16_t)(mag & 0x7fff);
-        p[0] = (uint8_t)d;
-        p[1] = (uint8_t)(d >> 8);
-        p += 2;
-        mag >>= 15;
-        digits++;
-    }
-    count[-1] = 'l';
-    put_le32(count, (uint32_t)(v < 0 ? -digits : digits));
-    return p;
-}
-
-static inline uint8_t *put_marshal_bytes(uint8_t *p, const uint8_t *src, int32_t len)
-{
-    if (len < 0) {
-        *p++ = 'N';
-        return p;
-    }
-    *p++ = 's';
-    p = put_le32(p, (uint32_t)len);
-    memcpy(p, src, (size_t)len);
-    return p + len;
-}
-
-/* per record, record form: small-tuple header (2) + topic ref (5) + partition (5) +
- * offset (15) + timestamp (15) + timestamp type (5) + key and value headers (5 each) +
- * empty headers tuple (2) */
-#define SL_MARSHAL_RECORD_OVERHEAD (2 + 5 + 5 + 15 + 15 + 5 + 5 + 5 + 2)
-
-size_t sl_records_marshal_bound(size_t len, int32_t n, int32_t topic_len)
-{
-    return 5 + (n > 0 ? (size_t)n * SL_MARSHAL_RECORD_OVERHEAD : 0) + len +
-           (topic_len > 0 ? 5 + (size_t)topic_len : 0);
-}
-
-int64_t sl_records_to_marshal(const uint8_t *buf, size_t len, int32_t n,
-                              const sl_marshal_spec *spec, uint8_t *dst, size_t cap,
-                              size_t *err_pos, int32_t *with_headers, int32_t *emitted)
-{
-    const uint8_t *p = buf;
-    const uint8_t *const buf_end = buf + len;
-    *err_pos = 0;
-    *with_headers = 0;
-    *emitted = 0;
-    if (n < 0 || len > INT32_MAX || (spec->topic && spec->topic_len < 0))
-        return SL_ERR_BAD_ARGUMENT;
-    if (sl_records_marshal_bound(len, n, spec->topic ? spec->topic_len : 0) > cap)
-        return SL_ERR_BUFFER_TOO_SMALL;
-    uint8_t *q = dst;
-    /* Millisecond timestamps do not fit marshal's int32 and its long decoding is slow,
-     * but within a batch they repeat: each distinct large value is written once,
-     * flagged as referenceable, and repeats become 5-byte back-references that
-     * share one int object. The topic string is reference 0 in the record form. */
-    uint32_t refs = 0, last_ref = 0, topic_ref = 0;
-    int64_t last_ts = 0;
-    int have_last = 0, have_topic = 0;
-    int32_t count = 0;
-    *q++ = '[';
-    uint8_t *count_at = q;
-    q += 4; /* the count is known only at the end: records below min_offset are skipped */
-    for (int32_t i = 0; i < n; i++) {
-        sl_record_view r;
-        int rc = decode_record(buf, &p, buf_end, &r);
-        if (rc != SL_OK) {
-            *err_pos = (size_t)(p - buf);
-            return rc;
-        }
-        int64_t offset = spec->base_offset + r.offset_delta;
-        if (offset < spec->min_offset)
-            continue;
-        int64_t ts = spec->use_fixed ? spec->fixed_timestamp
-                                     : spec->base_timestamp + r.timestamp_delta;
-        *q++ = ')';
-        if (spec->topic) {
-            *q++ = 8;
-            if (have_topic) {
-                *q++ = 'r';
-                q = put_le32(q, topic_ref);
-            } else {
-                *q++ = 'u' | 0x80; /* FLAG_REF */
-                q = put_le32(q, (uint32_t)spec->topic_len);
-                memcpy(q, spec->topic, (size_t)spec->topic_len);
-                q += spec->topic_len;
-                topic_ref = refs++;
-                have_topic = 1;
-            }
-            q = put_marshal_int(q, spec->partition);
-        } else {
-            *q++ = 4;
-        }
-        q = put_marshal_int(q, offset);
-        if (ts >= INT32_MIN && ts <= INT32_MAX) {
-            q = put_marshal_int(q, ts);
-        } else if (have_last && ts == last_ts) {
-            *q++ = 'r';
-            q = put_le32(q, last_ref);
-        } else {
-            uint8_t *flag = q;
-            q = put_marshal_int(q, ts);
-            *flag |= 0x80; /* FLAG_REF: later 'r' items may name this object */
-            last_ts = ts;
-            last_ref = refs++;
-            have_last = 1;
-        }
-        if (spec->topic)
-            q = put_marshal_int(q, spec->timestamp_type);
-        q = put_marshal_bytes(q, buf + r.key_pos, r.key_len);
-        q = put_marshal_bytes(q, buf + r.value_pos, r.value_len);
-        if (spec->topic) {
-            *q++ = ')'; /* headers: the empty tuple */
-            *q++ = 0;
-        }
-        *with_headers += r.header_count > 0;
-        count++;
-    }
-    *err_pos = (size_t)(p - buf);
-    if (p != buf_end)
-        return SL_ERR_TRAILING_BYTES;
-    put_le32(count_at, (uint32_t)count);
-    *emitted = count;
-    return (int64_t)(q - dst);
 }

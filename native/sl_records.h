@@ -82,34 +82,27 @@ size_t sl_marshal_bound(const int32_t *lens, int32_t n);
 int64_t sl_marshal_slices(const uint8_t *src, const int32_t *pos, const int32_t *lens, int32_t n,
                           uint8_t *dst, size_t cap);
 
-/* What sl_records_to_marshal writes for each record. */
+/* One decoded record: positions are relative to the buffer handed to the decoder;
+ * a null key or value has length -1 and position 0. The headers section starts
+ * with its headerCount varint. */
 typedef struct {
-    int64_t base_offset;
-    int64_t base_timestamp;
-    int64_t fixed_timestamp; /* every record's timestamp when use_fixed (LogAppendTime) */
-    int64_t min_offset;      /* records with a lower offset are skipped */
-    const uint8_t *topic;    /* UTF-8 topic name, or NULL for the short form */
-    int32_t topic_len;
-    int32_t partition;
-    int32_t timestamp_type;
-    int32_t use_fixed;
-} sl_marshal_spec;
+    int64_t timestamp_delta;
+    int32_t offset_delta;
+    int32_t key_pos, key_len;
+    int32_t value_pos, value_len;
+    int32_t header_pos, header_len, header_count;
+} sl_record_view;
 
 /*
- * Decode n records from the len bytes at buf (the same checks as
- * sl_records_decode) straight into marshal's encoding of a list of tuples:
- *   short form (topic NULL): (offset, timestamp, key, value)
- *   record form:             (topic, partition, offset, timestamp, timestamp_type, key, value, ())
- * offsets and timestamps are base + delta. The topic string is written once
- * and back-referenced. Headers are left out (the record form puts ());
- * *with_headers gets how many emitted records have any. *emitted gets how
- * many records were written (those at or above min_offset). Returns bytes
- * written or a negative SL_ERR_*; *err_pos as in sl_records_decode. dst needs
- * sl_records_marshal_bound(len, n, topic_len) bytes.
+ * Decode the record at *pp into *r with every check of sl_records_decode,
+ * never reading at or past end. *pp moves past the record on SL_OK, and to the
+ * offending byte otherwise. For decoders that build their own output
+ * (native/py_records.c).
  */
-size_t sl_records_marshal_bound(size_t len, int32_t n, int32_t topic_len);
-int64_t sl_records_to_marshal(const uint8_t *buf, size_t len, int32_t n,
-                              const sl_marshal_spec *spec, uint8_t *dst, size_t cap,
-                              size_t *err_pos, int32_t *with_headers, int32_t *emitted);
+int sl_record_next(const uint8_t *buf, const uint8_t **pp, const uint8_t *end, sl_record_view *r);
+
+/* Read one zig-zag varint at p (not past end) into *out: returns the bytes
+ * used, 0 when truncated, -1 when longer than 5 bytes. */
+int sl_read_varint(const uint8_t *p, const uint8_t *end, int32_t *out);
 
 #endif

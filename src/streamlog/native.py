@@ -1,9 +1,10 @@
-"""The one module that touches the cffi extension `streamlog._native`.
+"""The one module that touches the compiled code: `streamlog._native` (cffi) and
+`streamlog._records` (the CPython extension that builds decoded records).
 
-It loads the compiled module (unless STREAMLOG_NO_NATIVE=1 asks for the
-pure-Python paths), converts Python buffers to C pointers, and turns C return
-codes into typed exceptions. Everything above it calls these functions, never
-`lib` directly, so the Python fallbacks can share one interface with them.
+It loads them (unless STREAMLOG_NO_NATIVE=1 asks for the pure-Python paths),
+converts Python buffers to C pointers, and turns C return codes into typed
+exceptions. Everything above it calls these functions, never `lib` directly,
+so the Python fallbacks can share one interface with them.
 
 AVAILABLE tells whether the native paths are in use; UNAVAILABLE_REASON says
 why not.
@@ -18,13 +19,14 @@ from .errors import CorruptRecordError, StreamlogError, TimerClosedError
 
 AVAILABLE = False
 UNAVAILABLE_REASON = None
-ffi = lib = None
+ffi = lib = _records = None
 
 if os.environ.get("STREAMLOG_NO_NATIVE", "") not in ("", "0"):
     UNAVAILABLE_REASON = "disabled by STREAMLOG_NO_NATIVE"
 else:
     try:
         from ._native import ffi, lib  # noqa: F811
+        from . import _records  # noqa: F811
 
         AVAILABLE = True
     except ImportError as exc:  # an install without a compiler: Python paths still work
@@ -142,41 +144,31 @@ def _scratch(size):
 
 def records_to_tuples(buf, pos, length, n, base_offset, base_timestamp, fixed_timestamp=None,
                       path=None, file_position=None, topic=None, partition=0, timestamp_type=0,
-                      min_offset=None):
+                      min_offset=None, record_type=None):
     """Decode n records of buf[pos:pos+length] into a list of tuples.
 
     Short form: (offset, timestamp, key, value). With `topic` (a str), the
-    record form: (topic, partition, offset, timestamp, timestamp_type, key,
-    value, ()). Records below min_offset are skipped. Returns (tuples,
-    records_with_headers). One C pass writes marshal's encoding of the list
-    and marshal.loads builds every object in C. Raises CorruptRecordError as
+    record form: record_type(topic, partition, offset, timestamp,
+    timestamp_type, key, value, headers), headers a tuple of (str, bytes)
+    pairs; record_type is a tuple subclass, or None for plain tuples.
+    Records below min_offset are skipped. Returns (tuples,
+    records_with_headers). One C call (native/py_records.c) makes every
+    object, untracked by the cyclic GC. Raises CorruptRecordError as
     records_decode does.
     """
-    spec = ffi.new("sl_marshal_spec *")
-    spec.base_offset = base_offset
-    spec.base_timestamp = base_timestamp
-    spec.use_fixed = fixed_timestamp is not None
-    spec.fixed_timestamp = fixed_timestamp or 0
-    spec.min_offset = -(2**63) if min_offset is None else min_offset
-    spec.partition = partition
-    spec.timestamp_type = timestamp_type
-    topic_len = 0
-    if topic is not None:
-        topic_bytes = topic.encode("utf-8")
-        topic_c = ffi.from_buffer(topic_bytes)
-        spec.topic = topic_c
-        spec.topic_len = topic_len = len(topic_bytes)
-    cap = lib.sl_records_marshal_bound(length, n, topic_len)
-    out = _scratch(cap)
-    err_pos = ffi.new("size_t *")
-    counts = ffi.new("int32_t[2]")
-    written = lib.sl_records_to_marshal(ffi.from_buffer(buf) + pos, length, n, spec,
-                                        ffi.from_buffer(out), cap, err_pos, counts, counts + 1)
-    if written < 0:
-        at = None if file_position is None else file_position + err_pos[0]
-        raise CorruptRecordError(f"malformed record: {_DECODE_ERRORS.get(written, written)}",
-                                 path, at)
-    return marshal.loads(memoryview(out)[:written]), counts[0]
+    view = memoryview(buf)[pos:pos + length] if pos or length != len(buf) else buf
+    try:
+        return _records.records_to_list(
+            view, n, base_offset, base_timestamp, fixed_timestamp,
+            -(2**63) if min_offset is None else min_offset, topic, partition, timestamp_type,
+            record_type)
+    except ValueError as exc:
+        if len(exc.args) != 2:  # not a decode error: (code, position)
+            raise
+        code, at = exc.args
+        where = None if file_position is None else file_position + at
+        raise CorruptRecordError(f"malformed record: {_DECODE_ERRORS.get(code, code)}", path,
+                                 where) from None
 
 
 def slices_to_list(src, pos, lens):

@@ -199,6 +199,8 @@ def test_record_form_and_min_offset_agree(records, base_offset, data):
     assert a == b
     rows, with_headers = a
     assert [r[2] for r in rows] == list(range(min_offset, base_offset + n))
-    assert all(r[0] == topic and r[1] == 7 and r[4] == 1 and r[7] == () for r in rows)
+    assert all(r[0] == topic and r[1] == 7 and r[4] == 1 for r in rows)
+    assert [r[7] for r in rows] == [tuple(map(tuple, records[o - base_offset][2]))
+                                    for o in range(min_offset, base_offset + n)]
     assert with_headers == sum(1 for i, r in enumerate(records) if r[2] and
                                base_offset + i >= min_offset)

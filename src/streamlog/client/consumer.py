@@ -12,10 +12,9 @@ NoOffsetForPartitionError), moves past each record returned and past
 control batches and compaction gaps, and is reset the same way when a fetch
 finds it out of range (OffsetOutOfRangeError under "none").
 
-Records are decoded a whole batch at a time (one native pass into columns,
-keys and values made by marshal in C) and zipped into Record tuples;
-poll_batch() returns the columns instead (client.records.RecordColumns),
-never a Python object per record.
+Records are decoded a whole batch at a time: one native call makes every
+Record of the batch (native/py_records.c); poll_batch() returns columns
+instead (client.records.RecordColumns), never a Python object per record.
 
 Partitions come from assign() (the application picks them) or from
 subscribe() (the consumer joins its group_id's group and the group's
@@ -34,7 +33,6 @@ import math
 import threading
 import time
 from collections import deque
-from itertools import repeat
 from typing import NamedTuple
 
 import numpy as np
@@ -45,12 +43,9 @@ from ..storage import codec
 from ..structs import OffsetAndMetadata, TopicPartition
 from .config import CONSUMER, resolve
 from .group_member import GroupMembership, parse_subscription
-from .records import Record, RecordColumns, make_record
+from .records import Record, RecordColumns
 
 EARLIEST, LATEST = -2, -1
-_tuple_new = tuple.__new__
-# Batches up to this many records decode through RecordBatch.tuples() (see _decode_small).
-_SMALL_BATCH = 32
 
 
 class OffsetAndTimestamp(NamedTuple):
@@ -460,51 +455,15 @@ class Consumer:
         return taken
 
     def _decode(self, tp, batch):
-        """The batch's Records at or above the position.
+        """The batch's Records at or above the position: one native call makes them all.
 
-        Built from columns through zip(), which reuses its result tuple, so each
-        record costs one tracked allocation (the Record) like a database row
-        does. (Rejected: the native decoder's ready-made 8-tuples -- copying
-        each into a Record doubles the tuples the cyclic GC has to chase, which
-        measured 2x slower in long drains.)
+        (Rejected, measured on 1M-record drains: zipping numpy columns into
+        Records in Python, and marshal-built tuples copied into Records --
+        both leave every Record tracked by the cyclic GC, whose collections
+        then cost more than the decoding; see native/py_records.c.)
         """
-        if batch.records_count <= _SMALL_BATCH:
-            return self._decode_small(tp, batch)
-        recs = batch.records(self._verify)
-        offsets = recs.offsets
-        start = int(np.searchsorted(offsets, self._positions[tp]))
-        n = len(offsets) - start
-        if n <= 0:
-            return []
-        stamps = recs.timestamps
-        if stamps[0] == stamps[-1] and (stamps == stamps[0]).all():
-            stamps = repeat(int(stamps[0]), n)
-        else:
-            stamps = stamps[start:].tolist()
-        keys = recs.keys()
-        values = recs.values()
-        if start:
-            keys, values = keys[start:], values[start:]
-        headers = repeat((), n)
-        if recs.header_counts[start:].any():
-            headers = [tuple(h) for h in recs.headers()[start:]]
-        # tuple.__new__ straight from map() (no functools.partial layer): ~15% faster.
-        records = list(map(_tuple_new, repeat(Record, n),
-                           zip(repeat(tp.topic, n), repeat(tp.partition, n),
-                               offsets[start:].tolist(), stamps,
-                               repeat(batch.timestamp_type, n), keys, values, headers)))
-        return self._deserialize(records)
-
-    def _decode_small(self, tp, batch):
-        """A few records: one native call that emits the Record tuples (fixed cost ~5x less
-        than the column path, whose numpy set-up dominates for a handful of records)."""
-        rows, with_headers = batch.tuples(self._verify, tp.topic, tp.partition,
-                                          self._positions[tp])
-        records = list(map(make_record, rows))
-        if with_headers:
-            by_offset = dict(zip(batch.records(verify=False).offsets.tolist(),
-                                 batch.records(verify=False).headers()))
-            records = [r._replace(headers=tuple(by_offset[r.offset])) for r in records]
+        records, _ = batch.tuples(self._verify, tp.topic, tp.partition, self._positions[tp],
+                                  Record)
         return self._deserialize(records)
 
     def _deserialize(self, records):

@@ -1,8 +1,7 @@
 """What clients hand back: Record, RecordMetadata, and the columnar RecordColumns.
 
 Record and RecordMetadata are named tuples (attribute access in C, cheap to
-build in bulk: the consumer makes them straight from the tuples the native
-decoder emits). A record's headers are a tuple of (str key, bytes value)
+build in bulk: the native decoder makes the consumer's Records directly). A record's headers are a tuple of (str key, bytes value)
 pairs, () when it has none.
 
 RecordColumns is one partition's worth of records as columns, for readers
@@ -11,7 +10,6 @@ int64, keys and values as Arrow-style (data, offsets, null mask) buffers.
 to_arrow() turns it into a pyarrow.RecordBatch with the schema of Spark's
 Kafka source.
 """
-from functools import partial
 from typing import NamedTuple
 
 import numpy as np
@@ -35,10 +33,6 @@ class RecordMetadata(NamedTuple):
     partition: int
     offset: int
     timestamp: int
-
-
-# Record straight from an 8-tuple, skipping the keyword-parsing __new__.
-make_record = partial(tuple.__new__, Record)
 
 
 class RecordColumns:

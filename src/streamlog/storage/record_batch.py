@@ -29,7 +29,8 @@ import numpy as np
 
 from ..errors import CorruptRecordError, InvalidRecordError
 from . import codec, compression
-from .varint import MalformedRecord, decode_varint, encode_varint
+from .records_py import decode_headers
+from .varint import encode_varint
 
 HEADER = struct.Struct(">qiibIhiqqqhii")
 
@@ -222,15 +223,15 @@ class RecordBatch:
         cols = codec.records_decode(buf, pos, length, self.records_count, self.path, file_pos)
         return Records(self, buf, cols)
 
-    def tuples(self, verify=True, topic=None, partition=0, min_offset=None):
+    def tuples(self, verify=True, topic=None, partition=0, min_offset=None, record_type=None):
         """([(offset, timestamp, key, value), ...], records_with_headers), CRC checked first.
 
         The fast path to per-record Python objects: one native pass builds
         them all (see streamlog.native.records_to_tuples). With `topic`, the
-        tuples are whole records: (topic, partition, offset, timestamp,
-        timestamp_type, key, value, ()). Records below min_offset are left
-        out. Headers are not included; when records_with_headers > 0, read
-        them with records().
+        tuples are whole records, of record_type (a tuple subclass) when
+        given: (topic, partition, offset, timestamp, timestamp_type, key,
+        value, headers), headers a tuple of (str, bytes) pairs. Records below
+        min_offset are left out.
         """
         if verify:
             self.ensure_valid()
@@ -238,7 +239,7 @@ class RecordBatch:
         fixed = self.max_timestamp if self.timestamp_type == LOG_APPEND_TIME else None
         return codec.records_to_tuples(buf, pos, length, self.records_count, self.base_offset,
                                        self.base_timestamp, fixed, self.path, file_pos, topic,
-                                       partition, self.timestamp_type, min_offset)
+                                       partition, self.timestamp_type, min_offset, record_type)
 
     def control_type(self):
         """CONTROL_ABORT / CONTROL_COMMIT / other type id of a control batch's record."""
@@ -332,27 +333,6 @@ def encode_headers(headers):
             out += encode_varint(len(value))
             out += value
     return bytes(out)
-
-
-def decode_headers(buf, pos, end):
-    view = memoryview(buf).cast("B") if not isinstance(buf, bytes) else buf
-    try:
-        count, pos = decode_varint(view, pos, end)
-        out = []
-        for _ in range(count):
-            klen, pos = decode_varint(view, pos, end)
-            key = bytes(view[pos:pos + klen]).decode("utf-8", errors="replace")
-            pos += klen
-            vlen, pos = decode_varint(view, pos, end)
-            if vlen < 0:
-                value = None
-            else:
-                value = bytes(view[pos:pos + vlen])
-                pos += vlen
-            out.append((key, value))
-    except MalformedRecord as exc:  # already framed-checked by the decoder; be safe anyway
-        raise CorruptRecordError(f"malformed record headers: {exc}") from None
-    return out
 
 
 # --- building ------------------------------------------------------------

@@ -5,6 +5,8 @@ streamlog.native, record by record in plain Python: the native path is tested
 against this one, and this one is what runs when the extension is absent or
 STREAMLOG_NO_NATIVE=1 is set.
 """
+from functools import partial
+
 import numpy as np
 
 from ..errors import CorruptRecordError
@@ -152,12 +154,35 @@ def slices_to_list(src, pos, lens):
     return [buf[p:p + n] if n >= 0 else None for p, n in zip(pos.tolist(), lens.tolist())]
 
 
+def decode_headers(buf, pos, end):
+    """[(key str, value bytes or None), ...] of one record's headers section."""
+    view = memoryview(buf).cast("B") if not isinstance(buf, bytes) else buf
+    try:
+        count, pos = decode_varint(view, pos, end)
+        out = []
+        for _ in range(count):
+            klen, pos = decode_varint(view, pos, end)
+            key = bytes(view[pos:pos + klen]).decode("utf-8", errors="replace")
+            pos += klen
+            vlen, pos = decode_varint(view, pos, end)
+            if vlen < 0:
+                value = None
+            else:
+                value = bytes(view[pos:pos + vlen])
+                pos += vlen
+            out.append((key, value))
+    except MalformedRecord as exc:  # already framed-checked by the decoder; be safe anyway
+        raise CorruptRecordError(f"malformed record headers: {exc}") from None
+    return out
+
+
 def records_to_tuples(buf, pos, length, n, base_offset, base_timestamp, fixed_timestamp=None,
                       path=None, file_position=None, topic=None, partition=0, timestamp_type=0,
-                      min_offset=None):
+                      min_offset=None, record_type=None):
     """Same result as streamlog.native.records_to_tuples, through the column decoder."""
     cols = records_decode(buf, pos, length, n, path, file_position)
-    offset_deltas, ts_deltas, key_pos, key_lens, value_pos, value_lens, _, _, counts = cols
+    offset_deltas, ts_deltas, key_pos, key_lens, value_pos, value_lens, header_pos, \
+        header_lens, counts = cols
     offsets = (offset_deltas.astype("int64") + base_offset).tolist()
     if fixed_timestamp is None:
         stamps = (ts_deltas + base_timestamp).tolist()
@@ -168,8 +193,13 @@ def records_to_tuples(buf, pos, length, n, base_offset, base_timestamp, fixed_ti
     keep = [i for i, off in enumerate(offsets) if min_offset is None or off >= min_offset]
     with_headers = int(sum(1 for i in keep if counts[i] > 0))
     if topic is None:
-        rows = [(offsets[i], stamps[i], keys[i], values[i]) for i in keep]
-    else:
-        rows = [(topic, partition, offsets[i], stamps[i], timestamp_type, keys[i], values[i], ())
-                for i in keep]
-    return rows, with_headers
+        return [(offsets[i], stamps[i], keys[i], values[i]) for i in keep], with_headers
+
+    def headers(i):
+        if not counts[i]:
+            return ()
+        start = int(header_pos[i])
+        return tuple(decode_headers(buf, start, start + int(header_lens[i])))
+    make = tuple if record_type is None else partial(tuple.__new__, record_type)
+    return [make((topic, partition, offsets[i], stamps[i], timestamp_type, keys[i], values[i],
+                  headers(i))) for i in keep], with_headers
