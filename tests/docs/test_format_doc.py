@@ -4,9 +4,15 @@ import re
 
 import pytest
 
-from streamlog.storage import files, record_batch
+from streamlog.storage import checkpoint, files, record_batch
+from streamlog.storage.log_directory import LogDirectory
 from streamlog.storage.offset_index import OffsetIndex
 from streamlog.storage.time_index import TimeIndex
+from streamlog.storage.varint import (MAX_VARINT_BYTES, MAX_VARLONG_BYTES, encode_varint,
+                                      encode_varlong)
+from streamlog.structs import TopicPartition
+
+from support import config, make_batch
 
 DOC = os.path.join(os.path.dirname(__file__), "..", "..", "docs", "FORMAT.md")
 
@@ -117,3 +123,137 @@ def test_consumer_offsets_table_matches_the_store():
     assert value == [str(offsets._VALUE_VERSION), *offsets.GroupRecord._fields]
     assert offsets.OFFSETS_TOPIC_CONFIG == {"cleanup.policy": "compact",
                                             "segment.bytes": 104857600}
+
+
+# --- Record ------------------------------------------------------------------
+
+
+def read_varint(buf, pos):
+    """(value, next pos) of a zig-zag varint, decoded as the doc describes it (no code reuse)."""
+    shift = raw = 0
+    while True:
+        byte = buf[pos]
+        pos += 1
+        raw |= (byte & 0x7F) << shift
+        shift += 7
+        if not byte & 0x80:
+            return (raw >> 1) ^ -(raw & 1), pos
+
+
+def read_field(buf, pos, kind, previous):
+    """(value, next pos) of one field of the doc's Record table, by its type cell."""
+    if kind in ("varint", "varlong"):
+        return read_varint(buf, pos)
+    if kind == "int8":
+        return int.from_bytes(buf[pos:pos + 1], "big", signed=True), pos + 1
+    assert kind in ("bytes", ""), kind
+    assert isinstance(previous, int), "a bytes field must follow its length"
+    if previous < 0:  # the preceding length said null
+        return None, pos
+    return bytes(buf[pos:pos + previous]), pos + previous
+
+
+def test_record_table_decodes_records_the_code_wrote():
+    """Decode a batch built by the code field by field in the table's order, types and sizes."""
+    rows = table_after("Record")
+    # The order is left to the decoding below to check: any other order misreads the bytes.
+    assert {r[0] for r in rows} == {"length", "attributes", "timestampDelta", "offsetDelta",
+                                    "keyLength", "key", "valueLength", "value", "headerCount",
+                                    "headers"} and rows[-1][0] == "headers"
+    # The headers row describes its own layout: "headerCount times: <part>, <part>, ...".
+    header_parts = [p.strip() for p in rows[-1][2].split("times:", 1)[1].split(",")]
+    header_layout = [(p.split()[0], "varint" if " varint" in p else "") for p in header_parts]
+    assert sorted(header_layout) == [("key", ""), ("keyLength", "varint"), ("value", ""),
+                                     ("valueLength", "varint")]  # their order: checked below
+    assert rows[-1][2].startswith(f"{rows[-2][0]} times")
+
+    written = [  # (key, value, headers, timestamp)
+        (b"key-0", b"value-0", [("h1", b"x"), ("h2", None)], 1_700_000_000_000),
+        (None, None, [], 1_700_000_000_000 - 3),  # a tombstone with a null key, going back in time
+        (b"", b"v" * 200, [("", b"")], 1_700_000_000_000 + 2**40),  # long value: 2-byte varint
+    ]
+    batch = record_batch.build_batch([w[1] for w in written], keys=[w[0] for w in written],
+                                     headers=[w[2] for w in written],
+                                     timestamps=[w[3] for w in written], base_offset=1000)
+    parsed = record_batch.RecordBatch(batch)
+    section = bytes(batch[record_batch.RECORDS_OFFSET:])
+    pos = 0
+    for i, (key, value, headers, timestamp) in enumerate(written):
+        fields = {}
+        previous = None
+        for name, kind, _notes in rows[:-1]:
+            fields[name], pos = read_field(section, pos, kind, previous)
+            previous = fields[name]
+            if name == "length":
+                record_end = pos + fields["length"]  # "bytes after this field"
+        got_headers = []
+        for _ in range(fields["headerCount"]):
+            header = {}
+            previous = None
+            for name, kind in header_layout:
+                header[name], pos = read_field(section, pos, kind, previous)
+                previous = header[name]
+            got_headers.append((header["key"].decode("utf-8"), header["value"]))
+        assert pos == record_end, f"record {i}: length does not cover the fields"
+        assert fields["attributes"] == 0
+        assert fields["timestampDelta"] == timestamp - parsed.base_timestamp
+        assert fields["offsetDelta"] == i
+        assert (fields["keyLength"] == -1) == (key is None)  # "-1 = null key"
+        assert (fields["valueLength"] == -1) == (value is None)  # "-1 = null value"
+        assert (fields["key"], fields["value"], got_headers) == (key, value, headers)
+    assert pos == len(section)
+
+
+def test_varint_sizes_in_the_doc_hold():
+    text = open(DOC, encoding="utf-8").read()
+    assert f"A varint takes at most {MAX_VARINT_BYTES} bytes, a\nvarlong {MAX_VARLONG_BYTES}" \
+        in text
+    assert len(encode_varint(-2**31)) == MAX_VARINT_BYTES
+    assert len(encode_varlong(-2**63)) == MAX_VARLONG_BYTES
+    for v in (0, -1, 1, 63, -64, 64, 2**31 - 1, -2**31):  # zig-zag, 7 bits at a time, LSB first
+        assert read_varint(encode_varint(v), 0) == (v, len(encode_varint(v)))
+
+
+# --- offset checkpoints ----------------------------------------------------
+
+
+def test_checkpoint_table_matches_what_a_log_directory_writes(tmp_path):
+    rows = {r[0]: r[1] for r in table_after("Offset checkpoint files")}
+    assert set(rows) == {"1", "2", "3…"}
+    version = re.fullmatch(r"format version: `(\d+)`", rows["1"]).group(1)
+    assert int(version) == checkpoint.VERSION
+    assert rows["2"] == "number of entries"
+    template = re.fullmatch(r"`([^`]+)`, one per partition", rows["3…"]).group(1)
+    names = re.findall(r"<(\w+)>", template)
+    assert sorted(names) == ["offset", "partition", "topic"]  # their order: checked below
+    entry = re.compile(re.sub(r"<\w+>", r"(\\S+)", template))
+
+    root = str(tmp_path / "db")
+    directory = LogDirectory(root)
+    expected = {}
+    for tp, batches in ((TopicPartition("orders.eu", 3), 4), (TopicPartition("a-b", 0), 2)):
+        log = directory.open_log(tp, config())
+        for b in range(batches):
+            log.append(make_batch(b, 5))
+        log.flush()
+        expected[tp] = log.recovery_point
+    assert sorted(expected.values()) == [10, 20]
+    directory.checkpoint()
+    for name, want in ((files.RECOVERY_POINT_CHECKPOINT, expected),
+                       (files.LOG_START_OFFSET_CHECKPOINT, dict.fromkeys(expected, 0))):
+        lines = open(os.path.join(root, name), encoding="utf-8").read().splitlines()
+        assert lines[0] == version
+        assert int(lines[1]) == len(lines) - 2 == len(want)
+        got = {}
+        for line in lines[2:]:
+            fields = dict(zip(names, entry.fullmatch(line).groups()))
+            got[TopicPartition(fields["topic"], int(fields["partition"]))] = int(fields["offset"])
+        assert got == want, name
+    directory.close()
+    # And a file written by hand from the table reads back.
+    by_hand = {TopicPartition("t", 7): 42, TopicPartition("u.v", 0): 0}
+    text = "\n".join([version, str(len(by_hand))] + [
+        template.replace("<topic>", tp.topic).replace("<partition>", str(tp.partition))
+        .replace("<offset>", str(offset)) for tp, offset in by_hand.items()]) + "\n"
+    (tmp_path / "by-hand").write_text(text, encoding="utf-8")
+    assert checkpoint.OffsetCheckpointFile(str(tmp_path / "by-hand")).read() == by_hand
