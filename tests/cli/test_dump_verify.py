@@ -1,5 +1,6 @@
 """`streamlog dump` and `streamlog verify` through the console entry point."""
 import os
+import re
 import subprocess
 import sys
 
@@ -53,6 +54,24 @@ def test_verify_passes_on_a_healthy_directory_and_shows_progress(tmp_path):
     assert "120 record(s)" in result.stdout
     assert "verify [" in result.stderr and "100.0%" in result.stderr
     assert run("dump", "--verify", root).returncode == 0
+
+
+def test_dump_verify_reports_and_shows_progress_as_verify_does(tmp_path):
+    root = make_root(tmp_path)
+    log_bytes = sum(os.path.getsize(p) for p in segment_files(os.path.join(root, "orders-0")))
+    verify, dump = run("verify", root), run("dump", "--verify", root)
+    assert dump.returncode == 0, dump.stdout + dump.stderr
+    assert dump.stdout == verify.stdout == (
+        f"OK: 1 partition(s), 2 segment(s), 30 batch(es), 120 record(s), {log_bytes} bytes "
+        f"checked in {root}\n")
+    progress = dump.stderr.splitlines()
+    assert progress and all(line.startswith("verify [") for line in progress), dump.stderr
+    # stderr is not a terminal here: whole lines, the last one the finished total
+    finished = re.fullmatch(r"verify \[#{30}\] 100\.0% (.+)/(.+?) *", progress[-1])
+    assert finished, f"the last progress line is not the finished total: {progress[-1]!r}"
+    assert finished.group(1) == finished.group(2) == f"{log_bytes / 1024:.1f} KiB"
+    quiet = run("dump", "--verify", "--quiet", root)
+    assert quiet.stdout == dump.stdout and quiet.stderr == ""
 
 
 def test_verify_names_the_corrupt_file_and_exits_1(tmp_path):
