@@ -34,6 +34,18 @@ def poll_until(consumer, condition, what, timeout=GENEROUS_S):
     return records
 
 
+def poll_each(consumers, condition, what, timeout=GENEROUS_S):
+    """Poll the consumers in turn on this thread until condition(got); got: each one's records."""
+    got = [[] for _ in consumers]
+    deadline = time.monotonic() + timeout
+    while not condition(got):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out polling until {what}")
+        for records, consumer in zip(got, consumers):
+            records.extend(consumer.poll(timeout=0.02))
+    return got
+
+
 def values(records):
     return sorted(int(r.value) for r in records)
 
@@ -274,47 +286,108 @@ def test_a_commit_from_an_older_generation_is_fenced(db):
     newcomer.finish()
 
 
-@pytest.mark.parametrize("strategy", ["cooperative-sticky", "range"])
-def test_cooperative_member_keeps_consuming_its_partitions_while_another_joins(db, strategy):
+class RebalanceLog:
+    """A listener that records its calls: (method, sorted partitions)."""
+
+    def __init__(self):
+        self.calls = []
+
+    def on_partitions_revoked(self, partitions):
+        self.calls.append(("revoked", sorted(partitions)))
+
+    def on_partitions_assigned(self, partitions):
+        self.calls.append(("assigned", sorted(partitions)))
+
+    def on_partitions_lost(self, partitions):
+        self.calls.append(("lost", sorted(partitions)))
+
+
+def keeper_and_joiner(db, strategy):
+    """A keeper that has read the 40-record backlog of "t", and a joiner that has sent its join.
+
+    Single-threaded: heartbeats every 10 s cannot step in, so the joiner,
+    polled once, stays in the middle of the rebalance until it is polled
+    again.
+    """
     fill(db, 40)
-    keeper = db.consumer(group_id="g", auto_offset_reset="earliest", enable_auto_commit=False,
-                         partition_assignment_strategy=strategy, **FAST)
-    revoked = []
-
-    class Listener:
-        def on_partitions_revoked(self, partitions):
-            revoked.append(sorted(partitions))
-
-    keeper.subscribe(["t"], listener=Listener())
-    poll_until(keeper, lambda r: len(r) >= 40, "the backlog")
+    settings = {"group_id": "g", "auto_offset_reset": "earliest", "enable_auto_commit": False,
+                "partition_assignment_strategy": strategy, "heartbeat_interval_ms": 10_000}
+    keeper = db.consumer(client_id="keeper", **settings)
+    listener = RebalanceLog()
+    keeper.subscribe(["t"], listener=listener)
+    backlog = poll_until(keeper, lambda r: len(r) >= 40, "the backlog")
     assert keeper.assignment() == set(partitions_of(db, "t"))
-    producer = db.producer()
-    joiner = GroupReader(db, ["t"], "joiner", partition_assignment_strategy=strategy, **FAST)
-    joiner.start()
-    during = []   # (assignment, records) of each keeper poll until the joiner has partitions
-    n = 40
-    while not joiner.assignment():
-        for p in range(4):
-            producer.send("t", value=b"%d" % n, partition=p)
-            n += 1
-        producer.flush()
-        got = keeper.poll(timeout=0.05)
-        during.append((set(keeper.assignment()), got))
-        assert len(during) < 2000, "the joiner never got partitions"
-    joiner.finish()
+    listener.calls.clear()
+    joiner = db.consumer(client_id="joiner", **settings)
+    joiner.subscribe(["t"])
+    joiner.poll(timeout=0)   # sends its join: the group starts a rebalance and waits for keeper
+    assert db.describe_group("g").state == "PreparingRebalance"
+    return keeper, listener, backlog, joiner
+
+
+def offsets_by_partition(records):
+    by_partition = {}
+    for r in records:
+        by_partition.setdefault(TopicPartition(r.topic, r.partition), []).append(r.offset)
+    return by_partition
+
+
+def test_a_cooperative_member_reads_its_kept_partitions_on_while_the_group_waits_for_a_joiner(db):
+    """KIP-429: the partitions that stay are never stopped, revoked or re-read.
+
+    The keeper's first poll runs the first round (it keeps two partitions
+    and revokes the two that move) and rejoins for the follow-up round,
+    which cannot finish while the joiner is not polled. Throughout that
+    window the keeper must own its two partitions and read what is produced
+    to them, from where it was: offsets contiguous, nothing read twice.
+    """
+    keeper, listener, backlog, joiner = keeper_and_joiner(db, "cooperative-sticky")
+    every = set(partitions_of(db, "t"))
+    window = keeper.poll(timeout=0)   # the first round, and the rejoin for the second
+    kept = keeper.assignment()
+    moving = sorted(every - kept)
+    assert len(kept) == 2
+    assert listener.calls == [("revoked", moving), ("assigned", [])]   # kept ones untouched
+    for n in range(40, 60, 4):
+        fill(db, 4, start=n)   # one record to each partition
+        window += poll_until(keeper, lambda r: {TopicPartition(x.topic, x.partition)
+                                                for x in r} >= kept,
+                             "the new records of both kept partitions")
+        # Still mid-rebalance: the follow-up round waits for the joiner.
+        assert db.describe_group("g").state == "PreparingRebalance"
+        assert keeper.assignment() == kept
+    assert window and {TopicPartition(r.topic, r.partition) for r in window} == kept
+    read = offsets_by_partition(backlog + window)
+    assert {tp: read[tp] for tp in kept} == {tp: list(range(15)) for tp in kept}
+
+    # The follow-up round hands the moving partitions to the joiner once it polls.
+    poll_each([joiner, keeper], lambda got: sorted(joiner.assignment()) == moving and
+              db.describe_group("g").state == "Stable", "the joiner gets the two that moved")
+    assert keeper.assignment() == kept
+    follow_up = listener.calls[2:]
+    assert follow_up and all(call == ("assigned", []) for call in follow_up)   # no change
+    joiner.close()
+    keeper.close()
+
+
+def test_an_eager_member_gives_up_every_partition_when_another_joins(db):
+    """The control for the test above, same steps under the eager protocol ("range").
+
+    The keeper revokes all four partitions before it rejoins, gets two of
+    them back as new, and their positions are gone with them: nothing was
+    committed, so it reads them again from the beginning -- the re-reading
+    the cooperative test's contiguity check rules out.
+    """
+    keeper, listener, _, joiner = keeper_and_joiner(db, "range")
+    again = keeper.poll(timeout=0)
     kept = keeper.assignment()
     assert len(kept) == 2
-    empty_polls = [i for i, (assigned, _) in enumerate(during) if not assigned]
-    kept_records = [r for _, got in during for r in got
-                    if TopicPartition(r.topic, r.partition) in kept]
-    if strategy == "cooperative-sticky":
-        # Only the partitions that moved were revoked; the kept ones never stopped.
-        assert revoked == [sorted(set(partitions_of(db, "t")) - kept)]
-        assert empty_polls == []
-        assert kept_records
-    else:
-        # Eager (the control): everything is revoked before the rebalance.
-        assert revoked[0] == partitions_of(db, "t")
+    assert listener.calls == [("revoked", partitions_of(db, "t")), ("assigned", sorted(kept))]
+    again += poll_until(keeper, lambda r: len(again) + len(r) >= 20,
+                        "the kept partitions once more")
+    assert offsets_by_partition(again) == {tp: list(range(10)) for tp in kept}
+    joiner.close()
+    keeper.close()
 
 
 def test_a_static_member_restarting_within_its_session_causes_no_rebalance(db):
