@@ -265,8 +265,10 @@ def test_a_member_that_stops_polling_leaves_after_max_poll_interval(db):
 
 def test_a_commit_from_an_older_generation_is_fenced(db):
     fill(db, 10)
-    # rebalance timeout = max_poll_interval_ms: a member that does not rejoin within it is
-    # left out of the next generation.
+    # `old` stops polling: past max_poll_interval_ms it leaves the group (or, as its rebalance
+    # timeout, it is dropped for not rejoining). Either way it is no longer a member, so the
+    # coordinator refuses its commit as an unknown member; the generation check alone is
+    # tested by test_a_member_still_in_the_group_cannot_commit_with_a_generation_it_left.
     old = db.consumer(group_id="g", enable_auto_commit=False, max_poll_interval_ms=500, **FAST)
     old.subscribe(["t"])
     poll_until(old, lambda r: old.assignment(), "assigned")
@@ -284,6 +286,48 @@ def test_a_commit_from_an_older_generation_is_fenced(db):
     poll_until(old, lambda r: old.group_metadata().generation_id > generation + 1,
                "the old member rejoins in a later generation")
     newcomer.finish()
+
+
+def test_a_member_still_in_the_group_cannot_commit_with_a_generation_it_left(db):
+    """Generations alone fence a commit (single-threaded, deterministic).
+
+    `a` rejoins but has not taken the answer when `b` completes the next
+    generation: the group is Stable and `a` is one of its members, yet `a`
+    still holds the generation before. Its commit must be refused, as
+    Kafka's RebalanceInProgressException (retriable: poll, then commit).
+    """
+    db.create_topic("t", partitions=6)
+    settings = {"group_id": "g", "enable_auto_commit": False, "heartbeat_interval_ms": 10_000}
+    consumers = {}
+    for name in ("b", "a"):
+        consumers[name] = db.consumer(client_id=name, **settings)
+        consumers[name].subscribe(["t"])
+        consumers[name].poll(timeout=0)   # b leads alone; a's join starts a rebalance
+    a, b = consumers["a"], consumers["b"]
+    b.poll(timeout=0)   # b rejoins, the generation forms, b assigns
+    a.poll(timeout=0)   # a takes its answer and its share
+    generation = db.describe_group("g").generation
+    assert a.group_metadata().generation_id == generation and len(a.assignment()) == 3
+    c = db.consumer(client_id="c", **settings)
+    c.subscribe(["t"])
+    c.poll(timeout=0)   # the next rebalance
+    a.poll(timeout=0)   # a rejoins; its answer waits for b
+    b.poll(timeout=0)   # b rejoins: generation + 1 forms with a, b and c; b assigns
+    d = db.describe_group("g")
+    assert (d.state, d.generation) == ("Stable", generation + 1)
+    assert a.group_metadata().member_id in [m.member_id for m in d.members]
+    assert a.group_metadata().generation_id == generation   # a has not taken its answer
+    tp = TopicPartition("t", 0)
+    with pytest.raises(streamlog.RebalanceInProgressError, match="poll"):
+        a.commit({tp: 5})
+    assert db.describe_group("g").partitions[tp].committed is None   # nothing stored
+    a.poll(timeout=0)   # a takes its answer: now it is in generation + 1
+    assert a.group_metadata().generation_id == generation + 1
+    mine = min(a.assignment())
+    a.commit({mine: 5})
+    assert db.describe_group("g").partitions[mine].committed == 5
+    for consumer in (a, b, c):
+        consumer.close()
 
 
 class RebalanceLog:
