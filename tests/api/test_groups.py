@@ -131,6 +131,44 @@ def test_auto_commit_on_close_and_restart_from_the_committed_offsets(db_path):
         assert values(first + rest) == list(range(40))
 
 
+def committed_offsets(db, group_id="g"):
+    return {tp: p.committed for tp, p in db.describe_group(group_id).partitions.items()}
+
+
+def test_auto_commit_commits_the_positions_every_interval_while_the_consumer_polls(db):
+    fill(db, 40)
+    consumer = db.consumer(group_id="g", auto_offset_reset="earliest", max_poll_records=6,
+                           auto_commit_interval_ms=100)
+    consumer.subscribe(["t"])
+    poll_until(consumer, lambda r: len(r) >= 40, "every record")
+    # Neither closed nor rebalanced: only the poll-time auto-commit can store the positions.
+    poll_until(consumer, lambda r: committed_offsets(db) ==
+               dict.fromkeys(partitions_of(db, "t"), 10), "the positions are committed")
+    assert all(consumer.position(tp) == 10 for tp in partitions_of(db, "t"))
+    consumer.close()
+
+
+def test_auto_commit_before_a_rebalance_hands_the_next_owner_the_position(db):
+    """Single-threaded: the interval (an hour) never comes; the rebalance commits."""
+    fill(db, 40)
+    settings = {"group_id": "g", "auto_offset_reset": "earliest",
+                "heartbeat_interval_ms": 10_000, "auto_commit_interval_ms": 3_600_000}
+    keeper = db.consumer(client_id="keeper", **settings)
+    keeper.subscribe(["t"])
+    poll_until(keeper, lambda r: len(r) >= 40, "every record")
+    assert set(committed_offsets(db).values()) == {None}
+    joiner = db.consumer(client_id="joiner", **settings)
+    joiner.subscribe(["t"])
+    joiner.poll(timeout=0)   # joins: the group rebalances
+    keeper.poll(timeout=0)   # commits what it read, revokes (eager), rejoins and assigns
+    assert committed_offsets(db) == dict.fromkeys(partitions_of(db, "t"), 10)
+    assert joiner.poll(timeout=0) == []   # takes its share: nothing is read a second time
+    assert len(joiner.assignment()) == 2
+    assert all(joiner.position(tp) == 10 for tp in joiner.assignment())
+    joiner.close()
+    keeper.close()
+
+
 def test_auto_offset_reset_applies_where_nothing_is_committed(db):
     fill(db, 20)
     consumer = db.consumer(group_id="g", auto_offset_reset="latest")
