@@ -169,6 +169,30 @@ def test_auto_commit_before_a_rebalance_hands_the_next_owner_the_position(db):
     keeper.close()
 
 
+def test_an_async_commit_refused_after_the_member_left_reports_it_to_the_callback(db):
+    fill(db, 8)
+    consumer = db.consumer(group_id="g", auto_offset_reset="earliest", enable_auto_commit=False,
+                           max_poll_interval_ms=300, **FAST)
+    consumer.subscribe(["t"])
+    poll_until(consumer, lambda r: len(r) >= 8, "8 records")
+    # The consumer stops calling poll(): past max_poll_interval_ms its heartbeat leaves.
+    wait_until(lambda: db.describe_group("g").members == [], "the member left the group")
+    positions = {tp: OffsetAndMetadata(consumer.position(tp)) for tp in consumer.assignment()}
+    assert positions
+    calls = []
+    consumer.commit(asynchronous=True,
+                    callback=lambda offsets, error: calls.append(
+                        (threading.current_thread(), dict(offsets), error)))
+    assert calls == []   # callbacks run at a later poll(), on the consumer's thread
+    consumer.poll(timeout=0)
+    [(thread, offsets, error)] = calls
+    assert thread is threading.current_thread() and offsets == positions
+    assert isinstance(error, streamlog.CommitFailedError)
+    assert "max_poll_interval_ms" in str(error)
+    assert set(committed_offsets(db).values()) <= {None}
+    consumer.close()
+
+
 def test_auto_offset_reset_applies_where_nothing_is_committed(db):
     fill(db, 20)
     consumer = db.consumer(group_id="g", auto_offset_reset="latest")
