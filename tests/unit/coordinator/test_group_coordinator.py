@@ -6,6 +6,7 @@ timeouts) use small timeouts and a generous bound on how long to wait for
 the outcome, so timing never decides a verdict.
 """
 import threading
+import time
 
 import pytest
 
@@ -362,3 +363,91 @@ def test_a_stable_group_loses_only_offsets_of_topics_it_no_longer_subscribes(coo
     retention_ms = broker.config.offsets_retention_minutes * 60_000
     assert coordinator.expire_offsets(committed_at + retention_ms) == 1
     assert set(coordinator.offset_fetch("app")) == {TP0}
+
+
+class ManualClock:
+    """The broker's wall clock (clock_ms), moved only by the test."""
+
+    def __init__(self, now_ms=1_750_000_000_000):
+        self.now_ms = now_ms
+
+    def __call__(self):
+        return self.now_ms
+
+
+def count_expiry_runs(coordinator):
+    """Count the expiry task's runs: it calls coordinator.expire_offsets() on the timer thread."""
+    runs = [0]
+    expire = coordinator.expire_offsets
+
+    def counted(now_ms=None):
+        try:
+            return expire(now_ms)
+        finally:
+            runs[0] += 1
+
+    coordinator.expire_offsets = counted
+    return runs
+
+
+def wait_for_two_runs(runs):
+    """Two more runs: the second one began after this call, so it read the clock as set now."""
+    target = runs[0] + 2
+    deadline = time.monotonic() + GENEROUS_S
+    while runs[0] < target:
+        assert time.monotonic() < deadline, "the expiry task stopped running"
+        time.sleep(0.005)
+
+
+def test_the_expiry_task_drops_offsets_of_a_group_empty_for_the_retention_across_a_reopen(
+        tmp_path):
+    """offsets.retention.check.interval.ms runs the expiry on the timer; the clock is manual.
+
+    The group empties at t0. Its group record keeps t0, so after a reopen it
+    has still been Empty since t0 (not since the reopen): its offsets go
+    once t0 + offsets.retention.minutes has come, and stay gone.
+    """
+    path = str(tmp_path / "db")
+    clock = ManualClock()
+    config = {"offsets.topic.num.partitions": 3, "offsets.retention.minutes": 1,
+              "offsets.retention.check.interval.ms": 10}
+    retention_ms = 60_000
+    broker = Broker(path, config=config, clock_ms=clock)
+    broker.create_topic("t", 2)
+    coordinator = find_coordinator(broker)
+    a = Client(coordinator)
+    a.joined(a.join())
+    result(a.sync({a.member_id: [TP0, TP1]}))
+    a.commit({TP0: OffsetAndMetadata(5)})
+    clock.now_ms += retention_ms   # members keep a group's offsets however old they are
+    wait_for_two_runs(count_expiry_runs(coordinator))
+    assert coordinator.offset_fetch("g")[TP0].offset == 5
+    coordinator.leave_group("g", a.member_id)
+    empty_since = clock.now_ms
+    assert state(coordinator) == EMPTY
+    clock.now_ms = empty_since + retention_ms // 2
+    wait_for_two_runs(count_expiry_runs(coordinator))
+    assert coordinator.offset_fetch("g")[TP0].offset == 5
+    broker.close()
+
+    clock.now_ms = empty_since + retention_ms - 1
+    broker = Broker(path, config=config, clock_ms=clock)
+    try:
+        coordinator = find_coordinator(broker)
+        runs = count_expiry_runs(coordinator)
+        wait_for_two_runs(runs)
+        assert coordinator.offset_fetch("g")[TP0].offset == 5   # 1 ms to go
+        clock.now_ms = empty_since + retention_ms
+        wait_for_two_runs(runs)
+        assert coordinator.offset_fetch("g") == {}
+        with pytest.raises(GroupIdNotFoundError):   # nothing left: the group is forgotten
+            coordinator.describe_group("g")
+    finally:
+        broker.close()
+
+    broker = Broker(path, config=config, clock_ms=clock)
+    try:
+        coordinator = find_coordinator(broker)
+        assert coordinator.offset_fetch("g") == {} and coordinator.list_groups() == []
+    finally:
+        broker.close()
