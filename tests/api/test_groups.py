@@ -496,6 +496,82 @@ def test_an_eager_member_gives_up_every_partition_when_another_joins(db):
     keeper.close()
 
 
+class DealIgnoringOwners:
+    """A user assignor that deals the partitions round-robin, whoever owns them now."""
+
+    name = "deal"
+
+    def __init__(self, supported_protocols):
+        self.supported_protocols = supported_protocols
+
+    def assign(self, partitions_per_topic, subscriptions):
+        members = sorted(subscriptions)
+        plan = {member: [] for member in members}
+        tps = [TopicPartition(topic, p) for topic in sorted(partitions_per_topic)
+               for p in range(partitions_per_topic[topic])]
+        for i, tp in enumerate(tps):
+            plan[members[i % len(members)]].append(tp)
+        return plan
+
+
+@pytest.mark.parametrize("protocols", [("cooperative",), ("eager",)])
+def test_under_cooperative_a_user_assignor_may_not_move_a_partition_its_owner_still_holds(
+        db, protocols):
+    """The eager case is the control: the same plan is fine when owners revoke first."""
+    db.create_topic("t", partitions=4)
+    settings = {"group_id": "g", "heartbeat_interval_ms": 10_000,
+                "partition_assignment_strategy": [DealIgnoringOwners(protocols)]}
+    keeper = db.consumer(client_id="keeper", **settings)
+    keeper.subscribe(["t"])
+    keeper.poll(timeout=0)
+    assert keeper.assignment() == set(partitions_of(db, "t"))
+    joiner = db.consumer(client_id="joiner", **settings)
+    joiner.subscribe(["t"])
+    joiner.poll(timeout=0)
+    if protocols == ("cooperative",):
+        # The keeper leads; the plan gives the joiner two partitions the keeper still owns.
+        with pytest.raises(streamlog.IllegalStateError, match="cooperative protocol"):
+            keeper.poll(timeout=0)
+        joiner.poll(timeout=0)
+        assert joiner.assignment() == set()   # the plan was not handed out
+        assert keeper.assignment() == set(partitions_of(db, "t"))
+    else:
+        keeper.poll(timeout=0)
+        joiner.poll(timeout=0)
+        assert len(keeper.assignment()) == len(joiner.assignment()) == 2
+    keeper.close()
+    joiner.close()
+
+
+class CooperativeOnly(DealIgnoringOwners):
+    name = "cooperative-only"
+
+    def __init__(self):
+        super().__init__(("cooperative",))
+
+
+def test_the_rebalance_protocol_is_the_one_every_listed_assignor_supports(db):
+    """Kafka's choice: cooperative only if every assignor supports it, else eager if all do."""
+    db.create_topic("t", partitions=4)
+    # The default list ["range", "cooperative-sticky"] is eager: a join revokes everything.
+    keeper = db.consumer(group_id="g", client_id="keeper", heartbeat_interval_ms=10_000)
+    listener = RebalanceLog()
+    keeper.subscribe(["t"], listener=listener)
+    keeper.poll(timeout=0)
+    joiner = db.consumer(group_id="g", client_id="joiner", heartbeat_interval_ms=10_000)
+    joiner.subscribe(["t"])
+    joiner.poll(timeout=0)
+    keeper.poll(timeout=0)
+    assert ("revoked", partitions_of(db, "t")) in listener.calls
+    # No protocol in common: refused when the consumer is made, not at its first rebalance.
+    with pytest.raises(streamlog.InvalidConfigurationError, match="no rebalance protocol"):
+        db.consumer(group_id="g", partition_assignment_strategy=[CooperativeOnly(), "range"])
+    db.consumer(group_id="g",   # both support cooperative: accepted
+                partition_assignment_strategy=[CooperativeOnly(), "cooperative-sticky"])
+    keeper.close()
+    joiner.close()
+
+
 def test_a_static_member_restarting_within_its_session_causes_no_rebalance(db):
     fill(db, 10)
     settled = GroupReader(db, ["t"], "settled", **FAST)
