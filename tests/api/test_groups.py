@@ -496,6 +496,40 @@ def test_an_eager_member_gives_up_every_partition_when_another_joins(db):
     keeper.close()
 
 
+def test_growth_of_a_subscribed_topic_rebalances_the_group_and_assigns_the_new_partitions(db):
+    """Kafka's leader notices the partition count change (explicit topics, two members)."""
+    fill(db, 8)
+    settings = {"group_id": "g", "auto_offset_reset": "earliest", "enable_auto_commit": False,
+                "heartbeat_interval_ms": 10_000}
+    members = [db.consumer(client_id=name, **settings) for name in ("a", "b")]
+    for consumer in members:
+        consumer.subscribe(["t"])
+
+    def shares(counts):
+        return lambda got: (sorted(len(c.assignment()) for c in members) == counts and
+                            db.describe_group("g").state == "Stable")
+
+    poll_each(members, shares([2, 2]), "the two members share the four partitions")
+    generation = db.describe_group("g").generation
+    db.add_partitions("t", 8)
+    producer = db.producer()
+    for p in range(4, 8):
+        producer.send("t", value=b"%d" % (p + 4), partition=p)   # values 8..11
+    producer.flush()
+    producer.close()
+
+    def from_new_partitions(got):
+        return [r for records in got for r in records if r.partition >= 4]
+
+    got = poll_each(members, lambda got: shares([4, 4])(got) and
+                    len(from_new_partitions(got)) >= 4, "the new partitions are assigned and read")
+    assert db.describe_group("g").generation > generation
+    assert sorted(tp for c in members for tp in c.assignment()) == partitions_of(db, "t")
+    assert values(from_new_partitions(got)) == [8, 9, 10, 11]   # each read once
+    for consumer in members:
+        consumer.close()
+
+
 class DealIgnoringOwners:
     """A user assignor that deals the partitions round-robin, whoever owns them now."""
 
