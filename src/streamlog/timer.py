@@ -171,7 +171,13 @@ class TimingWheel:
     # -- state ----------------------------------------------------------------
 
     def next_expiration(self):
-        """Earliest time advance has work (<= every pending deadline rounded up), or None."""
+        """Earliest time advance has work, or None.
+
+        No later than any pending task's deadline rounded up, except that a
+        task added (add_at) with a deadline already past counts as due at the
+        wheel's current tick: the native wheel answers that tick for it (the
+        Python reference answers the deadline).
+        """
         return self._core.next_expiration()
 
     def expiration(self, handle):

@@ -1,13 +1,14 @@
 """Delayed operations and their purgatory, as in Kafka's DelayedOperation design.
 
-Owns DelayedOperation, the base class of every request that waits inside the
-broker -- a long-poll fetch waiting for fetch_min_bytes, a producer batch
-lingering for linger_ms, a group member's session timeout, a rebalance or a
-transaction timeout -- and DelayedOperationPurgatory, which keeps operations
-on watch lists under keys (a TopicPartition, a group id, a transactional id),
-completes them when check_and_complete(key) finds their condition true, and
-expires them on a timer (streamlog.timer.SystemTimer, or anything with
-add(delay_ms, callback) -> handle and cancel(handle) -> bool).
+Owns DelayedOperation, the base class of a request that waits inside the
+broker for a condition or a timeout -- today the consumer's long-poll fetch
+waiting for fetch_min_bytes (broker/delayed_fetch.py); the producer's linger
+and the group coordinator's session and rebalance timeouts are plain
+SystemTimer tasks (see docs/TIMER.md) -- and DelayedOperationPurgatory, which
+keeps operations on watch lists under keys (a TopicPartition, a consumer's
+wake-up key), completes them when check_and_complete(key) finds their
+condition true, and expires them on a timer (streamlog.timer.SystemTimer, or
+anything with add(delay_ms, callback) -> handle and cancel(handle) -> bool).
 
 Life of an operation (the function behind each transition in brackets)::
 
