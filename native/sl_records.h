@@ -97,7 +97,7 @@ typedef struct {
  * Decode the record at *pp into *r with every check of sl_records_decode,
  * never reading at or past end. *pp moves past the record on SL_OK, and to the
  * offending byte otherwise. For decoders that build their own output
- * (native/py_records.c).
+ * (native/py_per_record.c).
  */
 int sl_record_next(const uint8_t *buf, const uint8_t **pp, const uint8_t *end, sl_record_view *r);
 

@@ -13,7 +13,7 @@ control batches and compaction gaps, and is reset the same way when a fetch
 finds it out of range (OffsetOutOfRangeError under "none").
 
 Records are decoded a whole batch at a time: one native call makes every
-Record of the batch (native/py_records.c); poll_batch() returns columns
+Record of the batch (native/py_per_record.c); poll_batch() returns columns
 instead (client.records.RecordColumns), never a Python object per record.
 
 Partitions come from assign() (the application picks them) or from
@@ -460,7 +460,7 @@ class Consumer:
         (Rejected, measured on 1M-record drains: zipping numpy columns into
         Records in Python, and marshal-built tuples copied into Records --
         both leave every Record tracked by the cyclic GC, whose collections
-        then cost more than the decoding; see native/py_records.c.)
+        then cost more than the decoding; see native/py_per_record.c.)
         """
         records, _ = batch.tuples(self._verify, tp.topic, tp.partition, self._positions[tp],
                                   Record)

@@ -2,8 +2,9 @@
 
 A keyed record goes to partition `to_positive(murmur2(key)) % num_partitions`,
 so a key lands in the same partition here as on a Kafka cluster with the same
-partition count. murmur2_py is the pure-Python reference; `murmur2` and
-`partitions_for_keys` use the native code (native/sl_murmur2.c) when loaded.
+partition count. murmur2_py is the pure-Python reference; `murmur2`,
+`partition_for_key` and `partitions_for_keys` use the native code
+(native/sl_murmur2.c) when loaded.
 """
 import numpy as np
 
@@ -47,16 +48,13 @@ def to_positive(h):
 murmur2 = native.murmur2 if native.AVAILABLE else murmur2_py
 
 
-def _murmur2_bytes_py(data, length):
-    return murmur2_py(data)
+def _partition_for_key_py(key, num_partitions):
+    return to_positive(murmur2_py(key)) % num_partitions
 
 
-# (bytes, length) -> hash: the native C function itself when loaded (no wrapper layer).
-murmur2_bytes = native.murmur2_bytes if native.AVAILABLE else _murmur2_bytes_py
-
-
-def partition_for_key(key, num_partitions):
-    return to_positive(murmur2(key)) % num_partitions
+# (key, num_partitions) -> partition, Kafka's placement of a keyed record: the C function
+# itself when loaded (one call, no wrapper layer: it runs once per send()).
+partition_for_key = native.key_partition if native.AVAILABLE else _partition_for_key_py
 
 
 def partitions_for_keys(keys_blob, lens, num_partitions):

@@ -17,7 +17,7 @@ Thread-safety: the producer calls these under its accumulator lock.
 import random
 
 from ..errors import InvalidConfigurationError, InvalidRequestError
-from .murmur2 import murmur2, to_positive
+from .murmur2 import partition_for_key
 
 
 class DefaultPartitioner:
@@ -29,7 +29,7 @@ class DefaultPartitioner:
 
     def partition(self, topic, key, num_partitions):
         if key is not None and not self.ignore_keys:
-            return to_positive(murmur2(key)) % num_partitions
+            return partition_for_key(key, num_partitions)
         state = self._sticky.get(topic)
         if state is None or state[0] >= num_partitions:
             return self.switch(topic, num_partitions)

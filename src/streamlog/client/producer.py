@@ -54,7 +54,7 @@ from ..storage.record_batch import RECORD_BATCH_OVERHEAD, _column, build_batch, 
 from ..structs import TopicPartition
 from .config import PRODUCER, resolve
 from .futures import BatchResult, BatchSendFuture, make_future
-from .murmur2 import murmur2_bytes, partitions_for_keys
+from .murmur2 import partition_for_key, partitions_for_keys
 from .partitioners import DefaultPartitioner, make_partitioner
 
 log = logging.getLogger("streamlog.producer")
@@ -203,7 +203,7 @@ class Producer:
                     now = _now()
                     ts = int(now * 1000)
                     with self._lock:
-                        p = (murmur2_bytes(key, len(key)) & 0x7FFFFFFF) % cached[0]
+                        p = partition_for_key(key, cached[0])
                         batch, index, drain = self._add(cached[3][p], key, value, ts, None,
                                                         size, batch_limit, now)
                     if drain is not None:
@@ -256,7 +256,7 @@ class Producer:
                                               f"cannot send to partition {partition!r}")
                 p = partition
             elif self._hash_keys and type(key) is bytes:
-                p = (murmur2_bytes(key, len(key)) & 0x7FFFFFFF) % count  # Kafka's placement
+                p = partition_for_key(key, count)  # Kafka's placement
             else:
                 sticky = self._partitioner.uses_sticky(key)
                 p = self._partitioner.partition(topic, key, count)

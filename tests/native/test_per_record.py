@@ -1,6 +1,7 @@
-"""streamlog._records (native/py_records.c): decoded records built as Python tuples in C.
+"""streamlog._per_record (native/py_per_record.c): per-record work through the CPython API.
 
-Checks what the parity tests in test_codec_parity.py do not: the record type
+key_partition against the Python reference. For records_to_list, what the
+parity tests in test_codec_parity.py do not check: the record type
 and the GC untracking it relies on, reference counts on success and on
 error (a leaked or missing reference shows as a count that moved), buffers
 read at an offset, and corrupt input giving the same verdict as the Python
@@ -14,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from streamlog import native
+from streamlog.client.murmur2 import murmur2_py, to_positive
 from streamlog.client.records import Record
 from streamlog.errors import CorruptRecordError
 from streamlog.storage import records_py
@@ -124,3 +126,22 @@ def test_mutated_batches_give_the_same_records_or_the_same_error_as_the_referenc
         except CorruptRecordError as exc:
             verdicts.append((exc.reason, exc.position))
     assert verdicts[0] == verdicts[1]
+
+
+@settings(max_examples=500)
+@given(st.binary(max_size=64), st.sampled_from([1, 2, 3, 7, 12, 1000, 2**31 - 1]))
+def test_key_partition_is_kafkas_placement_for_any_key_and_partition_count(key, partitions):
+    expected = to_positive(murmur2_py(key)) % partitions
+    assert native.key_partition(key, partitions) == expected
+    assert native.key_partition(bytearray(key), partitions) == expected
+    assert native.key_partition(memoryview(b"xx" + key)[2:], partitions) == expected
+
+
+def test_key_partition_refuses_bad_arguments():
+    for partitions in (0, -3, 2**31):
+        with pytest.raises(ValueError):
+            native.key_partition(b"k", partitions)
+    with pytest.raises(TypeError):
+        native.key_partition("a str key", 3)
+    with pytest.raises(TypeError):
+        native.key_partition(b"k")
