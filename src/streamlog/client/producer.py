@@ -345,7 +345,8 @@ class Producer:
                         "for their acknowledgement")
                 self._space_waiters += 1
                 try:
-                    self._space.wait(remaining)
+                    # max.block.ms is a long: a wait past TIMEOUT_MAX would raise OverflowError.
+                    self._space.wait(min(remaining, threading.TIMEOUT_MAX))
                 finally:
                     self._space_waiters -= 1
 
