@@ -370,3 +370,27 @@ def test_a_batch_left_behind_by_a_sticky_switch_is_appended_without_flush(db):
     counts = [p.high_watermark for p in db.describe_topic("t").partitions]
     assert sum(counts) >= 4, counts  # full batches went out though linger is 60 s
     producer.flush()
+
+
+def test_a_send_blocked_on_buffer_memory_with_a_huge_max_block_ms_waits_instead_of_failing(db):
+    # max.block.ms is a long; a wait longer than threading.TIMEOUT_MAX used to raise OverflowError.
+    db.create_topic("t")
+    producer = db.producer(acks="all", buffer_memory=2000, max_block_ms=10**15)
+    stuck = []
+    real_add_waiter = db._broker.flusher.add_waiter
+    db._broker.flusher.add_waiter = lambda tp, offset, callback: stuck.append(
+        (tp, offset, callback))
+    producer.send("t", value=b"x" * 900)
+    producer.send("t", value=b"x" * 900)
+    sent = []
+    blocked = threading.Thread(target=lambda: sent.append(producer.send("t", value=b"x" * 900)))
+    blocked.start()
+    deadline = time.monotonic() + 10
+    while producer._space_waiters == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert producer._space_waiters == 1 and not sent  # blocked for room, not failed
+    db._broker.flusher.add_waiter = real_add_waiter
+    for waiter in stuck:
+        real_add_waiter(*waiter)
+    blocked.join(10)
+    assert not blocked.is_alive() and sent[0].result(timeout=10).offset == 2
