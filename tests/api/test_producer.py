@@ -1,5 +1,6 @@
 """The producer through the public API."""
 import json
+import os
 import threading
 import time
 
@@ -120,16 +121,30 @@ def test_acks_zero_reports_offset_minus_one_but_appends(db):
     assert [r.value for r in drain(db, "t")] == [b"v"]
 
 
-def test_acks_all_completes_only_once_fsynced(db_path):
-    with streamlog.open(db_path) as db:
-        db.create_topic("t")
-        producer = db.producer(acks="all")
-        meta = producer.send("t", value=b"durable").result(timeout=10)
-        assert meta.offset == 0
-        producer.send("t", value=b"more").result(timeout=10)
-    # the broker's flusher advanced the recovery point past both before answering
-    with open(f"{db_path}/recovery-point-offset-checkpoint") as f:
-        assert "t 0 2" in f.read()
+def test_acks_all_completes_only_after_the_fdatasync_of_its_segment(db, monkeypatch):
+    db.create_topic("t")
+    log_file = os.path.realpath(os.path.join(db.path, "t-0", "00000000000000000000.log"))
+    disk = threading.Event()  # held: the disk has not finished the fdatasync yet
+    synced = []               # (path, whether the acks="all" future was done by then)
+    real_fdatasync = os.fdatasync
+    durable = None
+
+    def held_fdatasync(fd):
+        disk.wait(30)
+        real_fdatasync(fd)
+        synced.append((os.readlink(f"/proc/self/fd/{fd}"), durable is not None and durable.done()))
+
+    monkeypatch.setattr(os, "fdatasync", held_fdatasync)
+    try:
+        durable = db.producer(acks="all").send("t", value=b"durable")
+        # acks=1 completes at the append, while the fdatasync for acks="all" is held
+        assert db.producer(acks=1).send("t", value=b"fast").result(timeout=10).offset >= 0
+        assert not durable.done()
+    finally:
+        disk.set()
+    assert durable.result(timeout=10).offset >= 0
+    # the partition's .log was fdatasynced, and the future was still pending when it finished
+    assert (log_file, False) in synced, synced
 
 
 def test_acks_all_group_commit_shares_fsyncs_across_threads(db):
