@@ -1,4 +1,5 @@
 """The consumer through the public API, and the system behaviour around it."""
+import os
 import subprocess
 import sys
 import textwrap
@@ -273,6 +274,28 @@ def test_readonly_process_follows_a_live_writer_and_never_sees_a_partial_batch(d
     writer.wait()
     writer.stdout.close()
     assert seen[0] == list(range(0, n, 2)) and seen[1] == list(range(1, n, 2))
+
+
+def test_readonly_open_stops_before_a_torn_batch_at_the_tail(db_path):
+    with streamlog.open(db_path) as db:
+        db.create_topic("t")
+        log_file = os.path.join(db_path, "t-0", "00000000000000000000.log")
+        producer = db.producer()
+        producer.send("t", value=b"a" * 1000).result()
+        first_batch_end = os.path.getsize(log_file)
+        producer.send("t", value=b"b" * 1000).result()
+        second_batch_end = os.path.getsize(log_file)
+    # Cut the second batch in the middle: its 61-byte header is whole, its records are not,
+    # as a reader finds a batch that a writer (or a crash) left half-written.
+    os.truncate(log_file, (first_batch_end + second_batch_end) // 2)
+    with streamlog.open(db_path, readonly=True) as ro:
+        consumer = ro.consumer(auto_offset_reset="earliest", fetch_max_wait_ms=50)
+        consumer.assign([TP0])
+        records = consumer.poll(timeout=5) + consumer.poll(timeout=0.5)
+        assert [(r.offset, r.value) for r in records] == [(0, b"a" * 1000)]
+        assert consumer.position(TP0) == 1 and consumer.end_offsets([TP0]) == {TP0: 1}
+        p = ro.describe_topic("t").partitions[0]
+        assert (p.high_watermark, p.log_end_offset) == (1, 1)
 
 
 def test_eight_producer_threads_and_four_consumer_threads_lose_and_duplicate_nothing(db):
