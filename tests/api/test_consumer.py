@@ -298,9 +298,14 @@ def test_readonly_open_stops_before_a_torn_batch_at_the_tail(db_path):
         assert (p.high_watermark, p.log_end_offset) == (1, 1)
 
 
-def test_eight_producer_threads_and_four_consumer_threads_lose_and_duplicate_nothing(db):
+@pytest.mark.parametrize("producers", ["shared", "one_per_thread"])
+def test_eight_producer_threads_and_four_consumer_threads_lose_and_duplicate_nothing(db,
+                                                                                      producers):
     db.create_topic("busy", partitions=4)
-    producer = db.producer(linger_ms=1)  # shared: producers are thread-safe
+    # One shared producer (producers are thread-safe) funnels each partition's records through
+    # one accumulator. A producer per thread, with small batches, makes hundreds of appends
+    # from several threads race on each partition log: only its append lock keeps them apart.
+    shared = db.producer(linger_ms=1) if producers == "shared" else None
     per_thread = 2500
     expected = {b"t%d-%d" % (t, i) for t in range(8) for i in range(per_thread)}
     received = {p: [] for p in range(4)}
@@ -309,8 +314,11 @@ def test_eight_producer_threads_and_four_consumer_threads_lose_and_duplicate_not
 
     def produce(t):
         try:
+            producer = shared if shared is not None else db.producer(linger_ms=1, batch_size=512)
             for i in range(per_thread):
                 producer.send("busy", value=b"t%d-%d" % (t, i), key=b"t%d" % t)
+            if shared is None:
+                producer.flush()
         except Exception as exc:  # reported below
             errors.append(exc)
 
@@ -330,12 +338,13 @@ def test_eight_producer_threads_and_four_consumer_threads_lose_and_duplicate_not
             errors.append(exc)
 
     consumers = [threading.Thread(target=consume, args=(p,)) for p in range(4)]
-    producers = [threading.Thread(target=produce, args=(t,)) for t in range(8)]
-    for t in consumers + producers:
+    producer_threads = [threading.Thread(target=produce, args=(t,)) for t in range(8)]
+    for t in consumers + producer_threads:
         t.start()
-    for t in producers:
+    for t in producer_threads:
         t.join()
-    producer.flush()
+    if shared is not None:
+        shared.flush()
     done.set()
     for t in consumers:
         t.join(timeout=120)
