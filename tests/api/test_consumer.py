@@ -81,6 +81,36 @@ def test_out_of_range_position_resets_per_policy(db):
     assert [r.offset for r in consumer.poll(timeout=5)] == [0, 1, 2, 3, 4]
 
 
+def test_positions_below_a_log_start_raised_by_retention_reset_or_fail(db_path):
+    with streamlog.open(db_path, config={"log.retention.check.interval.ms": 50}) as db:
+        db.create_topic("t", config={"segment.bytes": 400, "file.delete.delay.ms": 0})
+        producer = db.producer()
+        for i in range(20):
+            producer.send("t", value=b"%02d" % i + b"x" * 48).result()
+        # Retention limited only now, so the first check (every 50 ms) sees the whole log and
+        # deletes all it will ever delete: the log start does not move again under the test.
+        db.alter_topic_config("t", {"retention.bytes": 400})
+        assert wait_until(lambda: db.describe_topic("t").partitions[0].log_start_offset > 0)
+        log_start = db.describe_topic("t").partitions[0].log_start_offset
+        assert 0 < log_start < 20
+        earliest = db.consumer(auto_offset_reset="earliest")
+        earliest.assign([TP0])
+        assert earliest.beginning_offsets([TP0]) == {TP0: log_start}
+        assert earliest.position(TP0) == log_start
+        earliest.seek(TP0, 0)  # below the log start: reset by auto_offset_reset
+        records = earliest.poll(timeout=5)
+        assert records[0].offset == log_start
+        assert records[0].value.startswith(b"%02d" % log_start)
+        strict = db.consumer(auto_offset_reset="none")
+        strict.assign([TP0])
+        strict.seek(TP0, 0)
+        with pytest.raises(streamlog.OffsetOutOfRangeError) as refused:
+            strict.poll(timeout=1)
+        assert not isinstance(refused.value, streamlog.NoOffsetForPartitionError)
+        assert (refused.value.partition, refused.value.offset) == (TP0, 0)
+        assert db.describe_topic("t").partitions[0].log_start_offset == log_start
+
+
 def test_seek_and_seek_to_ends(db):
     fill(db, 10)
     consumer = db.consumer(auto_offset_reset="earliest")
