@@ -77,7 +77,15 @@ def test_names_differing_only_by_dot_and_underscore_collide(db):
 @pytest.mark.parametrize("config,match", [
     ({"retention.ms": "soon"}, "integer"), ({"segment.bytes": 10}, ">= 14"),
     ({"cleanup.policy": "shred"}, "delete"), ({"no.such.config": 1}, "unknown topic config"),
-    ({"message.timestamp.type": "WallTime"}, "CreateTime"), ({"min.insync.replicas": 0}, ">= 1")])
+    ({"message.timestamp.type": "WallTime"}, "CreateTime"), ({"min.insync.replicas": 0}, ">= 1"),
+    # Kafka's LogConfig validators (index.interval.bytes also in KAFKA_REFERENCE.md 1.2):
+    # segment.ms >= 1, index.interval.bytes >= 0, max.message.bytes >= 0, flush.messages >= 1,
+    # flush.ms >= 0
+    ({"segment.ms": 0}, r"'segment\.ms'.*>= 1"),
+    ({"index.interval.bytes": -1}, r"'index\.interval\.bytes'.*>= 0"),
+    ({"max.message.bytes": -1}, r"'max\.message\.bytes'.*>= 0"),
+    ({"flush.messages": 0}, r"'flush\.messages'.*>= 1"),
+    ({"flush.ms": -1}, r"'flush\.ms'.*>= 0")])
 def test_invalid_configs_are_refused_and_nothing_is_created(db, config, match):
     with pytest.raises(streamlog.InvalidConfigurationError, match=match):
         db.create_topic("t", config=config)
