@@ -1,5 +1,6 @@
 """Topics through the public API: create, delete, describe, grow, configs, and refusals."""
 import os
+import shutil
 
 import pytest
 
@@ -147,3 +148,28 @@ def test_internal_topics_are_hidden_unless_asked(db):
     db.create_topic("t")
     assert db.topics() == ["t"]
     assert "__cluster_metadata" not in db.topics(internal=True)  # the registry itself is no topic
+
+
+def test_reopen_finishes_a_create_or_delete_interrupted_between_registry_and_directories(
+        db_path):
+    with streamlog.open(db_path) as db:
+        db.create_topic("t", partitions=2)
+        producer = db.producer()
+        producer.send("t", value=b"kept", partition=0).result()
+        producer.send("t", value=b"lost with its directory", partition=1).result()
+    # A deletion that stopped after its registry record: the directory of a topic the registry
+    # no longer knows is still there. A creation that stopped before making the directory of
+    # partition 1 of t (here: that directory vanished).
+    ghost = os.path.join(db_path, "ghost-0")
+    shutil.copytree(os.path.join(db_path, "t-0"), ghost)
+    shutil.rmtree(os.path.join(db_path, "t-1"))
+    with streamlog.open(db_path) as db:
+        assert not os.path.exists(ghost)
+        assert db.topics() == ["t"]
+        assert os.path.isdir(os.path.join(db_path, "t-1"))
+        p0, p1 = db.describe_topic("t").partitions
+        assert (p0.log_start_offset, p0.high_watermark) == (0, 1)
+        assert (p1.log_start_offset, p1.high_watermark) == (0, 0)
+        assert db.producer().send("t", value=b"new", partition=1).result().offset == 0
+    with streamlog.open(db_path, readonly=True) as ro:
+        assert ro.describe_topic("t").partitions[1].high_watermark == 1
