@@ -47,14 +47,19 @@ def test_context_manager_closes(db_path):
 def test_second_writer_process_is_refused_naming_the_holder(db_path):
     with streamlog.open(db_path):
         result = run_py("""
-            import sys, streamlog
+            import sys, time, streamlog
+            started = time.monotonic()
             try:
                 streamlog.open(sys.argv[1])
             except streamlog.DatabaseLockedError as exc:
                 print("REFUSED", exc)
+            print(f"after {time.monotonic() - started:.3f} s")
         """, db_path)
     assert result.stdout.startswith("REFUSED"), result.stderr
-    assert f"process {os.getpid()}" in result.stdout and "readonly=True" in result.stdout
+    refused, after = result.stdout.splitlines()
+    assert f"process {os.getpid()}" in refused and "readonly=True" in refused
+    # At once: a lock taken with a blocking flock would wait for the holder (here, forever).
+    assert float(after.split()[1]) < 5, after
 
 
 def test_lock_is_released_on_close_and_on_kill(db_path):
