@@ -4,9 +4,13 @@
     streamlog produce TOPIC --path DIR [--key-separator SEP] [--format text|json]
     streamlog consume TOPIC --path DIR [--from-beginning | --offset N | --from-timestamp T]
     streamlog groups list|describe|delete|reset-offsets [GROUP] --path DIR ...
-    streamlog dump FILE... [--print-records]     list batches (and records) of segment files
-    streamlog dump --verify DIR                  check CRCs, offsets and indexes of a whole root
-    streamlog verify DIR                         the same
+    streamlog dump FILE... [--path DIR] [--print-records]
+                                        list batches (and records) of segment files; with
+                                        --path, each FILE is relative to DIR
+    streamlog dump --verify --path DIR  check CRCs, offsets and indexes of a whole root
+    streamlog verify --path DIR         the same
+
+`verify DIR` and `dump --verify DIR` take the directory as an argument too.
 
 `consume`, `groups list` and `groups describe` open the database read-only,
 so they work while another process writes. Exit codes: 0 ok, 1 an operation failed (the message says why),
@@ -36,9 +40,25 @@ def _print_report(report, out):
           f"checked in {report.root}", file=out)
 
 
+def _directory(args, given, command):
+    """The directory named by an argument and/or --path; None (after saying why) if unclear."""
+    if given is not None and args.path is not None and \
+            os.path.realpath(given) != os.path.realpath(args.path):
+        print(f"streamlog {command}: the directory is given twice, as {given} and as "
+              f"--path {args.path}; give it once", file=sys.stderr)
+        return None
+    root = given if given is not None else args.path
+    if root is None:
+        print(f"streamlog {command}: name the database directory: --path DIR (or DIR)",
+              file=sys.stderr)
+    return root
+
+
 def cmd_verify(args, out=sys.stdout):
     from .storage.verify import verify_directory
-    root = args.path
+    root = _directory(args, args.directory, "verify")
+    if root is None:
+        return EXIT_USAGE
     if not os.path.isdir(root):
         print(f"streamlog verify: {root} is not a directory", file=sys.stderr)
         return EXIT_USAGE
@@ -56,13 +76,22 @@ def cmd_verify(args, out=sys.stdout):
 def cmd_dump(args, out=sys.stdout):
     from .storage.dump import dump_file
     if args.verify:
-        if len(args.files) != 1:
+        if len(args.files) > 1:
             print("streamlog dump --verify takes one directory", file=sys.stderr)
             return EXIT_USAGE
-        args.path = args.files[0]
+        root = _directory(args, args.files[0] if args.files else None, "dump --verify")
+        if root is None:
+            return EXIT_USAGE
+        args.directory, args.path = None, root
         return cmd_verify(args, out)
+    if not args.files:
+        print("streamlog dump: name the segment files to dump (relative to --path DIR if "
+              "given), or add --verify to check the whole directory", file=sys.stderr)
+        return EXIT_USAGE
     status = EXIT_OK
     for path in args.files:
+        if args.path is not None:
+            path = os.path.join(args.path, path)  # an absolute FILE stays as it is
         try:
             for line in dump_file(path, print_records=args.print_records,
                                   max_value_bytes=args.max_value_bytes):
@@ -425,8 +454,13 @@ def build_parser():
 
     p = sub.add_parser("dump", help="print the batches (and records) of segment files",
                        description="Print .log/.index/.timeindex files, like kafka-dump-log; "
-                                   "with --verify, check a whole directory instead.")
-    p.add_argument("files", nargs="+", help="segment files, or one directory with --verify")
+                                   "with --verify, check a whole directory instead. With "
+                                   "--path DIR, FILEs are relative to DIR "
+                                   "(e.g. events-0/00000000000000000000.log), and "
+                                   "--verify checks DIR.")
+    p.add_argument("files", nargs="*", metavar="FILE",
+                   help="segment files, or one directory with --verify")
+    p.add_argument("--path", help="the database directory (FILEs are relative to it)")
     p.add_argument("--print-records", "--print-data-log", action="store_true",
                    help="also print every record of each batch")
     p.add_argument("--max-value-bytes", type=int, default=60,
@@ -440,7 +474,9 @@ def build_parser():
                        description="Read every segment read-only and report corrupt batches, "
                                    "offset disorder and index entries that disagree with the log. "
                                    "Safe while a writer is running.")
-    p.add_argument("path", help=path_help)
+    p.add_argument("directory", nargs="?", metavar="DIR",
+                   help="the database directory (or give it as --path DIR)")
+    p.add_argument("--path", help=path_help)
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_verify)
     return parser

@@ -102,3 +102,37 @@ def test_bad_usage_exits_2(tmp_path):
     assert run("verify", str(tmp_path / "missing")).returncode == 2
     assert run("dump", str(tmp_path / "not-a-segment.txt")).returncode == 2
     assert run("frobnicate").returncode == 2
+
+
+def test_verify_and_dump_verify_take_the_directory_as_path_too(tmp_path):
+    root = make_root(tmp_path)
+    positional = run("verify", "--quiet", root)
+    assert positional.returncode == 0 and positional.stdout.startswith("OK: ")
+    for args in (("verify", "--path", root), ("dump", "--verify", "--path", root),
+                 ("verify", root, "--path", root + "/"),
+                 ("dump", "--verify", root, "--path", root)):
+        result = run(*args, "--quiet")
+        assert (result.returncode, result.stdout) == (0, positional.stdout), args
+
+
+def test_dump_path_makes_segment_files_relative_to_the_database(tmp_path):
+    root = make_root(tmp_path)
+    seg = segment_files(os.path.join(root, "orders-0"))[0]
+    relative = os.path.relpath(seg, root)  # orders-0/00000000000000000000.log
+    by_path = run("dump", relative, "--path", root)
+    assert by_path.returncode == 0, by_path.stderr
+    assert by_path.stdout.splitlines()[0] == f"Dumping {os.path.join(root, relative)}"
+    assert by_path.stdout.splitlines()[1:] == run("dump", seg).stdout.splitlines()[1:]
+    assert run("dump", seg, "--path", root).returncode == 0  # an absolute FILE stays as it is
+
+
+def test_directory_missing_or_given_twice_differently_exits_2(tmp_path):
+    root = make_root(tmp_path)
+    other = str(tmp_path)
+    for args in (("verify",), ("dump", "--verify"), ("dump",), ("dump", "--path", root)):
+        result = run(*args)
+        assert result.returncode == 2 and result.stdout == "", args
+        assert "--path DIR" in result.stderr, args
+    for args in (("verify", other, "--path", root), ("dump", "--verify", other, "--path", root)):
+        result = run(*args)
+        assert result.returncode == 2 and "given twice" in result.stderr, args
