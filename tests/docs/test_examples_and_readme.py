@@ -1,4 +1,5 @@
-"""Examples run with no arguments, README snippets run, and CI runs the README's test command."""
+"""Examples run with no arguments, README snippets and its CLI block run, and CI runs the
+README's test command."""
 import glob
 import os
 import re
@@ -6,6 +7,10 @@ import subprocess
 import sys
 
 import pytest
+
+import streamlog
+
+from support.console import streamlog_command
 
 ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
 EXAMPLES = sorted(p for p in glob.glob(os.path.join(ROOT, "examples", "*.py"))
@@ -41,3 +46,38 @@ def test_readme_starts_with_the_two_commands_and_ci_runs_the_test_one():
     assert os.path.exists(os.path.join(ROOT, install_and_run.split("python ")[-1]))
     with open(os.path.join(ROOT, ".ci", "run"), encoding="utf-8") as f:
         assert install_and_test in f.read()
+
+
+def test_readme_cli_block_runs_with_the_installed_command(tmp_path):
+    (block,) = [b for b in re.findall(r"```bash\n(.*?)```", readme(), re.S)
+                if "streamlog topics create" in b]
+    command = streamlog_command()
+    env = dict(os.environ, PATH=os.path.dirname(command) + os.pathsep + os.environ["PATH"])
+    results = {}
+    seeded = False
+    for line in block.splitlines():
+        if " groups " in line and not seeded:
+            # The block's group commands need the group "billing" (the README's consumer-group
+            # example makes it in a temporary database): give it committed offsets here.
+            with streamlog.open(str(tmp_path / "data")) as db:
+                consumer = db.consumer(group_id="billing")
+                consumer.assign([streamlog.TopicPartition("events", p) for p in range(4)])
+                consumer.seek_to_end()
+                consumer.commit()
+            seeded = True
+        result = subprocess.run(["bash", "-o", "pipefail", "-c", line], cwd=tmp_path, env=env,
+                                capture_output=True, text=True, timeout=120)
+        assert result.returncode == 0, f"{line}\n{result.stdout}{result.stderr}"
+        words = line.split("|")[-1].split()
+        results[" ".join(words[1:3])] = result  # "topics create", "consume events", ...
+    assert results["topics create"].stdout == "created topic events with 4 partition(s)\n"
+    assert "produced 2 record(s) to events" in results["produce events"].stderr
+    assert sorted(results["consume events"].stdout.splitlines()) == ["user-1\thello",
+                                                                     "user-2\tworld"]
+    described = results["topics describe"].stdout
+    assert "PartitionCount: 4" in described and "retention.ms=86400000" in described
+    assert results["dump events-0/00000000000000000000.log"].stdout.startswith(
+        "Dumping data/events-0/00000000000000000000.log\n")
+    assert results["verify --path"].stdout.startswith("OK: ")
+    assert "Group: billing" in results["groups describe"].stdout
+    assert "reset 4 offset(s) of group billing" in results["groups reset-offsets"].stdout
