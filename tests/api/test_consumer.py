@@ -10,17 +10,10 @@ import pytest
 
 import streamlog
 from streamlog import TopicPartition
+from support import wait_until
 
 TP0 = TopicPartition("t", 0)
 
-
-def wait_until(predicate, timeout_s=10.0):
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.001)
-    return True
 
 
 def fill(db, n, topic="t", partitions=1, **send):

@@ -20,6 +20,7 @@ import pytest
 
 from streamlog import TopicPartition
 from streamlog.broker.delayed_fetch import DelayedFetch
+from support import wait_until
 
 TP0 = TopicPartition("t", 0)
 MAX_WAIT_MS = 300
@@ -70,14 +71,6 @@ def test_consumer_poll_on_an_empty_partition_returns_empty_after_max_wait(db, co
     consumer.close()
 
 
-def wait_until(predicate, timeout_s=GENEROUS_S):
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.005)
-    return True
-
 
 def test_fetch_min_bytes_holds_the_poll_until_enough_bytes_are_appended(db, completions):
     db.create_topic("t", partitions=1)
@@ -97,7 +90,7 @@ def test_fetch_min_bytes_holds_the_poll_until_enough_bytes_are_appended(db, comp
     poller = threading.Thread(target=poll)
     poller.start()
     purgatory = db._broker.fetch_purgatory
-    assert wait_until(lambda: purgatory.watched() > 0)  # the fetch is parked
+    assert wait_until(lambda: purgatory.watched() > 0, GENEROUS_S)  # the fetch is parked
     producer.send("t", value=b"s" * 10).result()  # one small batch: well under 1000 bytes
     time.sleep(0.5)
     assert poller.is_alive() and completions == []  # the small append did not end the wait
@@ -125,7 +118,7 @@ def test_fetch_min_bytes_counts_batches_across_segments(db, completions):
     fetcher = threading.Thread(target=lambda: done.append(
         db._broker.fetch({TP0: 0}, max_wait_ms=20_000, min_bytes=1000)))
     fetcher.start()
-    assert wait_until(lambda: db._broker.fetch_purgatory.watched() > 0)
+    assert wait_until(lambda: db._broker.fetch_purgatory.watched() > 0, GENEROUS_S)
     assert completions == []
     producer.send("t", value=b"v" * 200).result()  # the fourth crosses 1000 bytes
     fetcher.join(GENEROUS_S)

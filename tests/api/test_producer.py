@@ -8,6 +8,7 @@ import pytest
 
 import streamlog
 from streamlog import TopicPartition
+from support import wait_until
 
 
 def drain(db, topic, **settings):
@@ -23,14 +24,6 @@ def drain(db, topic, **settings):
     consumer.close()
     return out
 
-
-def wait_until(predicate, timeout_s=10.0):
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.005)
-    return True
 
 
 def test_send_returns_metadata_and_records_keep_their_order(db):

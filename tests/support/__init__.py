@@ -1,5 +1,6 @@
 """Helpers shared by the test suite (importable as `support`)."""
 import os
+import time
 
 from streamlog.storage.log_config import LogConfig
 from streamlog.storage.record_batch import build_batch
@@ -51,3 +52,17 @@ def bitwise_crc32c(data):
         for _ in range(8):
             crc = (crc >> 1) ^ (0x82F63B78 if crc & 1 else 0)
     return crc ^ 0xFFFFFFFF
+
+
+def wait_until(predicate, timeout_s=10.0):
+    """True once predicate() holds, False if it still does not after timeout_s.
+
+    The deadline only bounds how long a broken build takes to fail; no
+    verdict rests on how fast the condition came true.
+    """
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            return predicate()
+        time.sleep(0.002)
+    return True

@@ -12,15 +12,15 @@ import time
 
 import streamlog
 
+from . import wait_until as poll_until
+
 GENEROUS_S = 30.0
 
 
 def wait_until(condition, what, timeout=GENEROUS_S):
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting until {what}")
-        time.sleep(0.01)
+    """Like support.wait_until, but a timeout fails the test saying what did not happen."""
+    if not poll_until(condition, timeout):
+        raise AssertionError(f"timed out waiting until {what}")
 
 
 class GroupReader(threading.Thread):

@@ -14,6 +14,7 @@ import pytest
 from streamlog import native
 from streamlog.errors import TimerClosedError
 from streamlog.timer import SystemTimer, TimingWheel, monotonic_ms
+from support import wait_until
 
 # Runs on whichever wheel is loaded: native, or the Python reference (STREAMLOG_NO_NATIVE=1).
 
@@ -36,15 +37,6 @@ class FakeClock:
     def set(self, now_ms):
         with self._lock:
             self.now_ms = now_ms
-
-
-def wait_for(predicate, timeout_s=GENEROUS_S):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.002)
-    return predicate()
 
 
 # --- TimingWheel ------------------------------------------------------------
@@ -297,7 +289,7 @@ def test_many_threads_add_and_cancel_every_task_fires_at_most_once():
             if set(counts) >= expected:
                 all_fired.set()
         assert all_fired.wait(GENEROUS_S)
-        assert wait_for(lambda: len(timer) == 0)
+        assert wait_until(lambda: len(timer) == 0)
     assert set(counts) == expected
     assert all(n == 1 for n in counts.values())
 
@@ -318,7 +310,7 @@ def test_system_timer_add_many_counts_delays_from_now_not_from_the_reaper_clock(
                                  [lambda t=t: record(t) for t in ("a", "b", "c", "d")])
         assert len(handles) == 4 and len(timer) == 4
         timer.wakeup()
-        assert wait_for(lambda: len(fired) == 2)  # the two due at 1_200
+        assert wait_until(lambda: len(fired) == 2)  # the two due at 1_200
         time.sleep(0.05)
         clock.set(1_229)
         timer.wakeup()
@@ -326,7 +318,7 @@ def test_system_timer_add_many_counts_delays_from_now_not_from_the_reaper_clock(
         assert len(fired) == 2  # 30 ms after 1_200, not after the wheel's 1_000
         clock.set(1_230)
         timer.wakeup()
-        assert wait_for(lambda: len(fired) == 4)
+        assert wait_until(lambda: len(fired) == 4)
     assert sorted(tag for tag, _ in fired) == ["a", "b", "c", "d"]
     assert all(now >= 1_230 for tag, now in fired if tag in "bc")
     with SystemTimer("mismatch") as timer, pytest.raises(ValueError):
@@ -361,15 +353,15 @@ def test_reaper_sleeps_exactly_until_the_task_is_due_not_a_poll_interval(monkeyp
     # 64 buckets of 1 ms: a 50 ms task sits in the first level, one bucket of its own.
     timer, timeouts = recording_timer(monkeypatch, "sleeps", clock, wheel_size=64)
     with timer:
-        assert wait_for(lambda: timeouts == [None])  # idle: no timeout at all
+        assert wait_until(lambda: timeouts == [None])  # idle: no timeout at all
         timer.add(50, lambda: None)
-        assert wait_for(lambda: len(timeouts) >= 2)
+        assert wait_until(lambda: len(timeouts) >= 2)
         assert timeouts[1] == pytest.approx(0.050)
         time.sleep(0.2)  # the fake clock stands still: each re-planned sleep is 50 ms again
         assert all(t == pytest.approx(0.050) for t in timeouts[1:])
         clock.set(1_030)
         timer.wakeup()
-        assert wait_for(lambda: timeouts[-1] == pytest.approx(0.020))
+        assert wait_until(lambda: timeouts[-1] == pytest.approx(0.020))
 
 
 @pytest.mark.skipif(not native.AVAILABLE, reason="the Python reference has no buckets: it "
@@ -381,18 +373,18 @@ def test_reaper_sleeps_until_each_bucket_boundary_of_a_cascading_task(monkeypatc
     # [1_040, 1_060), then cascades into the first level at 1_040.
     timer, timeouts = recording_timer(monkeypatch, "cascade", clock)
     with timer:
-        assert wait_for(lambda: timeouts == [None])
+        assert wait_until(lambda: timeouts == [None])
         timer.add(50, fired.set)
-        assert wait_for(lambda: len(timeouts) >= 2)
+        assert wait_until(lambda: len(timeouts) >= 2)
         assert timeouts[1] == pytest.approx(0.040)
         clock.set(1_040)
         timer.wakeup()
-        assert wait_for(lambda: timeouts[-1] == pytest.approx(0.010))
+        assert wait_until(lambda: timeouts[-1] == pytest.approx(0.010))
         assert not fired.is_set()
         clock.set(1_050)
         timer.wakeup()
         assert fired.wait(GENEROUS_S)
-        assert wait_for(lambda: timeouts[-1] is None)  # idle again
+        assert wait_until(lambda: timeouts[-1] is None)  # idle again
 
 
 def test_reaper_is_woken_early_by_add_many_with_an_earlier_task(monkeypatch):
@@ -401,12 +393,12 @@ def test_reaper_is_woken_early_by_add_many_with_an_earlier_task(monkeypatch):
     with timer:
         timer.add(60_000, lambda: None)
         # The sleep ends at that task's bucket, most of a minute away.
-        assert wait_for(lambda: timeouts and timeouts[-1] is not None and timeouts[-1] > 50)
+        assert wait_until(lambda: timeouts and timeouts[-1] is not None and timeouts[-1] > 50)
         planned = len(timeouts)
         fired = threading.Event()
         timer.add_many([5_000, 20], [lambda: None, fired.set])
         # Without the wake-up the reaper would still be in its long sleep.
-        assert wait_for(lambda: len(timeouts) > planned)
+        assert wait_until(lambda: len(timeouts) > planned)
         assert timeouts[planned] == pytest.approx(0.020)
         clock.set(20)
         timer.wakeup()
@@ -418,7 +410,7 @@ def test_add_many_with_only_later_tasks_does_not_wake_the_reaper(monkeypatch):
     timer, timeouts = recording_timer(monkeypatch, "late-many", clock)
     with timer:
         timer.add(100_000, lambda: None)
-        assert wait_for(lambda: timeouts and timeouts[-1] is not None and timeouts[-1] > 50)
+        assert wait_until(lambda: timeouts and timeouts[-1] is not None and timeouts[-1] > 50)
         planned = len(timeouts)
         timer.add_many([200_000, 300_000], [lambda: None, lambda: None])
         time.sleep(0.2)
@@ -479,7 +471,7 @@ def test_reaper_survives_an_error_in_its_own_loop_and_logs_it(caplog):
     clock = FailingClock(0)
     with caplog.at_level(logging.ERROR, logger="streamlog.timer"), \
             SystemTimer("fault", clock_ms=clock) as timer:
-        assert wait_for(lambda: clock.failures_left == 0)
+        assert wait_until(lambda: clock.failures_left == 0)
         fired = threading.Event()
         timer.add(5, fired.set)
         clock.set(5)
