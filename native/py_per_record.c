@@ -54,10 +54,13 @@ static PyObject *decode_headers(const uint8_t *p, const uint8_t *end, int32_t co
     if (headers == NULL || count == 0)
         return headers;
     int32_t ignored;
-    p += sl_read_varint(p, end, &ignored); /* headerCount, already known */
+    int used = sl_read_varint(p, end, &ignored); /* headerCount, already known */
+    if (used <= 0)
+        goto corrupt;
+    p += used;
     for (int32_t j = 0; j < count; j++) {
         int32_t key_len, value_len;
-        int used = sl_read_varint(p, end, &key_len);
+        used = sl_read_varint(p, end, &key_len);
         if (used <= 0 || key_len < 0 || end - (p + used) < key_len)
             goto corrupt; /* unreachable after sl_record_next's checks; kept as a guard */
         p += used;
