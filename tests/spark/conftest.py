@@ -98,3 +98,22 @@ def pushdown(spark):
 def fresh_db(tmp_path):
     """A new empty database directory for tests that change what is in it."""
     return str(tmp_path / "db")
+
+
+@pytest.fixture
+def consumer_isolation_levels(monkeypatch):
+    """A list that gets the isolation level of every consumer this process opens from now on.
+
+    Executors run in other processes, where no spy reaches: tests that use this
+    call the reader's read() in-process, as Spark's executor worker does.
+    """
+    levels = []
+    real_consumer = streamlog.Database.consumer
+
+    def consumer(self, config=None, **settings):
+        made = real_consumer(self, config, **settings)
+        levels.append(made.settings["isolation.level"])
+        return made
+
+    monkeypatch.setattr(streamlog.Database, "consumer", consumer)
+    return levels

@@ -7,6 +7,7 @@ import time
 import pytest
 
 import streamlog
+from streamlog_spark import StreamlogDataSource
 from spark.events_data import EVENTS, T0, event_timestamp
 
 pytestmark = pytest.mark.spark
@@ -176,6 +177,23 @@ def test_isolation_level_is_checked_and_both_levels_read_everything_without_tran
                 **{"kafka.isolation.level": "read_uncommitted"}).count() == EVENTS
     with pytest.raises(Exception, match="isolationLevel"):
         read(spark, path, subscribe="events", isolationLevel="serializable").count()
+
+
+@pytest.mark.parametrize("options, level", [
+    ({}, "read_committed"),  # the default docs/SPARK.md names, ready for transactions
+    ({"isolationLevel": "read_uncommitted"}, "read_uncommitted"),
+    ({"kafka.isolation.level": "read_uncommitted"}, "read_uncommitted"),
+])
+def test_the_executors_consumer_reads_at_the_isolation_level_asked_for(
+        events_db, consumer_isolation_levels, options, level):
+    path, _ = events_db
+    source = StreamlogDataSource({k.lower(): v for k, v in
+                                  {"path": path, "subscribe": "events", **options}.items()})
+    reader = source.reader(source.schema())
+    ranges = reader.partitions()  # planning opens its own (read_uncommitted) consumer
+    consumer_isolation_levels.clear()
+    assert sum(batch.num_rows for batch in reader.read(ranges[0])) == 20
+    assert consumer_isolation_levels == [level]
 
 
 @pytest.fixture(scope="module")

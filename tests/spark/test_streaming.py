@@ -182,6 +182,22 @@ def test_min_offsets_per_trigger_waits_until_enough_or_max_trigger_delay(fresh_d
     impatient.stop()
 
 
+def test_the_stream_readers_executor_read_uses_the_isolation_level(
+        events_db, consumer_isolation_levels):
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    path, _ = events_db
+    for options, level in (({}, "read_committed"),
+                           ({"isolationLevel": "read_uncommitted"}, "read_uncommitted")):
+        reader = _reader(path, subscribe="events", startingOffsets="earliest", **options)
+        start = reader.initialOffset()
+        ranges = reader.partitions(start, reader.latestOffset(start, ReadAllAvailable()))
+        consumer_isolation_levels.clear()
+        assert sum(batch.num_rows for batch in reader.read(ranges[0])) == 20
+        assert consumer_isolation_levels == [level]
+        reader.stop()
+
+
 def test_min_offsets_above_max_offsets_is_refused(spark, events_db):
     path, _ = events_db
     with pytest.raises(Exception, match=r"minOffsetPerTrigger\(10\) is higher than the "
