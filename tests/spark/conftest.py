@@ -11,6 +11,7 @@ import os
 import pkgutil
 import shutil
 import sys
+import time
 
 import pytest
 
@@ -51,6 +52,28 @@ def events_db(tmp_path_factory):
                                 partition=0)
         producer.flush()
     return path, expected
+
+
+@pytest.fixture(scope="session")
+def retained_db(tmp_path_factory):
+    """(path, log_start): topic "r", 1 partition, offsets 0..19, whose first records were
+    removed by retention (log_start > 0)."""
+    path = str(tmp_path_factory.mktemp("retained") / "db")
+    with streamlog.open(path, config={"log.retention.check.interval.ms": 20}) as db:
+        db.create_topic("r", partitions=1, config={"segment.bytes": 200,
+                                                   "retention.bytes": 300})
+        producer = db.producer()
+        for i in range(20):
+            producer.send("r", value=b"%02d" % i + b"x" * 48).result()
+            producer.flush()
+        deadline = time.monotonic() + 30
+        while db.describe_topic("r").partitions[0].log_start_offset == 0:
+            assert time.monotonic() < deadline, "retention did not run"
+            time.sleep(0.02)
+    # Read after the close: retention may have removed more before the database closed.
+    with streamlog.open(path, readonly=True) as db:
+        log_start = db.describe_topic("r").partitions[0].log_start_offset
+    return path, log_start
 
 
 def _discoverable():

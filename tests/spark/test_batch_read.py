@@ -2,12 +2,14 @@
 import datetime
 import json
 import pkgutil
-import time
 
 import pytest
 
 import streamlog
 from streamlog_spark import StreamlogDataSource
+from streamlog_spark.errors import DataLossError
+from streamlog_spark.planning import OffsetRange
+from streamlog_spark.reader import read_range
 from spark.events_data import EVENTS, T0, event_timestamp
 
 pytestmark = pytest.mark.spark
@@ -196,27 +198,6 @@ def test_the_executors_consumer_reads_at_the_isolation_level_asked_for(
     assert consumer_isolation_levels == [level]
 
 
-@pytest.fixture(scope="module")
-def retained_db(tmp_path_factory):
-    """A topic whose first records were removed by retention (log start offset > 0)."""
-    path = str(tmp_path_factory.mktemp("retained") / "db")
-    with streamlog.open(path, config={"log.retention.check.interval.ms": 20}) as db:
-        db.create_topic("r", partitions=1, config={"segment.bytes": 200,
-                                                   "retention.bytes": 300})
-        producer = db.producer()
-        for i in range(20):
-            producer.send("r", value=b"%02d" % i + b"x" * 48).result()
-            producer.flush()
-        deadline = time.monotonic() + 30
-        while db.describe_topic("r").partitions[0].log_start_offset == 0:
-            assert time.monotonic() < deadline, "retention did not run"
-            time.sleep(0.02)
-    # Read after the close: retention may have removed more before the database closed.
-    with streamlog.open(path, readonly=True) as db:
-        log_start = db.describe_topic("r").partitions[0].log_start_offset
-    return path, log_start
-
-
 def test_fail_on_data_loss_errors_by_default_and_skips_when_false(spark, retained_db):
     path, log_start = retained_db
     starting = json.dumps({"r": {"0": 0}})
@@ -224,6 +205,26 @@ def test_fail_on_data_loss_errors_by_default_and_skips_when_false(spark, retaine
         read(spark, path, subscribe="r", startingOffsets=starting).count()
     df = read(spark, path, subscribe="r", startingOffsets=starting, failOnDataLoss="false")
     assert [r.offset for r in df.orderBy("offset").collect()] == list(range(log_start, 20))
+
+
+def test_minus_two_in_starting_offsets_is_the_log_start_not_offset_zero(spark, retained_db):
+    path, log_start = retained_db
+    df = read(spark, path, subscribe="r", startingOffsets=json.dumps({"r": {"0": -2}}))
+    assert [r.offset for r in df.orderBy("offset").collect()] == list(range(log_start, 20))
+
+
+def test_the_executor_checks_for_data_loss_that_happened_after_planning(retained_db):
+    # A range planned from offset 0 before retention moved the log start: the executor sees it.
+    path, log_start = retained_db
+    planned = OffsetRange("r", 0, 0, 20)
+    with pytest.raises(DataLossError, match=f"Cannot fetch offset 0 of r-0: the log starts at "
+                                            f"{log_start}"):
+        list(read_range(path, planned, include_headers=False, isolation_level="read_committed",
+                        fail_on_data_loss=True))
+    batches = list(read_range(path, planned, include_headers=False,
+                              isolation_level="read_committed", fail_on_data_loss=False))
+    offsets = [o for b in batches for o in b.column("offset").to_pylist()]
+    assert offsets == list(range(log_start, 20))
 
 
 @pytest.mark.parametrize("options, message", [

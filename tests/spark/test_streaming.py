@@ -5,6 +5,7 @@ import pytest
 
 import streamlog
 from streamlog_spark import StreamlogDataSource
+from streamlog_spark.errors import DataLossError
 
 pytestmark = pytest.mark.spark
 
@@ -196,6 +197,19 @@ def test_the_stream_readers_executor_read_uses_the_isolation_level(
         assert sum(batch.num_rows for batch in reader.read(ranges[0])) == 20
         assert consumer_isolation_levels == [level]
         reader.stop()
+
+
+def test_a_new_query_starting_below_the_log_start_fails_or_starts_at_the_log_start(
+        retained_db):
+    path, log_start = retained_db
+    starting = json.dumps({"r": {"0": 0}})
+    failing = _reader(path, subscribe="r", startingOffsets=starting)
+    with pytest.raises(DataLossError, match="failOnDataLoss"):
+        failing.initialOffset()
+    failing.stop()
+    skipping = _reader(path, subscribe="r", startingOffsets=starting, failOnDataLoss="false")
+    assert skipping.initialOffset() == {"r": {"0": log_start}}
+    skipping.stop()
 
 
 def test_min_offsets_above_max_offsets_is_refused(spark, events_db):
