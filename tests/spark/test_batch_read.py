@@ -55,6 +55,26 @@ def test_a_multi_partition_topic_reads_exactly_its_records_with_kafka_types(spar
     assert df.rdd.getNumPartitions() == 3  # one Spark partition per topic-partition
 
 
+@pytest.mark.parametrize("include_headers", [False, True])
+def test_the_executor_yields_only_record_batches_with_exactly_sparks_arrow_schema(
+        spark, events_db, include_headers):
+    # PySpark checks only the first batch against this schema (plan_data_source_read.py), and
+    # a reader yielding tuples would still pass every row-level test, just slower.
+    import pyarrow as pa
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    path, _ = events_db
+    source_schema = read(spark, path, subscribe="events",
+                         includeHeaders=str(include_headers).lower()).schema
+    want = to_arrow_schema(source_schema, timezone="UTC")
+    items = list(read_range(path, OffsetRange("events", 0, 0, 20),
+                            include_headers=include_headers, isolation_level="read_committed",
+                            fail_on_data_loss=True))
+    assert items and all(isinstance(item, pa.RecordBatch) for item in items)
+    assert all(batch.schema.equals(want) for batch in items)  # as PySpark compares them
+    assert sum(batch.num_rows for batch in items) == 20
+
+
 def test_without_include_headers_there_is_no_headers_column(spark, events_db):
     path, _ = events_db
     df = read(spark, path, subscribe="events")
