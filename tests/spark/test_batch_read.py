@@ -325,6 +325,32 @@ def test_pushed_timestamp_filters_are_applied_exactly_with_out_of_order_timestam
     assert all(event_timestamp(i) < T0 for i in (31, 44))  # the out-of-order ones are excluded
 
 
+def _ts_literal(ms):
+    return f"timestamp'{datetime.datetime.fromtimestamp(ms / 1000, tz=UTC):%Y-%m-%d %H:%M:%S}'"
+
+
+# Each bound sits exactly on a record (offsets; record 55's and record 31's timestamps), so a
+# comparison taken one off at its bound drops or adds that record.
+BOUNDARY_FILTERS = [
+    ("partition = 0 AND offset > 5 AND offset <= 9", lambda p, o, ts: p == 0 and 5 < o <= 9),
+    ("partition = 0 AND offset = 7", lambda p, o, ts: p == 0 and o == 7),
+    (f"timestamp > {_ts_literal(T0 + 55_000)}", lambda p, o, ts: ts > T0 + 55_000),
+    (f"timestamp <= {_ts_literal(T0 - 3_600_000)}", lambda p, o, ts: ts <= T0 - 3_600_000),
+    (f"timestamp = {_ts_literal(T0 - 3_600_000)}", lambda p, o, ts: ts == T0 - 3_600_000),
+]
+
+
+@pytest.mark.parametrize("condition, keep", BOUNDARY_FILTERS,
+                         ids=[condition for condition, _ in BOUNDARY_FILTERS])
+def test_pushed_comparisons_are_exact_at_their_bounds(spark, events_db, pushdown, condition,
+                                                      keep):
+    path, expected = events_db
+    df = read(spark, path, subscribe="events", filterPushdown="true").filter(condition)
+    want = sorted((p, o, k, v) for p, o, k, v, ts, _ in expected if keep(p, o, ts))
+    assert want  # a condition that matches nothing would prove nothing
+    assert rows_of(df) == want
+
+
 def test_without_the_option_filters_are_not_pushed_and_a_reused_dataframe_stays_right(
         spark, events_db, pushdown):
     path, _ = events_db
