@@ -6,6 +6,7 @@ import pytest
 import streamlog
 from streamlog_spark import StreamlogDataSource
 from streamlog_spark.errors import DataLossError
+from streamlog_spark.streaming import StreamReader
 
 pytestmark = pytest.mark.spark
 
@@ -137,11 +138,13 @@ def test_include_headers_in_streaming(spark, fresh_db, tmp_path):
     assert [(h.key, h.value) for h in got["with"]] == [("a", b"1")]
 
 
-# --- admission control, driven through the DataSource API as Spark drives it ------------------
+# --- the stream reader driven through the DataSource API as Spark drives it -------------------
 
-def _reader(path, **options):
+def _reader(path, clock=None, **options):
+    """A stream reader made as Spark makes it; clock: its time source (maxTriggerDelay)."""
     source = StreamlogDataSource({k.lower(): str(v) for k, v in {"path": path, **options}.items()})
-    return source.streamReader(source.schema())
+    reader = source.streamReader(source.schema())
+    return reader if clock is None else StreamReader(reader.options, clock=clock)
 
 
 def test_max_offsets_per_trigger_is_prorated_and_no_partition_is_starved(fresh_db):
@@ -181,6 +184,39 @@ def test_min_offsets_per_trigger_waits_until_enough_or_max_trigger_delay(fresh_d
     start = impatient.initialOffset()
     assert impatient.latestOffset(start, ReadAllAvailable()) == {"m": {"0": 5, "1": 5}}
     impatient.stop()
+
+
+def test_max_trigger_delay_counts_from_the_last_admitted_batch(fresh_db):
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    produce(fresh_db, "d", [b"x"] * 5, partition=0)
+    now = [0.0]
+    reader = _reader(fresh_db, clock=lambda: now[0], subscribe="d", startingOffsets="earliest",
+                     minOffsetsPerTrigger=10, maxTriggerDelay="10s")
+    start = reader.initialOffset()
+    assert reader.latestOffset(start, ReadAllAvailable()) == start  # 5 < 10, 0 s waited
+    now[0] = 11.0
+    first = reader.latestOffset(start, ReadAllAvailable())
+    assert first == {"d": {"0": 5, "1": 0}}  # the delay passed: a batch of what waits
+    produce(fresh_db, "d", [b"y"] * 3, partition=0)
+    now[0] = 15.0  # 15 s since the query started, but only 4 s since that batch
+    assert reader.latestOffset(first, ReadAllAvailable()) == first
+    now[0] = 21.5
+    assert reader.latestOffset(first, ReadAllAvailable()) == {"d": {"0": 8, "1": 0}}
+    reader.stop()
+
+
+def test_available_now_stops_at_the_log_ends_of_when_it_was_prepared(fresh_db):
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    produce(fresh_db, "a", [b"x"] * 5, partition=0)
+    reader = _reader(fresh_db, subscribe="a", startingOffsets="earliest")
+    reader.prepareForTriggerAvailableNow()
+    start = reader.initialOffset()
+    produce(fresh_db, "a", [b"y"] * 3, partition=0)  # appended after the trigger started
+    assert reader.latestOffset(start, ReadAllAvailable()) == {"a": {"0": 5, "1": 0}}
+    assert reader.reportLatestOffset() == {"a": {"0": 8, "1": 0}}  # it did see them
+    reader.stop()
 
 
 def test_the_stream_readers_executor_read_uses_the_isolation_level(
