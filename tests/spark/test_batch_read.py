@@ -106,6 +106,12 @@ def test_subscribe_pattern_reads_every_matching_topic(spark, events_db):
     assert df.count() == 12
 
 
+def test_subscribe_pattern_must_match_the_whole_topic_name(spark, events_db):
+    # Java's Pattern.matches, as Spark's Kafka source: "pat" is a prefix of pat-a and pat-b.
+    path, _ = events_db
+    assert read(spark, path, subscribePattern="pat").count() == 0
+
+
 def test_subscribe_takes_a_comma_separated_list(spark, events_db):
     path, _ = events_db
     df = read(spark, path, subscribe="pat-a, other")
