@@ -194,6 +194,15 @@ def test_min_partitions_splits_partitions_into_offset_ranges(spark, events_db):
     assert rows_of(df) == expected_rows(expected)
 
 
+def test_a_read_works_while_another_handle_holds_the_writer_lock(spark, events_db):
+    # Planners and executors (6 tasks here) open the directory read-only: no lock to wait for.
+    path, expected = events_db
+    with streamlog.open(path):
+        df = read(spark, path, subscribe="events", minPartitions="6")
+        assert df.rdd.getNumPartitions() == 6
+        assert rows_of(df) == expected_rows(expected)
+
+
 def test_isolation_level_is_checked_and_both_levels_read_everything_without_transactions(
         spark, events_db):
     # streamlog has no transactions yet, so the two levels read the same records; the option
