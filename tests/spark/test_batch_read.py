@@ -75,6 +75,18 @@ def test_the_executor_yields_only_record_batches_with_exactly_sparks_arrow_schem
     assert sum(batch.num_rows for batch in items) == 20
 
 
+def test_a_log_append_time_topic_reads_with_timestamp_type_1_and_the_append_time(spark,
+                                                                                  fresh_db):
+    before = datetime.datetime.now(UTC).replace(microsecond=0) - datetime.timedelta(seconds=1)
+    with streamlog.open(fresh_db) as db:
+        db.create_topic("appended", config={"message.timestamp.type": "LogAppendTime"})
+        db.producer().send("appended", value=b"v", timestamp_ms=1000).result()
+    after = datetime.datetime.now(UTC) + datetime.timedelta(seconds=1)
+    [row] = read(spark, fresh_db, subscribe="appended").collect()
+    assert row.timestampType == 1
+    assert before <= row.timestamp.replace(tzinfo=UTC) <= after  # the broker's, not 1000 ms
+
+
 def test_without_include_headers_there_is_no_headers_column(spark, events_db):
     path, _ = events_db
     df = read(spark, path, subscribe="events")
