@@ -168,13 +168,20 @@ def test_starting_offsets_by_timestamp_per_partition(spark, events_db):
     assert rows_of(df) == expected_rows(expected, lambda p, o: o >= starts[p])
 
 
-def test_starting_timestamp_beats_starting_offsets(spark, events_db):
+def test_starting_timestamp_beats_offsets_by_timestamp_which_beats_starting_offsets(
+        spark, events_db):
     path, expected = events_db
     ts = T0 + 45_000
     first = _first_index_at_or_after(expected, ts)
+    by_timestamp = {"events": {"0": T0 + 30_000, "1": T0 + 30_000, "2": T0 + 30_000}}
+    first_by_timestamp = _first_index_at_or_after(expected, T0 + 30_000)
+    offsets = json.dumps({"events": {"0": 1, "1": 1, "2": 1}})
     df = read(spark, path, subscribe="events", startingTimestamp=str(ts),
-              startingOffsets="earliest")
+              startingOffsetsByTimestamp=json.dumps(by_timestamp), startingOffsets=offsets)
     assert rows_of(df) == expected_rows(expected, lambda p, o: o >= first[p])
+    df = read(spark, path, subscribe="events",
+              startingOffsetsByTimestamp=json.dumps(by_timestamp), startingOffsets=offsets)
+    assert rows_of(df) == expected_rows(expected, lambda p, o: o >= first_by_timestamp[p])
 
 
 def test_timestamp_with_no_match_errors_or_reads_from_latest_by_strategy(spark, events_db):
