@@ -77,20 +77,29 @@ def test_rows_without_a_partition_go_where_the_producer_would_put_their_key(spar
     assert len(set(got.values())) > 1  # hashed over partitions, not all in one
 
 
-def test_streaming_write_copies_a_topic(spark, fresh_db, tmp_path):
-    make_topics(fresh_db, src=2, dst=2)
+def test_streaming_write_routes_rows_by_the_topic_column_and_keeps_headers(spark, fresh_db,
+                                                                          tmp_path):
+    make_topics(fresh_db, src=2, even=2, odd=2)
+    headers = [[("n", b"%d" % i)] if i % 3 else None for i in range(12)]
     with streamlog.open(fresh_db) as db:
-        db.producer().send_batch("src", [b"s%d" % i for i in range(12)], partition=1).result()
+        db.producer().send_batch("src", [b"s%d" % i for i in range(12)], partition=1,
+                                 headers=headers).result()
     q = (spark.readStream.format("streamlog").option("subscribe", "src")
          .option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", "5")
-         .load(fresh_db).selectExpr("key", "value", "partition")
-         .writeStream.format("streamlog").option("topic", "dst")
+         .option("includeHeaders", "true").load(fresh_db)
+         .selectExpr("IF(offset % 2 = 0, 'even', 'odd') AS topic", "key", "value", "partition",
+                     "headers")
+         .writeStream.format("streamlog")
          .option("checkpointLocation", str(tmp_path / "ck")).trigger(availableNow=True)
          .start(fresh_db))
     q.awaitTermination()
     assert q.exception() is None
-    copied = read_back(spark, fresh_db, "dst").orderBy("offset").collect()
-    assert [(r.partition, r.value) for r in copied] == [(1, b"s%d" % i) for i in range(12)]
+    assert len([p for p in q.recentProgress if p["numInputRows"]]) == 3  # 3 micro-batches
+    for topic, parity in (("even", 0), ("odd", 1)):
+        copied = read_back(spark, fresh_db, topic).orderBy("offset").collect()
+        assert [(r.partition, r.value, None if r.headers is None else
+                 [(h.key, h.value) for h in r.headers]) for r in copied] == \
+            [(1, b"s%d" % i, headers[i]) for i in range(parity, 12, 2)]
     assert staging_left(fresh_db) == []
 
 
