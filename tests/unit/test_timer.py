@@ -387,14 +387,19 @@ def test_reaper_sleeps_until_each_bucket_boundary_of_a_cascading_task(monkeypatc
         assert wait_until(lambda: timeouts[-1] is None)  # idle again
 
 
+def asleep_for_a_far_task(timer, timeouts, delay_ms):
+    """Add a task delay_ms away and wait until the reaper sleeps towards its bucket (more
+    than 50 s off); returns how many sleeps were recorded by then."""
+    timer.add(delay_ms, lambda: None)
+    assert wait_until(lambda: timeouts and timeouts[-1] is not None and timeouts[-1] > 50)
+    return len(timeouts)
+
+
 def test_reaper_is_woken_early_by_add_many_with_an_earlier_task(monkeypatch):
     clock = FakeClock(0)
     timer, timeouts = recording_timer(monkeypatch, "early-many", clock)
     with timer:
-        timer.add(60_000, lambda: None)
-        # The sleep ends at that task's bucket, most of a minute away.
-        assert wait_until(lambda: timeouts and timeouts[-1] is not None and timeouts[-1] > 50)
-        planned = len(timeouts)
+        planned = asleep_for_a_far_task(timer, timeouts, 60_000)
         fired = threading.Event()
         timer.add_many([5_000, 20], [lambda: None, fired.set])
         # Without the wake-up the reaper would still be in its long sleep.
@@ -409,9 +414,7 @@ def test_add_many_with_only_later_tasks_does_not_wake_the_reaper(monkeypatch):
     clock = FakeClock(0)
     timer, timeouts = recording_timer(monkeypatch, "late-many", clock)
     with timer:
-        timer.add(100_000, lambda: None)
-        assert wait_until(lambda: timeouts and timeouts[-1] is not None and timeouts[-1] > 50)
-        planned = len(timeouts)
+        planned = asleep_for_a_far_task(timer, timeouts, 100_000)
         timer.add_many([200_000, 300_000], [lambda: None, lambda: None])
         time.sleep(0.2)
         assert len(timeouts) == planned  # still in the same sleep
