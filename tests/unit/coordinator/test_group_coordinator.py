@@ -92,10 +92,15 @@ def result(pending):
     return pending.result()
 
 
-def form_group(a, b):
-    """a joins alone and takes everything; b joins; after the rebalance a has TP0, b TP1."""
+def join_alone(a):
+    """a joins an empty group, leads it and takes both partitions."""
     a.joined(a.join())
     result(a.sync({a.member_id: [TP0, TP1]}))
+
+
+def form_group(a, b):
+    """a joins alone and takes everything; b joins; after the rebalance a has TP0, b TP1."""
+    join_alone(a)
     b_pending = b.join()
     a.joined(a.join())
     b.joined(b_pending)
@@ -121,8 +126,7 @@ def test_first_member_leads_and_the_group_becomes_stable(coordinator):
 
 def test_a_second_member_triggers_a_rebalance_that_waits_for_the_first(coordinator):
     a = Client(coordinator)
-    a.joined(a.join())
-    result(a.sync({a.member_id: [TP0, TP1]}))
+    join_alone(a)
     b = Client(coordinator)
     b_pending = b.join()
     assert not b_pending.done()
@@ -200,8 +204,7 @@ def test_a_member_that_stops_heartbeating_is_removed_after_its_session(coordinat
 
 def test_a_member_waiting_for_its_join_answer_is_not_expired(coordinator):
     a = Client(coordinator, session_ms=10_000, rebalance_ms=60_000)
-    a.joined(a.join())
-    result(a.sync({a.member_id: [TP0, TP1]}))
+    join_alone(a)
     b = Client(coordinator, session_ms=20, rebalance_ms=60_000)
     b_pending = b.join()                       # waits for a, which takes its time
     done = threading.Event()
@@ -214,8 +217,7 @@ def test_a_member_waiting_for_its_join_answer_is_not_expired(coordinator):
 
 def test_a_member_that_does_not_rejoin_is_dropped_at_the_rebalance_timeout(coordinator):
     a = Client(coordinator, rebalance_ms=100)
-    a.joined(a.join())
-    result(a.sync({a.member_id: [TP0, TP1]}))
+    join_alone(a)
     b = Client(coordinator, rebalance_ms=100)
     answer = b.joined(b.join())   # a never rejoins; b's join completes when a is dropped
     assert answer.leader == b.member_id and answer.generation == 2
@@ -310,8 +312,7 @@ def test_groups_and_offsets_survive_a_reopen_and_come_back_empty(tmp_path):
     broker.create_topic("t", 2)
     coordinator = find_coordinator(broker)
     a = Client(coordinator)
-    a.joined(a.join())
-    result(a.sync({a.member_id: [TP0, TP1]}))
+    join_alone(a)
     a.commit({TP0: OffsetAndMetadata(11)})
     broker.close()   # the member dies with the process
 
@@ -338,8 +339,7 @@ def test_offsets_expire_by_kafkas_rules(coordinator, broker):
 
     # A consumer group: offsets live while it has members; expire retention after it empties.
     a = Client(coordinator, group="app")
-    a.joined(a.join())
-    result(a.sync({a.member_id: [TP0, TP1]}))
+    join_alone(a)
     a.commit({TP0: 5})
     now = coordinator.offset_fetch("app")[TP0].commit_timestamp
     assert coordinator.expire_offsets(now + 10 * retention_ms) == 0   # Stable, subscribed
@@ -358,8 +358,7 @@ def test_a_stable_group_loses_only_offsets_of_topics_it_no_longer_subscribes(coo
     coordinator.offset_commit("app", "", -1, None, {old: 1, TP0: 2})
     committed_at = coordinator.offset_fetch("app")[old].commit_timestamp
     a = Client(coordinator, group="app")      # subscribes to "t" only
-    a.joined(a.join())
-    result(a.sync({a.member_id: [TP0, TP1]}))
+    join_alone(a)
     retention_ms = broker.config.offsets_retention_minutes * 60_000
     assert coordinator.expire_offsets(committed_at + retention_ms) == 1
     assert set(coordinator.offset_fetch("app")) == {TP0}
@@ -416,8 +415,7 @@ def test_the_expiry_task_drops_offsets_of_a_group_empty_for_the_retention_across
     broker.create_topic("t", 2)
     coordinator = find_coordinator(broker)
     a = Client(coordinator)
-    a.joined(a.join())
-    result(a.sync({a.member_id: [TP0, TP1]}))
+    join_alone(a)
     a.commit({TP0: OffsetAndMetadata(5)})
     clock.now_ms += retention_ms   # members keep a group's offsets however old they are
     wait_for_two_runs(count_expiry_runs(coordinator))
