@@ -71,8 +71,9 @@ def write_parquet(path, out):
 
 def spark_session(quick):
     from pyspark.sql import SparkSession
+    from streamlog_spark import jvm
 
-    builder = SparkSession.builder
+    builder = jvm.configure(SparkSession.builder)
     if quick:  # C1-only JIT: the JVM starts in half the time; never for measured runs
         builder = builder.config("spark.driver.extraJavaOptions", "-XX:TieredStopAtLevel=1")
     spark = (builder.master("local[2]").appName("bench_spark")

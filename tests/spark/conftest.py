@@ -11,7 +11,6 @@ import os
 import pkgutil
 import shutil
 import sys
-import time
 
 import pytest
 
@@ -19,16 +18,19 @@ os.environ["PYSPARK_PYTHON"] = sys.executable
 os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
 
 try:
-    import pyspark  # noqa: F401
     import pyarrow  # noqa: F401
+    import pyspark  # noqa: F401
 except ImportError:
     collect_ignore_glob = ["test_*.py"]  # the [spark] extra is not installed
 else:
     if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
         collect_ignore_glob = ["test_*.py"]
 
-import streamlog  # noqa: E402
 from spark.events_data import EVENTS, event_headers, event_key, event_timestamp  # noqa: E402
+from support import wait_until  # noqa: E402
+
+import streamlog  # noqa: E402
+
 
 @pytest.fixture(scope="session")
 def events_db(tmp_path_factory):
@@ -66,10 +68,8 @@ def retained_db(tmp_path_factory):
         for i in range(20):
             producer.send("r", value=b"%02d" % i + b"x" * 48).result()
             producer.flush()
-        deadline = time.monotonic() + 30
-        while db.describe_topic("r").partitions[0].log_start_offset == 0:
-            assert time.monotonic() < deadline, "retention did not run"
-            time.sleep(0.02)
+        assert wait_until(lambda: db.describe_topic("r").partitions[0].log_start_offset > 0,
+                          timeout_s=30), "retention did not run"
     # Read after the close: retention may have removed more before the database closed.
     with streamlog.open(path, readonly=True) as db:
         log_start = db.describe_topic("r").partitions[0].log_start_offset
@@ -83,8 +83,12 @@ def _discoverable():
 @pytest.fixture(scope="session")
 def spark(tmp_path_factory, events_db):
     from pyspark.sql import SparkSession
+    from streamlog_spark import jvm
 
+    # The JVM reader is on the classpath, so reads take it unless a test turns it off
+    # (python_reader); jar_path() raises rather than let the suite fall back to Python unseen.
     session = (SparkSession.builder.master("local[2]").appName("streamlog-tests")
+               .config("spark.jars", jvm.jar_path())
                .config("spark.ui.enabled", "false")
                .config("spark.ui.showConsoleProgress", "false")
                .config("spark.sql.shuffle.partitions", "2")
@@ -115,6 +119,16 @@ def pushdown(spark):
     spark.conf.set(key, "true")
     yield
     spark.conf.set(key, "false")
+
+
+@pytest.fixture
+def python_reader(spark):
+    """Batch reads through the Python data source's own executors, for one test."""
+    from streamlog_spark.jvm import ENABLED_CONF
+
+    spark.conf.set(ENABLED_CONF, "false")
+    yield
+    spark.conf.unset(ENABLED_CONF)
 
 
 @pytest.fixture

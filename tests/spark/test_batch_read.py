@@ -4,24 +4,18 @@ import json
 import pkgutil
 
 import pytest
-
-import streamlog
+from spark.events_data import EVENTS, T0, event_timestamp
+from spark.frames import read
 from streamlog_spark import StreamlogDataSource
 from streamlog_spark.errors import DataLossError
 from streamlog_spark.planning import OffsetRange
 from streamlog_spark.reader import read_range
-from spark.events_data import EVENTS, T0, event_timestamp
+
+import streamlog
 
 pytestmark = pytest.mark.spark
 
 UTC = datetime.timezone.utc
-
-
-def read(spark, path, **options):
-    reader = spark.read.format("streamlog")
-    for k, v in options.items():
-        reader = reader.option(k, v)
-    return reader.load(path)
 
 
 def rows_of(df):

@@ -1,0 +1,71 @@
+"""The input partition of a batch read, and its packed form: the contract with the JVM reader.
+
+A ReadTask is everything one Spark task needs to read its records: the
+database path, one OffsetRange, and how to read (headers, the data-loss
+rule). Python executors read it as an object (reader.read_range). The JVM
+reader (java/streamlog, see jvm.py) never runs Python: Spark hands it each
+task pickled, and a ReadTask pickles to a call of unpack_task whose one
+argument is the packed bytes below, which the JVM finds by their magic
+prefix (OffsetRangePartition.java decodes the same layout).
+
+Packed layout, big-endian:
+
+    magic  16 bytes  b"streamlog-task\\x00\\x01" (the last byte is the version)
+    flags  int8      1: ts_low_us applies, 2: ts_high_us applies,
+                     4: include headers, 8: fail on data loss
+    partition int32, start int64, end int64, ts_low_us int64, ts_high_us int64
+    topic  uint16 length + UTF-8
+    path   int32 length + UTF-8
+"""
+import struct
+from dataclasses import dataclass
+
+from pyspark.sql.datasource import InputPartition
+
+from .planning import OffsetRange
+
+MAGIC = b"streamlog-task\x00\x01"
+_FIXED = struct.Struct(">biqqqq")
+_TS_LOW, _TS_HIGH, _HEADERS, _FAIL_ON_DATA_LOSS = 1, 2, 4, 8
+
+
+@dataclass
+class ReadTask(InputPartition):
+    """One Spark task of a batch read: `range` of the database at `path`."""
+
+    path: str
+    range: OffsetRange
+    include_headers: bool
+    fail_on_data_loss: bool
+
+    def __reduce__(self):
+        return unpack_task, (pack_task(self),)
+
+
+def pack_task(task):
+    r = task.range
+    flags = ((_TS_LOW if r.ts_low_us is not None else 0)
+             | (_TS_HIGH if r.ts_high_us is not None else 0)
+             | (_HEADERS if task.include_headers else 0)
+             | (_FAIL_ON_DATA_LOSS if task.fail_on_data_loss else 0))
+    topic = r.topic.encode()
+    path = task.path.encode()
+    return b"".join((MAGIC, _FIXED.pack(flags, r.partition, r.start, r.end, r.ts_low_us or 0,
+                                        r.ts_high_us or 0),
+                     struct.pack(">H", len(topic)), topic, struct.pack(">i", len(path)), path))
+
+
+def unpack_task(packed):
+    if not packed.startswith(MAGIC):
+        raise ValueError("not a packed streamlog read task")
+    at = len(MAGIC)
+    flags, partition, start, end, low, high = _FIXED.unpack_from(packed, at)
+    at += _FIXED.size
+    (n,) = struct.unpack_from(">H", packed, at)
+    topic = packed[at + 2:at + 2 + n].decode()
+    at += 2 + n
+    (n,) = struct.unpack_from(">i", packed, at)
+    path = packed[at + 4:at + 4 + n].decode()
+    r = OffsetRange(topic, partition, start, end, low if flags & _TS_LOW else None,
+                    high if flags & _TS_HIGH else None)
+    return ReadTask(path, r, bool(flags & _HEADERS), bool(flags & _FAIL_ON_DATA_LOSS))
