@@ -18,7 +18,7 @@ os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
 import streamlog  # noqa: E402
 from pyspark.sql import SparkSession, functions as F  # noqa: E402
-from streamlog_spark import StreamlogDataSource  # noqa: E402
+from streamlog_spark import StreamlogDataSource, configure  # noqa: E402
 
 
 def main():
@@ -41,7 +41,8 @@ def run(path):
         producer.flush()
     print(f"appended 3000 orders to {path} (topic 'orders', 3 partitions)")
 
-    spark = (SparkSession.builder.master("local[2]").appName("streamlog-batch")
+    # configure(): batch reads decode segment files in the JVM (compiled once with javac)
+    spark = (configure(SparkSession.builder.master("local[2]").appName("streamlog-batch"))
              .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
              .config("spark.sql.shuffle.partitions", "2")
              .config("spark.sql.session.timeZone", "UTC")

@@ -19,7 +19,7 @@ os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
 import streamlog  # noqa: E402
 from pyspark.sql import SparkSession, functions as F  # noqa: E402
-from streamlog_spark import StreamlogDataSource  # noqa: E402
+from streamlog_spark import StreamlogDataSource, configure  # noqa: E402
 
 
 def revenue(orders):
@@ -58,7 +58,8 @@ def run(root):
     append_orders(path, 0, 1000)
     print(f"history: 1000 orders in {path}")
 
-    spark = (SparkSession.builder.master("local[2]").appName("streamlog-kappa")
+    # configure(): batch reads decode segment files in the JVM (compiled once with javac)
+    spark = (configure(SparkSession.builder.master("local[2]").appName("streamlog-kappa"))
              .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
              .config("spark.sql.shuffle.partitions", "2").getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")

@@ -15,8 +15,6 @@ package streamlog;
 import java.io.Closeable;
 import java.io.IOException;
 import java.nio.ByteBuffer;
-import java.nio.ByteOrder;
-import java.nio.MappedByteBuffer;
 import java.nio.channels.FileChannel;
 import java.nio.file.Files;
 import java.nio.file.NoSuchFileException;
@@ -212,51 +210,55 @@ final class SegmentCursor implements Closeable {
         position = target > bases[i] ? indexedPosition(bases[i], target) : 0;
     }
 
-    /** The byte position to scan from for `target`: the offset index's largest entry at or
-     *  below it, checked against the log; 0 when the index is missing or does not fit. */
+    /** The byte position to scan from for `target`: that of the offset index's largest entry
+     *  at or below it, if the batch there ends exactly at the entry's offset; else 0. */
     private long indexedPosition(long base, long target) throws IOException {
         Path index = dir.resolve(String.format("%020d.index", base));
-        long found = 0;
+        long foundOffset = -1;
+        long foundPosition = 0;
+        // Read, never mapped: the writer may trim or rebuild the file, and a mapped page past
+        // the new end of file faults (docs/ARCHITECTURE.md, "Read-only processes").
         try (FileChannel ch = FileChannel.open(index, StandardOpenOption.READ)) {
-            long bytes = ch.size() - ch.size() % 8;
-            if (bytes == 0) {
-                return 0;
-            }
-            MappedByteBuffer map = ch.map(FileChannel.MapMode.READ_ONLY, 0, bytes);
-            map.order(ByteOrder.BIG_ENDIAN);
+            ByteBuffer chunk = ByteBuffer.allocate(64 << 10);
             long previousOffset = 0;
             long previousPosition = 0;
-            // Entries strictly increase; the active segment's file is preallocated with zeros,
-            // so the first entry that does not increase ends the valid ones.
-            for (long e = 0; e < bytes; e += 8) {
-                long offset = (long) map.getInt((int) e);
-                long pos = map.getInt((int) e + 4) & 0xffffffffL;
-                if (offset <= previousOffset || pos <= previousPosition || pos >= fileSize) {
+            long at = 0;
+            scan:
+            while (true) {
+                chunk.clear();
+                int got = ch.read(chunk, at);
+                if (got < 8) {
                     break;
                 }
-                if (base + offset > target) {
-                    break;
+                chunk.flip();
+                while (chunk.remaining() >= 8) {
+                    long offset = chunk.getInt();
+                    long pos = chunk.getInt() & 0xffffffffL;
+                    // Entries strictly increase; the active segment's file is preallocated with
+                    // zeros, so the first entry that does not increase ends the valid ones.
+                    if (offset <= previousOffset || pos <= previousPosition || pos >= fileSize
+                            || base + offset > target) {
+                        break scan;
+                    }
+                    foundOffset = base + offset;
+                    foundPosition = pos;
+                    previousOffset = offset;
+                    previousPosition = pos;
                 }
-                found = pos;
-                previousOffset = offset;
-                previousPosition = pos;
+                at += got - got % 8;
             }
         } catch (NoSuchFileException missing) {
             return 0;
         }
-        if (found > 0 && fileSize - found >= HEADER_BYTES) {
-            ensureAt(found);
-            int h = (int) (found - windowStart);
-            long atBase = readLong(window, h);
-            if (window[h + 16] == 2 && atBase >= base && atBase <= target) {
-                return found;
+        if (foundOffset >= 0 && fileSize - foundPosition >= HEADER_BYTES) {
+            ensure(foundPosition, HEADER_BYTES);
+            int h = (int) (foundPosition - windowStart);
+            long last = readLong(window, h) + readInt(window, h + 23);
+            if (window[h + 16] == 2 && last == foundOffset) {
+                return foundPosition;
             }
         }
         return 0;
-    }
-
-    private void ensureAt(long pos) throws IOException {
-        ensure(pos, HEADER_BYTES);
     }
 
     /** Makes file bytes [pos, pos + n) available in window[pos - windowStart, ...). */
