@@ -14,6 +14,8 @@ removed part of the range after planning, and a pushed-down timestamp filter
 """
 import time
 
+import numpy as np
+
 import streamlog
 from streamlog import TopicPartition
 
@@ -64,6 +66,10 @@ def read_range(path, r, include_headers, isolation_level, fail_on_data_loss):
                 continue
             for chunk in chunks:
                 batch = chunk.to_arrow(include_headers)
+                if len(chunk) and chunk.offsets[-1] >= r.end:
+                    # max_records stops the fetch at r.end records, not at offset r.end: a
+                    # range ending in a compaction gap or before a control batch gets more.
+                    batch = batch.slice(0, int(np.searchsorted(chunk.offsets, r.end)))
                 if r.ts_low_us is not None or r.ts_high_us is not None:
                     batch = _filter_timestamps(batch, r.ts_low_us, r.ts_high_us)
                 if batch.num_rows:

@@ -14,6 +14,7 @@ import org.apache.spark.sql.execution.datasources.v2.python.PythonDataSourceV2;
 import org.apache.spark.sql.execution.datasources.v2.python.PythonScanBuilder;
 import org.apache.spark.sql.internal.SQLConf;
 import org.apache.spark.sql.sources.Filter;
+import org.apache.spark.sql.types.StructField;
 import org.apache.spark.sql.types.StructType;
 import org.apache.spark.sql.util.CaseInsensitiveStringMap;
 
@@ -48,7 +49,13 @@ final class LogScanBuilder implements SupportsPushDownFilters, SupportsPushDownR
 
     @Override
     public void pruneColumns(StructType requiredSchema) {
-        required = requiredSchema;
+        // Whole columns only: a query that needs one field of the headers structs still gets
+        // both (Spark projects the rest away), which keeps RangeReader to one headers layout.
+        StructField[] fields = requiredSchema.fields().clone();
+        for (int i = 0; i < fields.length; i++) {
+            fields[i] = fullSchema.apply(fields[i].name());
+        }
+        required = new StructType(fields);
     }
 
     @Override

@@ -203,57 +203,55 @@ final class RangeReader implements PartitionReader<ColumnarBatch> {
             limit = rec.length;
         }
         left = cursor.recordsCount;
+        if (left == 0 && pos != limit) {
+            throw corrupt("a batch of no records holds record bytes");
+        }
         base = cursor.baseOffset;
         logAppendTime = (cursor.attributes & SegmentCursor.ATTR_LOG_APPEND_TIME) != 0;
         batchTimestamp = logAppendTime ? cursor.maxTimestamp : cursor.baseTimestamp;
     }
 
     /** Decodes the next record of the batch into row `row` (-1: count only); false when the
-     *  record is outside the range or the timestamp filter. */
+     *  record is outside the range or the timestamp filter. A record must fill its length
+     *  exactly, and the batch's records its records section, as Kafka's reader demands. */
     private boolean decodeRecord(int row) {
         left--;
-        byte[] b = rec;
-        try {
-            int length = varint();
-            int end = pos + length;
-            if (length < 0 || end > limit) {
-                throw corrupt("a record runs past the end of its batch");
-            }
-            pos++;   // attributes
-            long timestampDelta = varlong();
-            long recordOffset = base + varint();
-            if (recordOffset < start || recordOffset >= range.end) {
-                pos = end;
-                return false;
-            }
-            long ms = logAppendTime ? batchTimestamp : batchTimestamp + timestampDelta;
-            long micros = ms * 1000;
-            if ((range.hasLow && micros < range.tsLowUs) || (range.hasHigh && micros >= range.tsHighUs)) {
-                pos = end;
-                return false;
-            }
-            if (row < 0) {
-                pos = end;
-                return true;
-            }
-            int keyLength = varint();
+        int length = varint();
+        int end = pos + length;
+        if (length < 0 || end > limit) {
+            throw corrupt("a record runs past the end of its batch");
+        }
+        if (left == 0 && end != limit) {
+            throw corrupt("the batch holds more bytes than its " + cursor.recordsCount
+                    + " records");
+        }
+        pos++;   // attributes
+        long timestampDelta = varlong();
+        long recordOffset = base + varint();
+        int keyLength = varint();
+        int keyAt = field(keyLength, end);
+        int valueLength = varint();
+        int valueAt = field(valueLength, end);
+        boolean keep = recordOffset >= start && recordOffset < range.end;
+        long ms = logAppendTime ? batchTimestamp : batchTimestamp + timestampDelta;
+        long micros = ms * 1000;
+        keep &= !(range.hasLow && micros < range.tsLowUs)
+                && !(range.hasHigh && micros >= range.tsHighUs);
+        if (keep && row >= 0) {
             if (key != null) {
                 if (keyLength < 0) {
                     key.putNull(row);
                 } else {
-                    key.putByteArray(row, b, pos, keyLength);
+                    key.putByteArray(row, rec, keyAt, keyLength);
                 }
             }
-            pos += Math.max(keyLength, 0);
-            int valueLength = varint();
             if (value != null) {
                 if (valueLength < 0) {
                     value.putNull(row);
                 } else {
-                    value.putByteArray(row, b, pos, valueLength);
+                    value.putByteArray(row, rec, valueAt, valueLength);
                 }
             }
-            pos += Math.max(valueLength, 0);
             if (offset != null) {
                 offset.putLong(row, recordOffset);
             }
@@ -263,23 +261,41 @@ final class RangeReader implements PartitionReader<ColumnarBatch> {
             if (timestampType != null) {
                 timestampType.putInt(row, logAppendTime ? 1 : 0);
             }
-            if (headers != null) {
-                readHeaders(row);
-            }
-            if (pos > end) {
-                throw corrupt("a record's fields run past its length");
-            }
-            pos = end;
-            return true;
-        } catch (ArrayIndexOutOfBoundsException e) {
-            throw corrupt("a record runs past the end of its batch");
         }
+        readHeaders(keep && headers != null ? row : -1, end);
+        if (pos != end) {
+            throw corrupt("a record's fields do not fill its length");
+        }
+        return keep;
     }
 
-    private void readHeaders(int row) {
+    /** Skips a length-prefixed field (-1: null) inside the record ending at `end`; its start. */
+    private int field(int length, int end) {
+        int at = pos;
+        if (length < -1 || (length > 0 && (pos += length) > end)) {
+            throw corrupt("a record field runs past the end of its record");
+        }
+        return at;
+    }
+
+    /** Reads the headers of a record into row `row` of the headers column (-1: skips them). */
+    private void readHeaders(int row, int end) {
         int count = varint();
-        if (count <= 0) {
-            headers.putNull(row);
+        if (count < 0) {
+            throw corrupt("a record has " + count + " headers");
+        }
+        if (row < 0 || count == 0) {
+            for (int i = 0; i < count; i++) {
+                int keyLength = varint();
+                if (keyLength < 0) {
+                    throw corrupt("a header has a null key");
+                }
+                field(keyLength, end);
+                field(varint(), end);
+            }
+            if (row >= 0) {
+                headers.putNull(row);   // null, not empty, as Spark's Kafka source
+            }
             return;
         }
         WritableColumnVector elements = headers.arrayData();
@@ -291,14 +307,13 @@ final class RangeReader implements PartitionReader<ColumnarBatch> {
             if (keyLength < 0) {
                 throw corrupt("a header has a null key");
             }
-            keys.appendByteArray(rec, pos, keyLength);
-            pos += keyLength;
+            keys.appendByteArray(rec, field(keyLength, end), keyLength);
             int valueLength = varint();
+            int valueAt = field(valueLength, end);
             if (valueLength < 0) {
                 values.appendNull();
             } else {
-                values.appendByteArray(rec, pos, valueLength);
-                pos += valueLength;
+                values.appendByteArray(rec, valueAt, valueLength);
             }
             elements.appendStruct(false);
         }
@@ -318,6 +333,9 @@ final class RangeReader implements PartitionReader<ColumnarBatch> {
         int raw = 0;
         int shift = 0;
         while (true) {
+            if (pos >= limit) {
+                throw corrupt("a varint runs past the end of its batch");
+            }
             byte x = rec[pos++];
             raw |= (x & 0x7f) << shift;
             if (x >= 0) {
@@ -335,6 +353,9 @@ final class RangeReader implements PartitionReader<ColumnarBatch> {
         long raw = 0;
         int shift = 0;
         while (true) {
+            if (pos >= limit) {
+                throw corrupt("a varlong runs past the end of its batch");
+            }
             byte x = rec[pos++];
             raw |= (long) (x & 0x7f) << shift;
             if (x >= 0) {

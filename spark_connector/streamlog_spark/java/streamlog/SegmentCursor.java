@@ -16,6 +16,7 @@ import java.io.Closeable;
 import java.io.IOException;
 import java.nio.ByteBuffer;
 import java.nio.channels.FileChannel;
+import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.NoSuchFileException;
 import java.nio.file.Path;
@@ -95,7 +96,12 @@ final class SegmentCursor implements Closeable {
         }
         wanted = start;
         logEnd = start;
-        openSegment(holding(start), start);
+        try {
+            openSegment(holding(start), start);
+        } catch (IOException | RuntimeException e) {
+            closeChannel();
+            throw e;
+        }
     }
 
     /** The first offset to read: the range's start, or the log start when retention removed
@@ -130,7 +136,16 @@ final class SegmentCursor implements Closeable {
                 if (batchLength < MIN_BATCH_LENGTH) {
                     throw corrupt("batch length " + batchLength + " is too small");
                 }
-                // A batch still being written: nothing after it is readable yet.
+                // Only the newest segment may end inside a batch (one still being written:
+                // nothing after it is readable yet); a sealed one cut short lost records.
+                if (segment + 1 < bases.length) {
+                    throw corrupt("the segment ends inside a batch of " + total + " bytes");
+                }
+                exhausted = true;
+                break;
+            }
+            if (segment + 1 < bases.length && position < fileSize) {
+                throw corrupt("the segment ends inside a batch header");
             }
             nextSegment();
         }
@@ -147,9 +162,13 @@ final class SegmentCursor implements Closeable {
             throw corrupt(String.format("CRC-32C 0x%08x does not match the stored 0x%08x",
                     (int) crc.getValue(), storedCrc));
         }
-        long last = base + readInt(w, h + 23);
+        int lastDelta = readInt(w, h + 23);
+        long last = base + lastDelta;
         long segmentEnd = segment + 1 < bases.length ? bases[segment + 1] : Long.MAX_VALUE;
-        if (base < bases[segment] || last < base || last >= segmentEnd) {
+        // Offsets in a segment are relative int32s (its index holds them so): a base offset
+        // with a flipped high bit fails here even in the newest segment.
+        if (base < bases[segment] || last < base || last >= segmentEnd
+                || last - bases[segment] > Integer.MAX_VALUE) {
             throw corrupt("offsets " + base + ".." + last + " do not fit the segment based at "
                     + bases[segment]);
         }
@@ -166,6 +185,9 @@ final class SegmentCursor implements Closeable {
         baseTimestamp = readLong(w, h + 27);
         maxTimestamp = readLong(w, h + 35);
         recordsCount = readInt(w, h + 57);
+        if (recordsCount < 0 || recordsCount > lastDelta + 1L) {
+            throw corrupt("batch " + base + ".." + last + " claims " + recordsCount + " records");
+        }
         previousLast = last;
         logEnd = Math.max(logEnd, last + 1);
     }
@@ -182,32 +204,51 @@ final class SegmentCursor implements Closeable {
     private void openSegment(int i, long target) throws IOException {
         segment = i;
         file = dir.resolve(String.format("%020d%s", bases[i], LOG_SUFFIX));
+        logEnd = Math.max(logEnd, bases[i]);
         try {
             channel = FileChannel.open(file, StandardOpenOption.READ);
         } catch (NoSuchFileException gone) {
-            // Retention deleted it after the listing: everything from here down may be gone.
-            long next = Math.max(wanted, previousLast + 1);
-            long[] now = listSegments();
-            if (now.length == 0) {
-                if (range.failOnDataLoss) {
-                    throw dataLoss(range.name() + " no longer exists");
-                }
-                exhausted = true;
-                return;
-            }
-            long logStart = Math.max(now[0], checkpointedLogStart());
-            if (range.failOnDataLoss) {
-                throw dataLoss(cannotFetch(next, logStart));
-            }
-            bases = now;
-            wanted = Math.max(next, logStart);
-            openSegment(holding(wanted), wanted);
+            reopenAfterDeletion();
             return;
         }
         fileSize = channel.size();
         windowStart = 0;
         windowLength = 0;
         position = target > bases[i] ? indexedPosition(bases[i], target) : 0;
+    }
+
+    /** The segment to open was deleted after the listing: retention moved the log start past
+     *  it (the data-loss rule), or the file vanished some other way (an error). */
+    private void reopenAfterDeletion() throws IOException {
+        long next = Math.max(wanted, previousLast + 1);
+        long[] now = listSegments();
+        if (now.length == 0) {
+            if (range.failOnDataLoss) {
+                throw dataLoss(range.name() + " no longer exists");
+            }
+            exhausted = true;
+            return;
+        }
+        long logStart = Math.max(now[0], checkpointedLogStart());
+        if (next >= logStart) {
+            throw new IllegalStateException("segment " + file + " vanished, though the log of "
+                    + range.name() + " still starts at " + logStart + "; run `streamlog verify "
+                    + root + "`");
+        }
+        if (range.failOnDataLoss) {
+            throw dataLoss(cannotFetch(next, logStart));
+        }
+        bases = now;
+        wanted = logStart;
+        int i = holding(wanted);
+        while (i < bases.length && bases[i] <= previousLast) {
+            i++;   // already read up to previousLast
+        }
+        if (i == bases.length) {
+            exhausted = true;
+            return;
+        }
+        openSegment(i, Math.max(wanted, bases[i]));
     }
 
     /** The byte position to scan from for `target`: that of the offset index's largest entry
@@ -305,23 +346,40 @@ final class SegmentCursor implements Closeable {
         return out.stream().mapToLong(Long::longValue).sorted().toArray();
     }
 
-    /** This partition's entry of log-start-offset-checkpoint (0 when it has none). */
+    /** This partition's entry of log-start-offset-checkpoint, 0 when it has none. Read as
+     *  storage/checkpoint.py reads it: a file that is malformed anywhere counts as absent
+     *  (the planner then plans from the first segment, and so must the reader). */
     private long checkpointedLogStart() throws IOException {
         Path checkpoint = root.resolve(LOG_START_CHECKPOINT);
         List<String> lines;
         try {
-            lines = Files.readAllLines(checkpoint);
+            lines = Files.readAllLines(checkpoint, StandardCharsets.UTF_8);
         } catch (NoSuchFileException missing) {
             return 0;
+        } catch (IOException unreadable) {
+            return 0;
         }
-        for (int i = 2; i < lines.size(); i++) {
-            String[] parts = lines.get(i).trim().split(" ");
-            if (parts.length == 3 && parts[0].equals(range.topic)
-                    && parts[1].equals(Integer.toString(range.partition))) {
-                return Long.parseLong(parts[2]);
+        try {
+            if (lines.size() < 2 || Long.parseLong(lines.get(0).strip()) != 0
+                    || Long.parseLong(lines.get(1).strip()) != lines.size() - 2) {
+                return 0;
             }
+            long found = 0;
+            for (String line : lines.subList(2, lines.size())) {
+                String[] parts = line.split(" ", -1);
+                if (parts.length != 3) {
+                    return 0;
+                }
+                int partition = Integer.parseInt(parts[1].strip());
+                long offset = Long.parseLong(parts[2].strip());
+                if (parts[0].equals(range.topic) && partition == range.partition) {
+                    found = offset;
+                }
+            }
+            return found;
+        } catch (NumberFormatException malformed) {
+            return 0;
         }
-        return 0;
     }
 
     String cannotFetch(long wanted, long logStart) {
