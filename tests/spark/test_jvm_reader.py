@@ -287,3 +287,53 @@ def test_configure_adds_the_jar_to_spark_jars_already_set(tmp_path):
     jars = builder._options["spark.jars"].split(",")
     assert jars[0] == "/elsewhere/x.jar" and jars[1] == jvm.jar_path()
     assert os.path.isfile(jars[1])
+
+
+def test_the_jar_is_compiled_once_into_an_empty_cache(monkeypatch, tmp_path, capsys):
+    import zipfile
+
+    monkeypatch.setenv("STREAMLOG_CACHE_DIR", str(tmp_path))
+    jar = jvm.jar_path()
+    assert "compiling the JVM reader" in capsys.readouterr().err   # progress on a slow step
+    assert os.path.dirname(jar) == str(tmp_path)
+    with zipfile.ZipFile(jar) as z:
+        names = set(z.namelist())
+    assert {"streamlog/DefaultSource.class", "streamlog/RangeReader.class"} <= names
+    built = os.stat(jar).st_mtime_ns
+    assert jvm.jar_path() == jar and os.stat(jar).st_mtime_ns == built   # cached
+    assert "compiling" not in capsys.readouterr().err
+    assert [p.name for p in tmp_path.iterdir()] == [os.path.basename(jar)]   # no leftovers
+
+
+def _columnar_batches(spark, df):
+    """How many ColumnarBatches the scan handed to Spark when df ran (Spark's own metric)."""
+    df.collect()
+    nodes = [df._jdf.queryExecution().executedPlan()]
+    while nodes:
+        node = nodes.pop()
+        if node.nodeName() == "ColumnarToRow":
+            return node.metrics().apply("numInputBatches").value()
+        children = node.children()
+        nodes.extend(children.apply(i) for i in range(children.size()))
+    raise AssertionError("no ColumnarToRow in the plan: the JVM reader was not used")
+
+
+def test_large_records_are_handed_over_in_batches_of_bounded_bytes(spark, tmp_path):
+    """8,192 rows of 1 MiB records would be one 8 GiB batch; a batch closes at 32 MiB."""
+    path = str(tmp_path / "db")
+    value = bytes(range(256)) * (2 << 12)   # 2 MiB
+    with streamlog.open(path) as db:
+        db.create_topic("big", partitions=1, config={"max.message.bytes": 4 << 20})
+        producer = db.producer(max_request_size=4 << 20, batch_size=4 << 20)
+        for i in range(40):
+            producer.send("big", value=value, key=b"%d" % i).result()
+        producer.flush()
+    spark.conf.set("spark.sql.adaptive.enabled", "false")   # the plan that ran, not its wrapper
+    try:
+        df = read(spark, path, subscribe="big").selectExpr("sum(length(value)) as n")
+        assert _columnar_batches(spark, df) == 3   # 16 + 16 + 8 records of 2 MiB
+        assert df.collect()[0].n == 40 * len(value)
+        small = read(spark, path, subscribe="big").selectExpr("count(offset) as n")
+        assert _columnar_batches(spark, small) == 1   # offsets alone: one batch of 40 rows
+    finally:
+        spark.conf.unset("spark.sql.adaptive.enabled")

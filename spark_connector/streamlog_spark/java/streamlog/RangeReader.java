@@ -31,6 +31,10 @@ import org.apache.spark.unsafe.types.UTF8String;
 final class RangeReader implements PartitionReader<ColumnarBatch> {
     /** Rows per ColumnarBatch (Spark's own columnar readers default to 4,096). */
     static final int BATCH_ROWS = 8192;
+    /** Bytes of keys, values and headers per ColumnarBatch, beyond which it is handed over
+     *  early: rows of large records (Kafka allows 1 MiB and more) would otherwise make one
+     *  batch of gigabytes. */
+    static final int BATCH_BYTES = 32 << 20;
     /** Rows per batch of a read that needs no column: only counts move. */
     private static final int COUNT_ONLY_ROWS = 1 << 24;
 
@@ -57,6 +61,7 @@ final class RangeReader implements PartitionReader<ColumnarBatch> {
     private boolean logAppendTime;
     private long start;
     private boolean done;
+    private long batchBytes;   // key, value and header bytes copied into the current batch
 
     RangeReader(OffsetRangePartition range, StructType required) {
         this.range = range;
@@ -124,7 +129,8 @@ final class RangeReader implements PartitionReader<ColumnarBatch> {
             }
         }
         int rows = 0;
-        while (rows < BATCH_ROWS) {
+        batchBytes = 0;
+        while (rows < BATCH_ROWS && batchBytes < BATCH_BYTES) {
             if (left == 0 && !nextBatch(false)) {
                 break;
             }
@@ -243,6 +249,7 @@ final class RangeReader implements PartitionReader<ColumnarBatch> {
                     key.putNull(row);
                 } else {
                     key.putByteArray(row, rec, keyAt, keyLength);
+                    batchBytes += keyLength;
                 }
             }
             if (value != null) {
@@ -250,6 +257,7 @@ final class RangeReader implements PartitionReader<ColumnarBatch> {
                     value.putNull(row);
                 } else {
                     value.putByteArray(row, rec, valueAt, valueLength);
+                    batchBytes += valueLength;
                 }
             }
             if (offset != null) {
@@ -302,6 +310,7 @@ final class RangeReader implements PartitionReader<ColumnarBatch> {
         WritableColumnVector keys = elements.getChild(0);
         WritableColumnVector values = elements.getChild(1);
         int first = elements.getElementsAppended();
+        int headersAt = pos;
         for (int i = 0; i < count; i++) {
             int keyLength = varint();
             if (keyLength < 0) {
@@ -318,6 +327,7 @@ final class RangeReader implements PartitionReader<ColumnarBatch> {
             elements.appendStruct(false);
         }
         headers.putArray(row, first, count);
+        batchBytes += pos - headersAt;
     }
 
     /** At the end of the log: a range that reaches past it lost records to truncation. */
