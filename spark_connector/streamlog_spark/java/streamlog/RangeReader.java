@@ -131,7 +131,7 @@ final class RangeReader implements PartitionReader<ColumnarBatch> {
         int rows = 0;
         batchBytes = 0;
         while (rows < BATCH_ROWS && batchBytes < BATCH_BYTES) {
-            if (left == 0 && !nextBatch(false)) {
+            if (left == 0 && !nextBatch()) {
                 break;
             }
             if (decodeRecord(rows)) {
@@ -145,7 +145,7 @@ final class RangeReader implements PartitionReader<ColumnarBatch> {
     private int fillCount() throws IOException {
         int rows = 0;
         while (rows < COUNT_ONLY_ROWS) {
-            if (left == 0 && !nextBatch(true)) {
+            if (left == 0 && !nextBatch()) {
                 break;
             }
             if (left > 0 && decodeRecord(-1)) {
@@ -158,8 +158,10 @@ final class RangeReader implements PartitionReader<ColumnarBatch> {
         return rows;
     }
 
-    /** Moves to the next Kafka batch holding records to read; false at the end. */
-    private boolean nextBatch(boolean countOnly) throws IOException {
+    /** Moves to the next Kafka batch holding records to read; false at the end. A count-only
+     *  read takes a batch wholly inside the range by its header: `left` is then minus its
+     *  record count. */
+    private boolean nextBatch() throws IOException {
         while (!done) {
             if (!cursor.next()) {
                 finish();
