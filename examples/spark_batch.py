@@ -41,7 +41,7 @@ def run(path):
         producer.flush()
     print(f"appended 3000 orders to {path} (topic 'orders', 3 partitions)")
 
-    # configure(): batch reads decode segment files in the JVM (compiled once with javac)
+    # configure(): reads decode segment files in the JVM (compiled once with javac)
     spark = (configure(SparkSession.builder.master("local[2]").appName("streamlog-batch"))
              .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
              .config("spark.sql.shuffle.partitions", "2")

@@ -58,7 +58,7 @@ def run(root):
     append_orders(path, 0, 1000)
     print(f"history: 1000 orders in {path}")
 
-    # configure(): batch reads decode segment files in the JVM (compiled once with javac)
+    # configure(): reads decode segment files in the JVM (compiled once with javac)
     spark = (configure(SparkSession.builder.master("local[2]").appName("streamlog-kappa"))
              .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
              .config("spark.sql.shuffle.partitions", "2").getOrCreate())

@@ -7,7 +7,7 @@ into topics. Install with `pip install "streamlog[spark]"`, then either
     spark.dataSource.register(StreamlogDataSource)
 
 or rely on the `pyspark_streamlog` module, which PySpark discovers by itself.
-Batch reads run several times faster with the JVM reader on the classpath:
+Reads run several times faster with the JVM reader on the classpath:
 build the session with `configure(SparkSession.builder...)` (jvm.py).
 Spark's workers run $PYSPARK_PYTHON: set it to the interpreter that has
 streamlog installed before the SparkSession starts. docs/SPARK.md has the

@@ -3,10 +3,11 @@ that puts it on Spark's classpath.
 
 With the jar on the classpath, format("streamlog") resolves to the JVM class
 streamlog.DefaultSource, which fronts the Python data source: options,
-planning, streaming and writing stay in Python, and only the executors' side
-of batch reads runs in the JVM, decoding segment files straight into Spark's
-column vectors (java/streamlog/*.java; docs/SPARK.md, "JVM reader"). Without
-it every read goes through Python workers, with the same results, slower.
+planning, stream offsets and writing stay in Python, and only the executors'
+side of reads (batch and micro-batch) runs in the JVM, decoding segment files
+into Spark's column vectors (java/streamlog/*.java; docs/SPARK.md, "The JVM
+reader"). Without it every read goes through Python workers, with the same
+results, slower.
 
     from streamlog_spark import jvm
     spark = jvm.configure(SparkSession.builder.master("local[2]")).getOrCreate()
@@ -25,7 +26,7 @@ import zipfile
 from pathlib import Path
 
 JAVA_SOURCES = Path(__file__).parent / "java"
-# Session setting read by the JVM scan: "false" routes batch reads through Python again.
+# Session setting read by the JVM scan: "false" routes reads through Python executors again.
 ENABLED_CONF = "spark.streamlog.jvmReader.enabled"
 
 
@@ -54,7 +55,7 @@ def configure(builder):
     try:
         jar = jar_path()
     except JvmReaderUnavailable as e:
-        warnings.warn(f"streamlog: batch reads will run in Python workers: {e}", stacklevel=2)
+        warnings.warn(f"streamlog: reads will run in Python workers: {e}", stacklevel=2)
         return builder
     existing = getattr(builder, "_options", {}).get("spark.jars")
     return builder.config("spark.jars", f"{existing},{jar}" if existing else jar)

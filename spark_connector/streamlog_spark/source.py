@@ -13,20 +13,11 @@ commit).
 from pyspark.sql.datasource import DataSource, DataSourceReader
 
 from .options import parse_source_options, parse_writer_options
-from .planning import (
-    LogView,
-    OffsetRange,
-    check_start,
-    plan_ranges,
-    resolve,
-    split_ranges,
-    topic_partitions,
-)
+from .planning import LogView, check_start, plan_ranges, resolve, split_ranges, topic_partitions
 from .pushdown import translate
-from .reader import read_range
 from .schema import source_ddl
 from .streaming import StreamReader
-from .tasks import ReadTask
+from .tasks import read_task, read_tasks
 from .writer import BatchWriter, StreamWriter, check_schema
 
 
@@ -94,18 +85,10 @@ class BatchReader(DataSourceReader):
         if r is not None:
             for x in ranges:
                 x.ts_low_us, x.ts_high_us = r.ts_low_us, r.ts_high_us
-        ranges = split_ranges(ranges, o.min_partitions)
-        if not ranges:
-            # Spark would turn [] into one InputPartition(None), which the JVM reader cannot
-            # tell from a foreign partition; an empty range reads nothing either way.
-            ranges = [OffsetRange("", 0, 0, 0)]
-        return [ReadTask(o.path, x, o.include_headers, o.fail_on_data_loss) for x in ranges]
+        return read_tasks(o, split_ranges(ranges, o.min_partitions))
 
     def read(self, task):
-        if task.range.end <= task.range.start:
-            return iter(())
-        return read_range(task.path, task.range, task.include_headers,
-                          self.options.isolation_level, task.fail_on_data_loss)
+        return read_task(task, self.options.isolation_level)
 
 
 def _restrict(view, r, starts, ends):

@@ -32,7 +32,7 @@ from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadMaxRows,
 
 from .errors import DataLossError
 from .planning import LogView, check_start, plan_ranges, resolve, split_ranges, topic_partitions
-from .reader import read_range
+from .tasks import read_task, read_tasks
 
 
 def to_json(offsets):
@@ -164,12 +164,10 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         missing = [tp for tp in end if tp not in start]
         start.update(self.view.beginning(missing))
         ranges = plan_ranges(start, end)
-        return split_ranges(ranges, self.options.min_partitions)
+        return read_tasks(self.options, split_ranges(ranges, self.options.min_partitions))
 
-    def read(self, partition):
-        o = self.options
-        return read_range(o.path, partition, o.include_headers, o.isolation_level,
-                          o.fail_on_data_loss)
+    def read(self, task):
+        return read_task(task, self.options.isolation_level)
 
     def stop(self):
         if self._view is not None:

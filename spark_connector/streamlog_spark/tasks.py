@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pyspark.sql.datasource import InputPartition
 
 from .planning import OffsetRange
+from .reader import read_range
 
 MAGIC = b"streamlog-task\x00\x01"
 _FIXED = struct.Struct(">biqqqq")
@@ -40,6 +41,24 @@ class ReadTask(InputPartition):
 
     def __reduce__(self):
         return unpack_task, (pack_task(self),)
+
+
+def read_tasks(options, ranges):
+    """The ReadTasks of planned ranges under these SourceOptions (batch and streaming alike)."""
+    if not ranges:
+        # Spark would turn [] into one InputPartition(None), which the JVM reader cannot tell
+        # from a foreign partition; an empty range reads nothing either way.
+        ranges = [OffsetRange("", 0, 0, 0)]
+    return [ReadTask(options.path, r, options.include_headers, options.fail_on_data_loss)
+            for r in ranges]
+
+
+def read_task(task, isolation_level):
+    """The RecordBatches of one task, read in a Python executor."""
+    if task.range.end <= task.range.start:
+        return iter(())
+    return read_range(task.path, task.range, task.include_headers, isolation_level,
+                      task.fail_on_data_loss)
 
 
 def pack_task(task):

@@ -215,11 +215,13 @@ def test_a_flipped_byte_is_reported_as_a_corrupt_batch_not_returned(spark, mixed
     copy = _copy(path, tmp_path)
     log = os.path.join(copy, "none-1", "00000000000000000000.log")
     with open(log, "r+b") as f:
-        size = os.fstat(f.fileno()).st_size
-        f.seek(size // 2)
-        byte = f.read(1)
-        f.seek(size // 2)
-        f.write(bytes([byte[0] ^ 0x10]))
+        data = f.read()
+        at = 0
+        while int.from_bytes(data[at + 8:at + 12], "big") < 200:   # a batch of some size
+            at += 12 + int.from_bytes(data[at + 8:at + 12], "big")
+        at += 12 + int.from_bytes(data[at + 8:at + 12], "big") // 2   # inside its records,
+        f.seek(at)                                                     # which the CRC covers
+        f.write(bytes([data[at] ^ 0x10]))
     df = read(spark, copy, subscribe="none")
     with pytest.raises(Exception, match="CRC-32C") as raised:
         df.count()
@@ -337,3 +339,32 @@ def test_large_records_are_handed_over_in_batches_of_bounded_bytes(spark, tmp_pa
         assert _columnar_batches(spark, small) == 1   # offsets alone: one batch of 40 rows
     finally:
         spark.conf.unset("spark.sql.adaptive.enabled")
+
+
+def _stream(spark, path, topic, checkpoint, name):
+    """(source description, rows) of an availableNow query over topic into a memory table."""
+    query = (spark.readStream.format("streamlog").option("subscribe", topic)
+             .option("startingOffsets", "earliest").option("includeHeaders", "true")
+             .option("maxOffsetsPerTrigger", "97").load(path)
+             .writeStream.format("memory").queryName(name)
+             .option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start())
+    query.awaitTermination()
+    batches = [p for p in query.recentProgress if p["numInputRows"]]
+    assert len(batches) > 1   # maxOffsetsPerTrigger still applies: several micro-batches
+    return batches[0]["sources"][0]["description"], _rows(spark.table(name))
+
+
+@pytest.mark.parametrize("topic", ["gzip", "small"])
+def test_micro_batches_read_through_the_jvm_reader_the_same_rows(spark, mixed_db, tmp_path,
+                                                                 topic):
+    path, truth = mixed_db
+    description, got = _stream(spark, path, topic, tmp_path / "jvm", f"jvm_{topic}")
+    assert "JVM reader" in description
+    assert _utc(got) == _expected(truth[topic])
+    spark.conf.set(jvm.ENABLED_CONF, "false")
+    try:
+        description, python = _stream(spark, path, topic, tmp_path / "py", f"py_{topic}")
+    finally:
+        spark.conf.unset(jvm.ENABLED_CONF)
+    assert "JVM reader" not in description
+    assert python == got

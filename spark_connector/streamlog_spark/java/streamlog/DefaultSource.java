@@ -3,11 +3,12 @@
  * name "<format>.DefaultSource" and, finding a JVM class, uses it in place of
  * the Python data source of the same name.
  *
- * It owns nothing but the hand-over. Schema, options, planning, streaming and
- * writing stay with the Python data source registered as "streamlog"
+ * It owns nothing but the hand-over. Schema, options, planning, stream offsets
+ * and writing stay with the Python data source registered as "streamlog"
  * (streamlog_spark), reached through Spark's own Python data source bridge;
- * only the executor side of a batch read is replaced, by RangeReader, which
- * decodes segment files into columnar batches without a Python worker.
+ * only the executors' side of reading is replaced (RangeBatch for batch
+ * scans, RangeStream for micro-batches), by RangeReader, which decodes segment
+ * files into columnar batches without a Python worker.
  */
 package streamlog;
 

@@ -1,7 +1,9 @@
 /*
  * A scan of format("streamlog"): filters go to the Python reader (which plans
  * the offset ranges), and the columns a query needs are kept here, so the
- * executors decode only those (a count() decodes none).
+ * executors decode only those (a count() decodes none). Batch scans read
+ * through RangeBatch, micro-batches through RangeStream, unless the session
+ * switched the JVM reader off.
  */
 package streamlog;
 
@@ -97,7 +99,8 @@ final class LogScanBuilder implements SupportsPushDownFilters, SupportsPushDownR
 
         @Override
         public MicroBatchStream toMicroBatchStream(String checkpointLocation) {
-            return python.toMicroBatchStream(checkpointLocation);
+            MicroBatchStream stream = python.toMicroBatchStream(checkpointLocation);
+            return batch != null ? RangeStream.wrap(stream, schema) : stream;
         }
     }
 }
