@@ -695,6 +695,8 @@ def test_a_sealed_segment_cut_inside_a_batch_is_an_error_not_a_hole(
     pos, size, base, last = _batches(log)[-1]
     with open(log, "r+b") as f:
         f.truncate(pos + size // 2)
+    with pytest.raises(Exception, match="ends inside a record batch"):   # the storage layer
+        _with_python_reader(spark, lambda: read(spark, copy, subscribe="s").collect())
     try:
         rows = read(spark, copy, subscribe="s").select("offset").collect()
     except Exception as e:  # noqa: BLE001 -- Py4J wraps the executor's error

@@ -282,8 +282,9 @@ class PartitionLog:
             i = max(bisect.bisect_right(bases, fetch_offset) - 1, 0)
             for j in range(i, len(segments)):
                 segment = segments[j]
+                sealed = j + 1 < len(bases)
                 found = segment.read(fetch_offset, max_bytes, upper, min_one_batch,
-                                     bases[j + 1] if j + 1 < len(bases) else end, buffer)
+                                     bases[j + 1] if sealed else end, buffer, sealed)
                 if found is not None and found.batches:
                     batches = found.batches
                     break

@@ -192,18 +192,21 @@ class LogSegment:
 
     # --- reading ----------------------------------------------------------
 
-    def translate_offset(self, offset, upper_offset=None):
+    def translate_offset(self, offset, upper_offset=None, sealed=False):
         """File position of the first batch whose last offset is >= offset, or None."""
-        found = self._locate(offset, upper_offset)
+        found = self._locate(offset, upper_offset, sealed)
         return None if found is None else found[0]
 
-    def _locate(self, offset, upper_offset=None):
+    def _locate(self, offset, upper_offset=None, sealed=False):
         """(position, previous batch's last offset or None) of the first batch ending >= offset.
 
         The baseOffset field is outside the CRC, so offsets are checked
         structurally while scanning: the batch an index entry points at must
         end at that entry's offset, and every batch must lie in the segment's
-        range after the one before it (invariant 1).
+        range after the one before it (invariant 1). A file that ends inside a
+        batch is a batch being written only in the newest segment of a
+        read-only view; a sealed one (a newer segment exists) was cut short,
+        and reading on in the next segment would skip records unseen.
         """
         recent = self._recent
         if recent and recent[0][0] <= offset:
@@ -228,7 +231,7 @@ class LogSegment:
                     return header.file_position, prev_last
                 prev_last = header.last_offset
         except IncompleteBatch:
-            if not self.readonly:
+            if not self.readonly or sealed:
                 raise CorruptRecordError("log ends inside a record batch", self.log.path,
                                          self.log.size) from None
         return None
@@ -250,7 +253,7 @@ class LogSegment:
         return header is not None and self.base_offset <= header.base_offset <= offset
 
     def read(self, start_offset, max_size, max_offset=None, min_one_batch=True,
-             upper_offset=None, buffer=None):
+             upper_offset=None, buffer=None, sealed=False):
         """Whole batches from the one holding start_offset, up to max_size bytes.
 
         Stops before any batch whose base offset is >= max_offset (the high
@@ -258,9 +261,10 @@ class LogSegment:
         is returned even when it is larger than max_size. upper_offset is
         where the next segment starts (or the log end): no batch may reach it.
         None when the segment has no offset >= start_offset. With `buffer`,
-        the batches are views into it (see FileRecords.read).
+        the batches are views into it (see FileRecords.read). sealed: a newer
+        segment exists, so this one must end on a batch boundary.
         """
-        found = self._locate(start_offset, upper_offset)
+        found = self._locate(start_offset, upper_offset, sealed)
         if found is None:
             return None
         start, prev_last = found
@@ -319,7 +323,7 @@ class LogSegment:
                     if ts >= timestamp and off >= starting_offset:
                         return off, ts
         except IncompleteBatch:
-            if not self.readonly:
+            if not self.readonly or sealed:
                 raise CorruptRecordError("log ends inside a record batch", self.log.path,
                                          self.log.size) from None
         return None

@@ -4,8 +4,8 @@ import threading
 
 import pytest
 
-from streamlog.errors import (InvalidRecordError, OffsetOutOfRangeError, RecordBatchTooLargeError,
-                              RecordTooLargeError)
+from streamlog.errors import (CorruptRecordError, InvalidRecordError, OffsetOutOfRangeError,
+                              RecordBatchTooLargeError, RecordTooLargeError)
 from streamlog.storage import files
 from streamlog.storage.partition_log import PartitionLog
 from streamlog.storage.record_batch import build_batch
@@ -295,6 +295,28 @@ def test_flush_advances_the_recovery_point_and_flush_messages_forces_it(log_dir)
     log2.append(make_batch(1, records=5))
     assert log2.recovery_point == 10
     log2.close()
+
+
+def test_a_readonly_reader_refuses_a_sealed_segment_cut_inside_a_batch(log_dir):
+    """Only the newest segment may end inside a batch (one being written): a sealed one that
+    does was cut short, and reading on in the next segment would skip records unseen."""
+    log = small_log(log_dir)
+    fill(log, 40)
+    log.close()
+    first, newest = segment_files(log_dir)[0], segment_files(log_dir)[-1]
+    torn = bytearray(make_batch(40, records=5))
+    torn[0:8] = (200).to_bytes(8, "big")           # as the writer patches it, at the log end
+    with open(newest, "ab") as f:
+        f.write(torn[:-7])                          # a batch still being written: tolerated
+    reader = PartitionLog(log_dir, config(segment_bytes=2000), readonly=True)
+    assert [r[0] for r in read_all(reader)] == list(range(200))
+    reader.close()
+    with open(first, "r+b") as f:
+        f.truncate(os.path.getsize(first) - 7)   # inside the sealed segment's last batch
+    reader = PartitionLog(log_dir, config(segment_bytes=2000), readonly=True)
+    with pytest.raises(CorruptRecordError, match="ends inside a record batch"):
+        read_all(reader)
+    reader.close()
 
 
 def test_reopen_after_close_reads_the_same(log_dir):
