@@ -109,7 +109,8 @@ __attribute__((constructor)) static void sl_crc32c_init(void)
     }
     sl_crc_zeros_table(sl_crc_long_zeros, SL_CRC_LONG);
     sl_crc_zeros_table(sl_crc_short_zeros, SL_CRC_SHORT);
-#if defined(__x86_64__) || defined(__i386__)
+    /* The SSE4.2 path below is built for x86-64 only, so only there can it be on. */
+#if defined(__x86_64__)
     __builtin_cpu_init();
     sl_crc_hw = __builtin_cpu_supports("sse4.2") ? 1 : 0;
 #else
