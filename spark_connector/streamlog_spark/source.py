@@ -4,8 +4,9 @@ Owns what Spark calls: DataSource (name, schema, reader, streamReader,
 writer, streamWriter) and the batch reader (partitions on the driver, read
 in executors). Everything it does is delegated to the modules with one job
 each: options (parsing), planning (offset ranges), pushdown (filters),
-reader (executor hot path), streaming (micro-batches), writer (staging and
-commit).
+tasks (the input partitions, packed for the JVM reader), reader (the Python
+executors' hot path), streaming (micro-batches), writer (staging and
+commit); jvm.py builds the JVM reader that can stand in for the executors.
 
     spark.dataSource.register(StreamlogDataSource)   # or rely on pyspark_streamlog discovery
     spark.read.format("streamlog").option("subscribe", "events").load("data/")

@@ -1,7 +1,7 @@
 /*
  * One Spark task of a JVM batch read: records start <= offset < end of one
  * topic-partition, and how to read them. Decoded from the packed form that
- * streamlog_spark.planning.ReadTask pickles to; the layout (big-endian) is
+ * streamlog_spark.tasks.ReadTask pickles to; the layout (big-endian) is
  * defined there, next to the code that writes it:
  *
  *   magic "streamlog-task\x00\x01" (16) | flags int8 | partition int32 |

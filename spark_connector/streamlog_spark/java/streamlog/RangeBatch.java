@@ -3,11 +3,11 @@
  * made (one per Spark partition), and the factory of the executors' readers.
  *
  * Planning is not repeated here. Spark's bridge runs the Python reader's
- * partitions() and hands back each OffsetRange pickled; an OffsetRange
- * pickles to a call carrying its fields as one packed byte string
- * (planning.py, OffsetRange.__reduce__), which OffsetRangePartition.unpack
- * finds by its magic prefix. The packed form is the contract between the two
- * sides; nothing else in the pickle is read.
+ * partitions() and hands back each task pickled; a ReadTask pickles to a
+ * call carrying its fields as one packed byte string (tasks.py,
+ * ReadTask.__reduce__), which OffsetRangePartition.unpack finds by its magic
+ * prefix. The packed form is the contract between the two sides; nothing
+ * else in the pickle is read.
  */
 package streamlog;
 
