@@ -36,10 +36,13 @@ class Progress:
         if now - self._last < interval and done < self.total:
             return
         self._last = now
-        frac = done / self.total if self.total else 1.0
-        bar = "#" * int(frac * 30)
-        line = (f"{self.label} [{bar:<30}] {frac * 100:5.1f}% {self._fmt(done)}/"
-                f"{self._fmt(self.total)} {detail}")
+        if self.total:
+            frac = done / self.total
+            bar = "#" * int(frac * 30)
+            line = (f"{self.label} [{bar:<30}] {frac * 100:5.1f}% {self._fmt(done)}/"
+                    f"{self._fmt(self.total)} {detail}")
+        else:   # no total known (a stream on stdin): a count, not a bar stuck at 100%
+            line = f"{self.label} {self._fmt(done)} {detail}"
         if self.tty:
             self.stream.write("\r" + line[:200].ljust(100))
         else:

@@ -94,3 +94,45 @@ def test_help_for_every_command():
     for command in ("topics", "produce", "consume", "groups", "dump", "verify"):
         result = run(command, "--help")
         assert result.returncode == 0 and "usage: streamlog" in result.stdout
+
+
+def _produce_on_a_terminal(path, *flags):
+    """stderr of `produce` run with stderr on a pseudo-terminal, 25,000 lines on stdin."""
+    import os
+    import pty
+
+    main, terminal = pty.openpty()
+    try:
+        done = subprocess.run([sys.executable, "-m", "streamlog.cli", "produce", "events",
+                               "--path", path, *flags],
+                              input=b"".join(b"line-%d\n" % i for i in range(25_000)),
+                              stdout=subprocess.PIPE, stderr=terminal, timeout=120)
+        os.close(terminal)
+        terminal = None
+        out = b""
+        while True:
+            try:
+                chunk = os.read(main, 1 << 16)
+            except OSError:   # EIO: the terminal side is closed and drained
+                break
+            if not chunk:
+                break
+            out += chunk
+    finally:
+        os.close(main)
+        if terminal is not None:
+            os.close(terminal)
+    assert done.returncode == 0
+    return out.decode()
+
+
+def test_produce_shows_a_running_count_on_a_terminal_and_none_with_quiet(path):
+    assert run("topics", "create", "events", "--path", path).returncode == 0
+    shown = _produce_on_a_terminal(path)
+    assert "\rproduce 10,000 records" in shown and "\rproduce 20,000 records" in shown
+    assert "%" not in shown               # no total is known: a count, not a percentage
+    assert "produced 25000 record(s) to events" in shown
+    quiet = _produce_on_a_terminal(path, "--quiet")
+    assert "\rproduce" not in quiet and "produced 25000 record(s)" in quiet
+    piped = run("produce", "events", "--path", path, stdin="x\n" * 25_000)   # stderr a pipe
+    assert "10,000" not in piped.stderr and "produced 25000 record(s)" in piped.stderr
