@@ -57,8 +57,10 @@ def configure(builder):
     except JvmReaderUnavailable as e:
         warnings.warn(f"streamlog: reads will run in Python workers: {e}", stacklevel=2)
         return builder
-    existing = getattr(builder, "_options", {}).get("spark.jars")
-    return builder.config("spark.jars", f"{existing},{jar}" if existing else jar)
+    existing = [j for j in getattr(builder, "_options", {}).get("spark.jars", "").split(",") if j]
+    if jar in existing:
+        return builder   # configured already
+    return builder.config("spark.jars", ",".join([*existing, jar]))
 
 
 def _cache_dir():
