@@ -246,22 +246,8 @@ final class RangeReader implements PartitionReader<ColumnarBatch> {
         keep &= !(range.hasLow && micros < range.tsLowUs)
                 && !(range.hasHigh && micros >= range.tsHighUs);
         if (keep && row >= 0) {
-            if (key != null) {
-                if (keyLength < 0) {
-                    key.putNull(row);
-                } else {
-                    key.putByteArray(row, rec, keyAt, keyLength);
-                    batchBytes += keyLength;
-                }
-            }
-            if (value != null) {
-                if (valueLength < 0) {
-                    value.putNull(row);
-                } else {
-                    value.putByteArray(row, rec, valueAt, valueLength);
-                    batchBytes += valueLength;
-                }
-            }
+            putBytes(key, row, keyAt, keyLength);
+            putBytes(value, row, valueAt, valueLength);
             if (offset != null) {
                 offset.putLong(row, recordOffset);
             }
@@ -279,6 +265,19 @@ final class RangeReader implements PartitionReader<ColumnarBatch> {
         return keep;
     }
 
+    /** Puts rec[at, at + length) (length -1: null) into row `row` of v, if v is kept. */
+    private void putBytes(WritableColumnVector v, int row, int at, int length) {
+        if (v == null) {
+            return;
+        }
+        if (length < 0) {
+            v.putNull(row);
+        } else {
+            v.putByteArray(row, rec, at, length);
+            batchBytes += length;
+        }
+    }
+
     /** Skips a length-prefixed field (-1: null) inside the record ending at `end`; its start. */
     private int field(int length, int end) {
         int at = pos;
@@ -294,42 +293,36 @@ final class RangeReader implements PartitionReader<ColumnarBatch> {
         if (count < 0) {
             throw corrupt("a record has " + count + " headers");
         }
-        if (row < 0 || count == 0) {
-            for (int i = 0; i < count; i++) {
-                int keyLength = varint();
-                if (keyLength < 0) {
-                    throw corrupt("a header has a null key");
-                }
-                field(keyLength, end);
-                field(varint(), end);
-            }
-            if (row >= 0) {
-                headers.putNull(row);   // null, not empty, as Spark's Kafka source
-            }
-            return;
-        }
-        WritableColumnVector elements = headers.arrayData();
-        WritableColumnVector keys = elements.getChild(0);
-        WritableColumnVector values = elements.getChild(1);
-        int first = elements.getElementsAppended();
+        WritableColumnVector elements = row >= 0 ? headers.arrayData() : null;
+        int first = row >= 0 ? elements.getElementsAppended() : 0;
         int headersAt = pos;
         for (int i = 0; i < count; i++) {
             int keyLength = varint();
             if (keyLength < 0) {
                 throw corrupt("a header has a null key");
             }
-            keys.appendByteArray(rec, field(keyLength, end), keyLength);
+            int keyAt = field(keyLength, end);
             int valueLength = varint();
             int valueAt = field(valueLength, end);
-            if (valueLength < 0) {
-                values.appendNull();
-            } else {
-                values.appendByteArray(rec, valueAt, valueLength);
+            if (elements != null) {
+                elements.getChild(0).appendByteArray(rec, keyAt, keyLength);
+                if (valueLength < 0) {
+                    elements.getChild(1).appendNull();
+                } else {
+                    elements.getChild(1).appendByteArray(rec, valueAt, valueLength);
+                }
+                elements.appendStruct(false);
             }
-            elements.appendStruct(false);
         }
-        headers.putArray(row, first, count);
-        batchBytes += pos - headersAt;
+        if (row < 0) {
+            return;
+        }
+        if (count == 0) {
+            headers.putNull(row);   // null, not empty, as Spark's Kafka source
+        } else {
+            headers.putArray(row, first, count);
+            batchBytes += pos - headersAt;
+        }
     }
 
     /** At the end of the log: a range that reaches past it lost records to truncation. */
