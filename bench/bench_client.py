@@ -57,7 +57,7 @@ class Run:
     def send_each(self, keys, values):
         producer = self.db.producer()
         send = producer.send
-        for key, value in zip(keys, values):
+        for key, value in zip(keys, values, strict=True):
             send(TOPIC, value, key)
         producer.flush()
         producer.close()

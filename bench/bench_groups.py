@@ -66,13 +66,15 @@ def bench_assignors(args, results):
                         (False, "each subscribes to half the topics")):
         counts, ids, fresh = assignor_inputs(members, topics, per_topic, equal)
         shrunk = {name: after_one_left(name, counts, ids, fresh) for name in names}
-        for case, subscriptions in (("fresh", lambda name: fresh),
-                                    ("one member left", lambda name: shrunk[name])):
+        for case, subscriptions in (("fresh", lambda name, fresh=fresh: fresh),
+                                    ("one member left",
+                                     lambda name, shrunk=shrunk: shrunk[name])):
             times = harness.best_of(args.repeats, *[
-                (lambda name=name: get_assignor(name).assign(counts, subscriptions(name)))
+                (lambda name=name, counts=counts, subscriptions=subscriptions:
+                    get_assignor(name).assign(counts, subscriptions(name)))
                 for name in names])
             print(f"  {kind}, {case}:")
-            for name, seconds in zip(names, times):
+            for name, seconds in zip(names, times, strict=True):
                 results.add(f"    {name}", seconds * 1e6, "us", seconds / times[0], None,
                             "round-robin's time")
                 if name == "sticky" and not args.quick:

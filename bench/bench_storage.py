@@ -126,7 +126,7 @@ class SqliteRun:
             with db:
                 db.executemany("INSERT INTO log VALUES (?, ?, ?, ?)",
                                zip(range(i, i + SQLITE_TXN), [TS] * SQLITE_TXN,
-                                   keys[i:i + SQLITE_TXN], values[i:i + SQLITE_TXN]))
+                                   keys[i:i + SQLITE_TXN], values[i:i + SQLITE_TXN], strict=True))
         db.close()
 
     def read(self, touch=False):

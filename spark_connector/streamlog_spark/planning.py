@@ -217,5 +217,5 @@ def split_ranges(ranges, min_partitions):
         pieces = min(r.size, max(1, math.ceil(r.size * min_partitions / total)))
         bounds = [r.start + (r.size * i) // pieces for i in range(pieces + 1)]
         out.extend(OffsetRange(r.topic, r.partition, a, b, r.ts_low_us, r.ts_high_us)
-                   for a, b in zip(bounds, bounds[1:]))
+                   for a, b in zip(bounds, bounds[1:], strict=False))
     return out

@@ -216,7 +216,7 @@ def _send(producer, topic_option, batch, np):
     futures = []
     for (topic, partition), rows in groups.items():
         pick = (lambda col: col) if rows is None else \
-            (lambda col: None if col is None else [col[i] for i in rows])
+            (lambda col, rows=rows: None if col is None else [col[i] for i in rows])
         futures.append(producer.send_batch(topic, pick(values), keys=pick(keys),
                                            partition=partition, headers=pick(headers)))
     return futures

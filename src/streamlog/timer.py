@@ -103,7 +103,7 @@ class TimingWheel:
         if len(delays_ms) != len(callbacks):
             raise ValueError("delays_ms and callbacks differ in length")
         handles = self._core.add_many(delays_ms)
-        self._callbacks.update(zip(handles.tolist(), callbacks))
+        self._callbacks.update(zip(handles.tolist(), callbacks, strict=True))
         self._adds += 1
         return handles
 

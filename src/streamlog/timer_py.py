@@ -69,7 +69,8 @@ class TaskIdWheel:
                 raise ValueError("delays_ms and task_ids differ in length")
         else:
             ids = np.arange(len(delays), dtype=np.int64)
-        return np.array([self.add(int(d), int(i)) for d, i in zip(delays, ids)], dtype=np.int64)
+        return np.array([self.add(int(d), int(i)) for d, i in zip(delays, ids, strict=True)],
+                        dtype=np.int64)
 
     def cancel(self, handle):
         return not self._closed and self._pending.pop(int(handle), None) is not None

@@ -41,7 +41,7 @@ def poll_each(consumers, condition, what, timeout=GENEROUS_S):
     while not condition(got):
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out polling until {what}")
-        for records, consumer in zip(got, consumers):
+        for records, consumer in zip(got, consumers, strict=True):
             records.extend(consumer.poll(timeout=0.02))
     return got
 

@@ -74,7 +74,7 @@ def test_sticky_partitioner_spreads_null_key_batches_over_all_partitions(db):
     assert sum(counts) == 3000 and all(c > 0 for c in counts), counts
     # Sticky: consecutive null-key records stay on one partition for about a batch
     # (1000 bytes / ~111 bytes a record), instead of changing partition every record.
-    switches = sum(1 for a, b in zip(parts, parts[1:]) if a != b)
+    switches = sum(1 for a, b in zip(parts, parts[1:], strict=False) if a != b)
     assert 3000 / 20 < switches < 3000 / 5, switches
 
 
@@ -200,7 +200,7 @@ def test_record_too_large_for_the_topic_or_the_request(db):
     with pytest.raises(streamlog.RecordTooLargeError):
         db.producer(max_request_size=500).send("big", value=b"x" * 600)
     # batches respect max.message.bytes: many records just under it go in several batches
-    for i in range(20):
+    for _ in range(20):
         producer.send("small", value=b"y" * 400)
     producer.flush()
     assert len(drain(db, "small")) == 20
@@ -361,7 +361,7 @@ def test_batches_of_keyed_records_stay_under_the_topics_max_message_bytes(db):
     from streamlog.storage.file_records import FileRecords
     db.create_topic("t", config={"max.message.bytes": 1000})
     producer = db.producer(linger_ms=60_000)  # batch.size 16384 > the topic's limit
-    for i in range(50):
+    for _ in range(50):
         producer.send("t", value=b"z" * 300, key=b"k")
     producer.flush()
     log = FileRecords(f"{db.path}/t-0/00000000000000000000.log", readonly=True)

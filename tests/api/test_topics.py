@@ -40,7 +40,7 @@ def test_topic_configs_default_to_kafkas_values(db):
 def test_describe_reports_offsets_segments_and_bytes(db):
     db.create_topic("t", config={"segment.bytes": 400})
     producer = db.producer(linger_ms=0)
-    for i in range(20):
+    for _ in range(20):
         producer.send("t", value=b"x" * 50, partition=0).result()
     p = db.describe_topic("t").partitions[0]
     assert (p.log_start_offset, p.high_watermark, p.log_end_offset, p.last_stable_offset) == \

@@ -79,7 +79,7 @@ def _attribute_rows():
 def test_index_tables_match_the_entry_dtypes(heading, cls):
     rows = table_after(heading)
     assert len(rows) == len(cls.DTYPE.names)
-    for row, name in zip(rows, cls.DTYPE.names):
+    for row, name in zip(rows, cls.DTYPE.names, strict=True):
         offset, size = int(row[0]), int(row[1])
         field_dtype, field_offset = cls.DTYPE.fields[name][:2]
         assert offset == field_offset and size == field_dtype.itemsize, (heading, name)
@@ -246,7 +246,7 @@ def test_checkpoint_table_matches_what_a_log_directory_writes(tmp_path):
         assert int(lines[1]) == len(lines) - 2 == len(want)
         got = {}
         for line in lines[2:]:
-            fields = dict(zip(names, entry.fullmatch(line).groups()))
+            fields = dict(zip(names, entry.fullmatch(line).groups(), strict=True))
             got[TopicPartition(fields["topic"], int(fields["partition"]))] = int(fields["offset"])
         assert got == want, name
     directory.close()

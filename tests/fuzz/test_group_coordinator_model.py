@@ -16,7 +16,7 @@ group (the sequence is deterministic). After every step:
 import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from streamlog.broker.broker import Broker
 from streamlog.coordinator.assignors import Subscription

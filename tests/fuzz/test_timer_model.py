@@ -152,11 +152,12 @@ class WheelVersusModel(RuleBasedStateMachine):
     @rule(target=handles, delays_ms=st.lists(BATCH_DELAYS, max_size=4))
     def add_many(self, delays_ms):
         counted("add_many")
-        boxes, callbacks = zip(*(self._callback(None) for _ in delays_ms)) if delays_ms \
-            else ((), ())
-        handles = self.wheel.add_many(delays_ms, list(callbacks)).tolist()
+        pairs = [self._callback(None) for _ in delays_ms]
+        boxes = [box for box, _ in pairs]
+        callbacks = [callback for _, callback in pairs]
+        handles = self.wheel.add_many(delays_ms, callbacks).tolist()
         assert len(handles) == len(delays_ms) and len(set(handles)) == len(handles)
-        for box, handle, delay_ms in zip(boxes, handles, delays_ms):
+        for box, handle, delay_ms in zip(boxes, handles, delays_ms, strict=True):
             box.append(handle)
             self._record(handle, self._expiration(delay_ms))
         return multiple(*handles)

@@ -60,7 +60,7 @@ def test_decode_columns_are_identical_and_round_trip(records, base_timestamp):
     n = len(records)
     a = native.records_decode(data, 0, len(data), n)
     b = records_py.records_decode(data, 0, len(data), n)
-    for x, y in zip(a, b):
+    for x, y in zip(a, b, strict=True):
         assert x.tolist() == y.tolist()
     offset_deltas, ts_deltas, key_pos, key_lens, value_pos, value_lens = a[:6]
     assert offset_deltas.tolist() == list(range(n))

@@ -26,7 +26,7 @@ def test_native_and_reference_agree(tick_ms, wheel_size, start_ms, steps):
     out = np.empty(64, dtype=np.int64)
     for op, arg in steps:
         if op == "add":
-            for w, hs in zip(wheels, handles):
+            for w, hs in zip(wheels, handles, strict=True):
                 hs.append(w.add(arg, next_id))
             next_id += 1
         elif op == "cancel" and handles[0]:
@@ -49,5 +49,5 @@ def test_native_and_reference_agree(tick_ms, wheel_size, start_ms, steps):
         assert (ours is None) == (ref is None)
         if ref is not None:
             assert ours <= ref  # native reports a bucket boundary, never later than the task
-    for hs_native, hs_ref in zip(*handles):
+    for hs_native, hs_ref in zip(*handles, strict=True):
         assert wheels[0].expiration(hs_native) == wheels[1].expiration(hs_ref)

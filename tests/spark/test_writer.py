@@ -73,7 +73,7 @@ def test_rows_without_a_partition_go_where_the_producer_would_put_their_key(spar
     got = {r.key: r.partition for r in read_back(spark, fresh_db, "keyed").collect()}
     with streamlog.open(fresh_db) as db:
         placed = db.producer().send_batch("keyed", [b"probe"] * len(keys), keys=keys).result()
-    assert got == {k: int(p) for k, p in zip(keys, placed.partitions)}
+    assert got == {k: int(p) for k, p in zip(keys, placed.partitions, strict=True)}
     assert len(set(got.values())) > 1  # hashed over partitions, not all in one
 
 

@@ -8,7 +8,6 @@ condition with a generous deadline: timing never decides a verdict, it
 only bounds how long a broken build takes to fail.
 """
 import threading
-import time
 
 import streamlog
 

@@ -12,7 +12,7 @@ import threading
 from typing import NamedTuple
 
 from ..broker import registry
-from ..broker.broker import Broker, PartitionInfo
+from ..broker.broker import Broker, PartitionInfo  # noqa: F401 - public as streamlog.PartitionInfo
 from ..errors import InvalidConfigurationError, LogClosedError, ReadOnlyError
 from . import group_admin
 from .consumer import Consumer

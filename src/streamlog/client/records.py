@@ -67,7 +67,7 @@ class RecordColumns:
         raw = data.tobytes()
         bounds = offsets.tolist()
         return [None if null else raw[a:b]
-                for a, b, null in zip(bounds, bounds[1:], nulls.tolist())]
+                for a, b, null in zip(bounds, bounds[1:], nulls.tolist(), strict=False)]
 
     def keys(self):
         return self._items(self.key_data, self.key_offsets, self.key_nulls)

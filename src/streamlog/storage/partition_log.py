@@ -305,7 +305,8 @@ class PartitionLog:
             if segment.largest_timestamp >= timestamp or (self.readonly and
                                                           i == len(segments) - 1):
                 upper = segments[i + 1].base_offset if i + 1 < len(segments) else end
-                found = segment.find_offset_by_timestamp(timestamp, start, upper)
+                found = segment.find_offset_by_timestamp(timestamp, start, upper,
+                                                         sealed=i + 1 < len(segments))
                 if found is not None and found[0] < self.high_watermark:
                     return found
         return None

@@ -295,7 +295,7 @@ class Records:
         """Per record a list of (key str, value bytes or None); [] for no headers."""
         out = []
         for p, n, count in zip(self.header_pos.tolist(), self.header_lens.tolist(),
-                               self.header_counts.tolist()):
+                               self.header_counts.tolist(), strict=True):
             out.append(decode_headers(self.buf, p, p + n) if count else [])
         return out
 
@@ -309,7 +309,7 @@ class Records:
     def __iter__(self):
         """(offset, timestamp, key, value, headers) per record."""
         return zip(self.offsets.tolist(), self.timestamps.tolist(), self.keys(), self.values(),
-                   self.headers())
+                   self.headers(), strict=True)
 
 
 # --- headers -------------------------------------------------------------

@@ -141,7 +141,7 @@ def gather_many(pieces):
     for src, pos, lens in pieces:
         view = memoryview(src).cast("B")
         parts.extend(bytes(view[p:p + length])
-                     for p, length in zip(pos.tolist(), lens.tolist()) if length > 0)
+                     for p, length in zip(pos.tolist(), lens.tolist(), strict=True) if length > 0)
     all_lens = np.concatenate([lens for _, _, lens in pieces]) if pieces else \
         np.zeros(0, np.int32)
     offsets = np.zeros(len(all_lens) + 1, dtype=np.int32)
@@ -151,7 +151,8 @@ def gather_many(pieces):
 
 def slices_to_list(src, pos, lens):
     buf = src if isinstance(src, bytes) else bytes(src)
-    return [buf[p:p + n] if n >= 0 else None for p, n in zip(pos.tolist(), lens.tolist())]
+    return [buf[p:p + n] if n >= 0 else None
+            for p, n in zip(pos.tolist(), lens.tolist(), strict=True)]
 
 
 def decode_headers(buf, pos, end):

@@ -304,14 +304,16 @@ class LogSegment:
                     self.log.path, start + pos)
         return FetchSlice(batches, start, pos)
 
-    def find_offset_by_timestamp(self, timestamp, starting_offset, upper_offset=None):
+    def find_offset_by_timestamp(self, timestamp, starting_offset, upper_offset=None,
+                                 sealed=False):
         """(offset, timestamp) of the first record with timestamp >= target and
-        offset >= starting_offset in this segment, or None."""
+        offset >= starting_offset in this segment, or None. sealed: as in read()."""
         if self.readonly:
             ts_offset = self.base_offset  # the snapshot may not match the file any more: scan
         else:
             _, ts_offset = self.time_index.lookup(timestamp)
-        position = self.translate_offset(max(ts_offset, starting_offset), upper_offset) or 0
+        position = self.translate_offset(max(ts_offset, starting_offset), upper_offset,
+                                         sealed) or 0
         try:
             for header in self.log.headers(position):
                 if header.max_timestamp < timestamp or header.last_offset < starting_offset:
@@ -319,7 +321,7 @@ class LogSegment:
                 batch = next(self.log.batches(header.file_position,
                                               header.file_position + header.size_in_bytes))
                 recs = batch.records()
-                for off, ts in zip(recs.offsets.tolist(), recs.timestamps.tolist()):
+                for off, ts in zip(recs.offsets.tolist(), recs.timestamps.tolist(), strict=True):
                     if ts >= timestamp and off >= starting_offset:
                         return off, ts
         except IncompleteBatch:

@@ -18,7 +18,6 @@ import time
 
 import pytest
 
-from streamlog import native
 from streamlog.broker.purgatory import DelayedOperation, DelayedOperationPurgatory
 from streamlog.errors import TimerClosedError
 from streamlog.timer import SystemTimer, TimingWheel
@@ -350,7 +349,7 @@ def test_force_complete_has_exactly_one_winner_among_8_threads_and_the_timer():
             barrier = threading.Barrier(8)
             wins = []
 
-            def racer():
+            def racer(barrier=barrier, op=op, wins=wins):
                 barrier.wait()
                 if op.force_complete():
                     wins.append(1)

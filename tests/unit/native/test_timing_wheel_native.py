@@ -144,7 +144,7 @@ def test_cancelled_tasks_never_fire_and_cancel_is_true_only_once():
     wheel = TaskIdWheel(1, 20, 0)
     handles = [wheel.add(d, task_id=d) for d in range(0, 2000, 3)]
     cancelled = set(range(0, 2000, 3)[::2])
-    for handle, delay in zip(handles, range(0, 2000, 3)):
+    for handle, delay in zip(handles, range(0, 2000, 3), strict=True):
         if delay in cancelled:
             assert wheel.cancel(handle) is True
             assert wheel.cancel(handle) is False

@@ -5,7 +5,7 @@ import threading
 import pytest
 
 from streamlog.errors import (CorruptRecordError, InvalidRecordError, OffsetOutOfRangeError,
-                              RecordBatchTooLargeError, RecordTooLargeError)
+                              ReadOnlyError, RecordBatchTooLargeError, RecordTooLargeError)
 from streamlog.storage import files
 from streamlog.storage.partition_log import PartitionLog
 from streamlog.storage.record_batch import build_batch
@@ -41,7 +41,7 @@ def test_offsets_are_dense_and_monotonic_across_rolls(log_dir):
     assert [r[0] for r in rows] == list(range(300))
     assert [r[3] for r in rows] == [value_of(b, i) for b in range(60) for i in range(5)]
     # Each segment file is named by the first offset it holds.
-    for segment, nxt in zip(log.segments, log.segments[1:] + (None,)):
+    for segment, nxt in zip(log.segments, log.segments[1:] + (None,), strict=True):
         first = next(segment.log.batches()).base_offset
         assert first == segment.base_offset
         assert os.path.basename(segment.path) == files.offset_prefix(first) + ".log"
@@ -319,6 +319,21 @@ def test_a_readonly_reader_refuses_a_sealed_segment_cut_inside_a_batch(log_dir):
     reader.close()
 
 
+def test_a_readonly_timestamp_lookup_refuses_a_sealed_segment_cut_inside_a_batch(log_dir):
+    """ListOffsets by time reads the same files as a fetch: the same cut sealed segment is the
+    same CorruptRecordError (it was a NameError on this path)."""
+    log = small_log(log_dir)
+    fill(log, 40)
+    log.close()
+    first = segment_files(log_dir)[0]
+    with open(first, "r+b") as f:
+        f.truncate(os.path.getsize(first) - 7)   # inside the sealed segment's last batch
+    reader = PartitionLog(log_dir, config(segment_bytes=2000), readonly=True)
+    with pytest.raises(CorruptRecordError, match="ends inside a record batch"):
+        reader.find_offset_by_timestamp(1_000_010)   # the torn batch's own timestamp
+    reader.close()
+
+
 def test_reopen_after_close_reads_the_same(log_dir):
     log = small_log(log_dir)
     fill(log, 25)
@@ -341,7 +356,7 @@ def test_readonly_follower_sees_appends_and_rolls(log_dir):
     assert [r[0] for r in read_all(reader)] == list(range(200))
     assert read_all(reader) == read_all(log)
     assert len(reader.segments) == len(log.segments) > 1
-    with pytest.raises(Exception):
+    with pytest.raises(ReadOnlyError):
         reader.append(make_batch(0))
     reader.close()
     log.close()

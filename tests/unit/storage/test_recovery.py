@@ -124,7 +124,7 @@ def test_a_flipped_byte_in_a_sealed_segment_is_never_returned_as_records(tmp_pat
     size = os.path.getsize(sealed)
     assert len(segment_files(log_dir)) > 1 and size > 300
     verdicts = [flip_and_read_everything(log_dir, sealed, p, rows) for p in range(size)]
-    harmless = [p for p, v in zip(range(size), verdicts) if v == "harmless"]
+    harmless = [p for p, v in zip(range(size), verdicts, strict=True) if v == "harmless"]
     from streamlog.storage.file_records import FileRecords
     fr = FileRecords(sealed, readonly=True)
     epochs = {b.file_position + off for b in fr.batches() for off in range(12, 16)}
