@@ -78,6 +78,16 @@ class LogClosedError(StreamlogError):
 # --- database / broker ---------------------------------------------------
 
 
+class NotADatabaseError(StreamlogError):
+    """The path is not a streamlog database: a file, or a non-empty directory without the
+    metadata log. Nothing was changed; sqlite3 refuses a file that is not a database alike."""
+
+
+class InconsistentTopicIdError(StreamlogError):
+    """A partition directory's `partition.metadata` names another topic id than the
+    topic registry does (Kafka's INCONSISTENT_TOPIC_ID): the directory is not this topic's."""
+
+
 class DatabaseLockedError(StreamlogError):
     """Another process holds the writer lock on the directory."""
 

@@ -9,10 +9,7 @@ import pytest
 import streamlog
 from streamlog import TopicPartition
 
-
-def run_py(code, *args):
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code), *args],
-                          capture_output=True, text=True, timeout=120)
+from support.child import run_py
 
 
 def test_open_creates_the_directory_and_reopens_it(db_path):

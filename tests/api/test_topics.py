@@ -6,6 +6,8 @@ import pytest
 
 import streamlog
 
+from support.child import run_py
+
 KAFKA_DEFAULTS = {"segment.bytes": 1073741824, "segment.ms": 604800000,
                   "segment.index.bytes": 10485760, "index.interval.bytes": 4096,
                   "retention.ms": 604800000, "retention.bytes": -1, "cleanup.policy": "delete",
@@ -154,17 +156,26 @@ def test_reopen_finishes_a_create_or_delete_interrupted_between_registry_and_dir
         db_path):
     with streamlog.open(db_path) as db:
         db.create_topic("t", partitions=2)
+        db.create_topic("gone")
         producer = db.producer()
         producer.send("t", value=b"kept", partition=0).result()
         producer.send("t", value=b"lost with its directory", partition=1).result()
-    # A deletion that stopped after its registry record: the directory of a topic the registry
-    # no longer knows is still there. A creation that stopped before making the directory of
-    # partition 1 of t (here: that directory vanished).
-    ghost = os.path.join(db_path, "ghost-0")
-    shutil.copytree(os.path.join(db_path, "t-0"), ghost)
+        producer.send("gone", value=b"deleted").result()
+    # A deletion killed after its registry record, before its directory was renamed.
+    killed = run_py("""
+        import os, signal, sys, streamlog
+        from streamlog.storage.log_directory import LogDirectory
+        LogDirectory.delete_log = lambda self, tp: os.kill(os.getpid(), signal.SIGKILL)
+        streamlog.open(sys.argv[1]).delete_topic("gone")
+    """, db_path)
+    assert killed.returncode == -9, killed.stderr
+    ghost = os.path.join(db_path, "gone-0")
+    assert os.path.isdir(ghost)
+    # A creation that stopped before making the directory of partition 1 of t (here: that
+    # directory vanished).
     shutil.rmtree(os.path.join(db_path, "t-1"))
     with streamlog.open(db_path) as db:
-        assert not os.path.exists(ghost)
+        assert not os.path.exists(ghost)  # its partition.metadata names the deleted topic
         assert db.topics() == ["t"]
         assert os.path.isdir(os.path.join(db_path, "t-1"))
         p0, p1 = db.describe_topic("t").partitions

@@ -29,17 +29,19 @@ import threading
 import time
 from typing import NamedTuple
 
-from ..errors import (LogClosedError, OffsetOutOfRangeError, ReadOnlyError, StreamlogError,
-                      UnknownTopicOrPartitionError)
+from ..errors import (KafkaStorageError, LogClosedError, OffsetOutOfRangeError, ReadOnlyError,
+                      StreamlogError, UnknownTopicOrPartitionError)
 from ..storage.log_directory import LogDirectory
 from ..storage.partition_log import wall_clock_ms
 from ..structs import TopicPartition
 from ..timer import SystemTimer
 from .config import BrokerConfig
+from .database_root import check_root, storage_error
 from .delayed_fetch import DelayedFetch
 from .flusher import CHECKPOINT, FLUSH_MS, RETENTION, LogFlusher
 from .lock import DirectoryLock
-from .metadata import METADATA_LOG_CONFIG, METADATA_PARTITION, METADATA_TOPIC, TopicRegistry
+from .metadata import (METADATA_LOG_CONFIG, METADATA_PARTITION, METADATA_TOPIC, TopicRegistry,
+                       validate_partitions, validate_topic_name)
 from .purgatory import DelayedOperationPurgatory
 
 log = logging.getLogger("streamlog.broker")
@@ -89,23 +91,21 @@ class Broker:
         self._lock = threading.RLock()
         self._closed = False
         self._dir_lock = None
-        if readonly:
-            if not os.path.isdir(os.path.join(self.root, f"{METADATA_TOPIC}-0")):
-                raise StreamlogError(f"{self.root} is not a streamlog database (no "
-                                     f"{METADATA_TOPIC}-0 directory); open it once for writing "
-                                     "to create it")
-        else:
-            os.makedirs(self.root, exist_ok=True)
-            self._dir_lock = DirectoryLock(self.root)
-            self._dir_lock.acquire()
         self.timer = self.flusher = None
         self._services = []  # (name, object with close()): see attach_service
+        self.partitions = {}  # TopicPartition -> PartitionLog, replaced on change
+        # Directories named like partitions that the metadata log cannot explain: kept as they
+        # are, listed here and logged (see _remove_deleted_leftovers).
+        self.unexplained_paths = []
         try:
+            check_root(self.root, readonly)
+            if not readonly:
+                self._dir_lock = DirectoryLock(self.root)
+                self._dir_lock.acquire()
             self.logs = LogDirectory(self.root, readonly, clock_ms)
             metadata_log = self.logs.open_log(METADATA_PARTITION, METADATA_LOG_CONFIG)
             self.metadata = TopicRegistry(metadata_log, self.config.topic_defaults, clock_ms,
                                           readonly)
-            self.partitions = {}  # TopicPartition -> PartitionLog, replaced on change
             self._sync_partitions()
             self.timer = SystemTimer("broker")
             self.fetch_purgatory = DelayedOperationPurgatory("fetch", self.timer)
@@ -114,6 +114,9 @@ class Broker:
                     RETENTION: self.config.log_retention_check_interval_ms,
                     CHECKPOINT: self.config.log_flush_offset_checkpoint_interval_ms,
                     FLUSH_MS: self.config.log_flush_scheduler_interval_ms})
+        except OSError as exc:
+            self._abandon()
+            raise storage_error(self.root, exc) from exc
         except BaseException:
             self._abandon()
             raise
@@ -139,21 +142,59 @@ class Broker:
     # --- partitions ----------------------------------------------------------
 
     def _sync_partitions(self):
-        """Open the logs of every partition the registry knows; drop the rest."""
+        """Open the logs of every partition the registry knows; finish interrupted deletions."""
         with self._lock:
             wanted = {TopicPartition(t.name, p): t for t in self.metadata.topics.values()
                       for p in range(t.partitions)}
+            if not self.readonly:
+                self._remove_deleted_leftovers(
+                    tp for tp in self.logs.partitions_on_disk() if tp not in wanted)
             partitions = {tp: pl for tp, pl in self.partitions.items() if tp in wanted}
             for tp, topic in wanted.items():
                 if tp not in partitions and (not self.readonly or
                                              os.path.isdir(self.logs.partition_dir(tp))):
-                    partitions[tp] = self.logs.open_log(tp, topic.config)
-            if not self.readonly:
-                for tp in self.logs.partitions_on_disk():
-                    if tp.topic != METADATA_TOPIC and tp not in wanted:
-                        # Left over from a deletion interrupted after its tombstone.
-                        self.logs.delete_log(tp)
+                    partitions[tp] = self.logs.open_log(tp, topic.config, topic.topic_id)
             self.partitions = partitions
+
+    def _remove_deleted_leftovers(self, candidates):
+        """Remove the directories among candidates that a deletion in the metadata log left
+        behind (their partition.metadata names a deleted topic id); keep and report the rest.
+
+        Removing only what the log proves it deleted is what keeps a user's folder that
+        happens to be named like `<name>-<number>` safe. A removal that fails is reported and
+        retried at the next open: it never stops this one.
+        """
+        for tp in candidates:
+            if tp.topic == METADATA_TOPIC or tp in self.partitions:
+                continue
+            directory = self.logs.partition_dir(tp)
+            topic_id = self.logs.topic_id_on_disk(tp)
+            if topic_id is None or topic_id not in self.metadata.deleted_topic_ids:
+                if directory not in self.unexplained_paths:
+                    self.unexplained_paths.append(directory)
+                    log.warning("%s is named like partition %d of topic %r, which this "
+                                "database does not have; it is kept as it is", directory,
+                                tp.partition, tp.topic)
+                continue
+            try:
+                self.logs.delete_log(tp)  # a deletion interrupted after its tombstone
+            except StreamlogError as exc:
+                log.warning("%s; the next open retries", exc)
+
+    def _check_new_partition_dirs(self, name, first, total):
+        """Refuse to make partitions first..total-1 of `name` where a directory the
+        library did not make already has the name: it would write into somebody's folder."""
+        tps = [TopicPartition(name, p) for p in range(first, total)]
+        self._remove_deleted_leftovers(tp for tp in tps
+                                       if os.path.isdir(self.logs.partition_dir(tp)))
+        taken = [self.logs.partition_dir(tp) for tp in tps
+                 if os.path.lexists(self.logs.partition_dir(tp))]
+        if taken:
+            raise KafkaStorageError(
+                f"{taken[0]} already exists and is not a partition of this database"
+                f"{f' ({len(taken)} such paths)' if len(taken) > 1 else ''}; streamlog never "
+                "writes into a folder it did not make: move it away or choose another topic "
+                "name")
 
     def partition_log(self, tp):
         partition_log = self.partitions.get(tp)
@@ -194,9 +235,12 @@ class Broker:
     def create_topic(self, name, partitions=None, config=None, internal=False):
         self._check_writable()
         with self._lock:
-            info = self.metadata.create(
-                name, self.config.num_partitions if partitions is None else partitions, config,
-                allow_internal=internal)
+            count = self.config.num_partitions if partitions is None else partitions
+            validate_topic_name(name, allow_internal=internal)
+            validate_partitions(count)
+            if name not in self.metadata.topics:
+                self._check_new_partition_dirs(name, 0, count)
+            info = self.metadata.create(name, count, config, allow_internal=internal)
             self._sync_partitions()
             return info
 
@@ -223,14 +267,27 @@ class Broker:
             info = self.metadata.delete(name)
             gone = [TopicPartition(name, p) for p in range(info.partitions)]
             self.partitions = {tp: pl for tp, pl in self.partitions.items() if tp.topic != name}
+            failed = []
             for tp in gone:
-                self.logs.delete_log(tp)
+                try:
+                    self.logs.delete_log(tp)
+                except StreamlogError as exc:
+                    # The tombstone is written: the topic is gone. Its directory, marked by its
+                    # partition.metadata, is removed by a later create or open.
+                    failed.append(exc)
                 self.fetch_purgatory.check_and_complete(tp)  # waiting fetches answer now
+            if failed:
+                log.warning("topic %r deleted; %d of its directories could not be removed yet "
+                            "(%s): the next open removes them", name, len(failed), failed[0])
             return info
 
     def create_partitions(self, name, total):
         self._check_writable()
         with self._lock:
+            validate_partitions(total)
+            current = self.metadata.topics.get(name)
+            if current is not None and total > current.partitions:
+                self._check_new_partition_dirs(name, current.partitions, total)
             info = self.metadata.add_partitions(name, total)
             self._sync_partitions()
             return info

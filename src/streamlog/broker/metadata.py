@@ -6,7 +6,9 @@ a deletion is a tombstone (null value). Opening replays the log: the last
 record of each topic wins. The record is appended and fsynced *before* any
 partition directory is made or removed, so it is the commit point: a stop
 between the two is finished by the next open (missing directories are
-created, directories of topics the log does not know are removed).
+created; a directory whose partition.metadata names a topic id this log
+deleted is removed). `deleted_topic_ids` is that proof: a directory the
+log cannot explain is never removed.
 
 Names follow Kafka's rule, internal names are reserved, and, as in Kafka, a
 name that differs from an existing one only by '.' versus '_' is refused
@@ -79,6 +81,7 @@ class TopicRegistry:
         self.readonly = readonly
         self._lock = threading.Lock()
         self.topics = {}
+        self.deleted_topic_ids = set()  # ids of every topic a tombstone in the log deleted
         self.version = 0  # bumped on every change: clients cache metadata per version
         self._replayed_to = 0
         self.refresh()
@@ -101,7 +104,9 @@ class TopicRegistry:
 
     def _apply(self, topics, name, value):
         if value is None:
-            topics.pop(name, None)
+            deleted = topics.pop(name, None)
+            if deleted is not None:
+                self.deleted_topic_ids.add(deleted.topic_id)
             return
         doc = msgpack.unpackb(value, raw=False)
         overrides = doc.get("config", {})

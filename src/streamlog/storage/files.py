@@ -28,6 +28,19 @@ LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
 CLEANER_OFFSET_CHECKPOINT = "cleaner-offset-checkpoint"
 CLEAN_SHUTDOWN_MARKER = ".clean-shutdown"
 LOCK_FILE = "LOCK"
+# The files a database root holds besides partition directories: a root holding only these
+# (or nothing) is one whose first open stopped before its metadata log was made.
+_ROOT_FILES = (RECOVERY_POINT_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT, CLEANER_OFFSET_CHECKPOINT,
+               CLEAN_SHUTDOWN_MARKER)
+ROOT_FILES = frozenset((LOCK_FILE,) + _ROOT_FILES + tuple(n + TMP_SUFFIX for n in _ROOT_FILES))
+# Per partition: the topic id the directory belongs to (Kafka's PartitionMetadataFile).
+PARTITION_METADATA_FILE = "partition.metadata"
+
+# A directory being deleted: `<topic>-<partition>.<32 hex digits>-delete`, the topic cut
+# short so the name fits the file system's 255-byte limit (Kafka's LocalLog.logDeleteDirName).
+DELETE_DIR_SUFFIX = "-delete"
+MAX_FILE_NAME_BYTES = 255
+_DELETE_DIR_NAME = re.compile(r"^[a-zA-Z0-9._-]*-\d+\.[0-9a-f]{32}-delete$")
 
 _OFFSET_NAME = re.compile(r"^(\d{20})(\.[a-z]+)((?:\.[a-z]+)?)$")
 # Kafka's legal topic characters; names are validated before a directory is made.
@@ -73,6 +86,27 @@ def parse_segment_file_name(name):
 
 def partition_dir_name(topic, partition):
     return f"{topic}-{partition}"
+
+
+def is_leftover_file_name(name):
+    """True for a file of interrupted work that recovery removes: a segment file, snapshot or
+    partition.metadata left with a `.deleted`, `.cleaned` or `.tmp` suffix. Only names this
+    module makes qualify: a file the library did not make is never removed."""
+    if name == PARTITION_METADATA_FILE + TMP_SUFFIX:
+        return True
+    parsed = parse_segment_file_name(name)
+    return parsed is not None and parsed[2] in (DELETED_SUFFIX, CLEANED_SUFFIX, TMP_SUFFIX)
+
+
+def delete_dir_name(topic, partition, unique_id):
+    """The name a partition directory is renamed to before it is removed; <= 255 bytes."""
+    suffix = f"-{partition}.{unique_id}{DELETE_DIR_SUFFIX}"
+    return topic[:MAX_FILE_NAME_BYTES - len(suffix)] + suffix
+
+
+def is_delete_dir_name(name):
+    """True for a name delete_dir_name() makes (the random id says the library made it)."""
+    return _DELETE_DIR_NAME.match(name) is not None
 
 
 def parse_partition_dir_name(name):

@@ -1,6 +1,16 @@
 """A log root: the partition logs under one directory, its checkpoint files and
 its clean-shutdown marker.
 
+What it removes (nothing else under the root is ever deleted):
+  - a partition directory the caller asks it to delete (delete_log): renamed
+    to `<topic>-<partition>.<uuid>-delete` first, so a crash cannot
+    half-keep it, then removed;
+  - at a writable open, directories with such a `-delete` name: only a
+    deletion makes one.
+Each partition directory holds `partition.metadata` (the topic id it belongs
+to): the caller's proof that a directory it does not want is a leftover of a
+topic it deleted, and not somebody's folder.
+
 Lifecycle of the marker (why a crash is always noticed):
   open (writer):  marker present -> this open is clean; the marker is removed
                   and the removal fsynced before any log is written.
@@ -18,16 +28,14 @@ import shutil
 import threading
 import uuid
 
-from ..errors import KafkaStorageError, UnknownTopicOrPartitionError
+from ..errors import InconsistentTopicIdError, KafkaStorageError, UnknownTopicOrPartitionError
 from ..structs import TopicPartition
-from . import files
+from . import files, partition_metadata
 from .checkpoint import CorruptCheckpointError, OffsetCheckpointFile
 from .durable import fsync_dir, write_atomically
 from .partition_log import PartitionLog, wall_clock_ms
 
 log = logging.getLogger("streamlog.storage")
-
-_DELETE_DIR_SUFFIX = "-delete"
 
 
 class LogDirectory:
@@ -66,9 +74,11 @@ class LogDirectory:
             return {}
 
     def _remove_deleted_dirs(self):
+        """Finish deletions a stop interrupted; a failure is logged, never fatal."""
         for name in os.listdir(self.root):
-            if name.endswith(_DELETE_DIR_SUFFIX):
-                shutil.rmtree(os.path.join(self.root, name), ignore_errors=True)
+            path = os.path.join(self.root, name)
+            if files.is_delete_dir_name(name) and os.path.isdir(path):
+                shutil.rmtree(path, onerror=_log_removal_failure)
 
     def partition_dir(self, tp):
         return os.path.join(self.root, files.partition_dir_name(tp.topic, tp.partition))
@@ -82,8 +92,21 @@ class LogDirectory:
                 out.append(TopicPartition(*parsed))
         return sorted(out)
 
-    def open_log(self, tp, config):
-        """The log of tp, opened (and recovered if needed) on first use; created if absent."""
+    def topic_id_on_disk(self, tp):
+        """The topic id in tp's partition.metadata; None when it has none (or it is damaged)."""
+        try:
+            return partition_metadata.read(self.partition_dir(tp))
+        except partition_metadata.CorruptPartitionMetadataError as exc:
+            log.warning("%s", exc)
+            return None
+
+    def open_log(self, tp, config, topic_id=None):
+        """The log of tp, opened (and recovered if needed) on first use; created if absent.
+
+        topic_id: the id of the topic tp belongs to (None for the library's own
+        metadata log). A directory whose partition.metadata names another id is
+        not this topic's: InconsistentTopicIdError, and nothing is touched.
+        """
         with self._lock:
             existing = self.logs.get(tp)
             if existing is not None:
@@ -91,6 +114,8 @@ class LogDirectory:
             directory = self.partition_dir(tp)
             if self.readonly and not os.path.isdir(directory):
                 raise UnknownTopicOrPartitionError(f"partition {tp} does not exist in {self.root}")
+            if topic_id is not None:
+                self._check_topic_id(tp, directory, topic_id)
             partition_log = PartitionLog(
                 directory, config, recovery_point=self._recovery_points.get(tp, 0),
                 log_start_offset=self._log_starts.get(tp, 0),
@@ -101,6 +126,17 @@ class LogDirectory:
                     partition_log.recovery_report.rebuilt_indexes:
                 self.reports.append(partition_log.recovery_report)
             return partition_log
+
+    def _check_topic_id(self, tp, directory, topic_id):
+        on_disk = self.topic_id_on_disk(tp) if os.path.isdir(directory) else None
+        if on_disk is not None and on_disk != topic_id:
+            raise InconsistentTopicIdError(
+                f"{directory} belongs to topic id {partition_metadata.kafka_uuid(on_disk)}, not "
+                f"to {tp.topic!r} (id {partition_metadata.kafka_uuid(topic_id)}); nothing was "
+                "changed: move the directory away to open the topic")
+        if on_disk is None and not self.readonly:
+            os.makedirs(directory, exist_ok=True)
+            partition_metadata.write(directory, topic_id)
 
     def get(self, tp):
         partition_log = self.logs.get(tp)
@@ -115,14 +151,18 @@ class LogDirectory:
             if partition_log is not None:
                 partition_log.close(flush=False)
             directory = self.partition_dir(tp)
-            if not os.path.isdir(directory):
-                return
-            doomed = f"{directory}.{uuid.uuid4().hex}{_DELETE_DIR_SUFFIX}"
-            os.rename(directory, doomed)
-            fsync_dir(self.root)
-            shutil.rmtree(doomed, ignore_errors=True)
             self._recovery_points.pop(tp, None)
             self._log_starts.pop(tp, None)
+            if not os.path.isdir(directory):
+                return
+            doomed = os.path.join(self.root,
+                                  files.delete_dir_name(tp.topic, tp.partition, uuid.uuid4().hex))
+            try:
+                os.rename(directory, doomed)
+                fsync_dir(self.root)
+            except OSError as exc:
+                raise KafkaStorageError(f"cannot delete {directory}: {exc}") from exc
+            shutil.rmtree(doomed, onerror=_log_removal_failure)
 
     def checkpoint(self):
         """Write the recovery points and log start offsets of the open logs."""
@@ -150,3 +190,8 @@ class LogDirectory:
         self.checkpoint()
         write_atomically(os.path.join(self.root, files.CLEAN_SHUTDOWN_MARKER), b"")
 
+
+def _log_removal_failure(_function, path, exc_info):
+    # A directory already renamed for deletion that cannot be removed now is removed by the
+    # next writable open; a failed cleanup never fails the caller.
+    log.warning("could not remove %s: %s; the next open retries", path, exc_info[1])

@@ -190,7 +190,7 @@ def segment_bases(directory, temp_suffix=""):
 
 def _remove_leftovers(directory, report):
     for name in os.listdir(directory):
-        if name.endswith((files.DELETED_SUFFIX, files.CLEANED_SUFFIX, files.TMP_SUFFIX)):
+        if files.is_leftover_file_name(name):
             os.unlink(os.path.join(directory, name))
             report.removed_files.append(name)
 
