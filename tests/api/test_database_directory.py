@@ -113,7 +113,7 @@ def test_a_folder_named_like_a_partition_inside_a_database_is_kept_and_reported(
     for _ in range(2):
         with streamlog.open(root) as db:
             assert db.topics() == ["release"]
-            assert sorted(db._broker.unexplained_paths) == sorted([other, stranger])
+            assert sorted(db.unexplained_paths) == sorted([other, stranger])
     assert read_file(os.path.join(stranger, "notes.txt")) == b"my notes\n"
     assert read_file(os.path.join(other, "notes.txt")) == b"my notes\n"
 

@@ -85,6 +85,12 @@ class Database:
     def closed(self):
         return self._closed
 
+    @property
+    def unexplained_paths(self):
+        """Directories under the database named like partitions that no topic explains:
+        kept as they are (never deleted), found by the writable open."""
+        return list(self._broker.unexplained_paths)
+
     def __repr__(self):
         mode = "read-only" if self.readonly else "read-write"
         return f"<streamlog.Database {self.path} ({mode}{', closed' if self._closed else ''})>"
