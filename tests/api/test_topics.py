@@ -165,7 +165,7 @@ def test_reopen_finishes_a_create_or_delete_interrupted_between_registry_and_dir
     killed = run_py("""
         import os, signal, sys, streamlog
         from streamlog.storage.log_directory import LogDirectory
-        LogDirectory.delete_log = lambda self, tp: os.kill(os.getpid(), signal.SIGKILL)
+        LogDirectory.delete_logs = lambda self, tps: os.kill(os.getpid(), signal.SIGKILL)
         streamlog.open(sys.argv[1]).delete_topic("gone")
     """, db_path)
     assert killed.returncode == -9, killed.stderr

@@ -267,18 +267,15 @@ class Broker:
             info = self.metadata.delete(name)
             gone = [TopicPartition(name, p) for p in range(info.partitions)]
             self.partitions = {tp: pl for tp, pl in self.partitions.items() if tp.topic != name}
-            failed = []
+            try:
+                self.logs.delete_logs(gone)
+            except StreamlogError as exc:
+                # The tombstone is written: the topic is gone. Its directories, marked by their
+                # partition.metadata, are removed by a later create or open.
+                log.warning("topic %r deleted; not all of its directories could be removed "
+                            "yet (%s): the next open removes them", name, exc)
             for tp in gone:
-                try:
-                    self.logs.delete_log(tp)
-                except StreamlogError as exc:
-                    # The tombstone is written: the topic is gone. Its directory, marked by its
-                    # partition.metadata, is removed by a later create or open.
-                    failed.append(exc)
                 self.fetch_purgatory.check_and_complete(tp)  # waiting fetches answer now
-            if failed:
-                log.warning("topic %r deleted; %d of its directories could not be removed yet "
-                            "(%s): the next open removes them", name, len(failed), failed[0])
             return info
 
     def create_partitions(self, name, total):

@@ -112,8 +112,14 @@ class LogDirectory:
             if existing is not None:
                 return existing
             directory = self.partition_dir(tp)
-            if self.readonly and not os.path.isdir(directory):
+            exists = os.path.isdir(directory)
+            if self.readonly and not exists:
                 raise UnknownTopicOrPartitionError(f"partition {tp} does not exist in {self.root}")
+            if not exists and not self.readonly and self._forget_locked([tp]):
+                # A new directory has no history: offsets checkpointed for a partition of the
+                # same name (a deleted topic's, whose checkpoint rewrite a stop cut off) must
+                # not apply to it, now or after a crash.
+                self._write_checkpoints_locked()
             if topic_id is not None:
                 self._check_topic_id(tp, directory, topic_id)
             partition_log = PartitionLog(
@@ -144,34 +150,65 @@ class LogDirectory:
             raise UnknownTopicOrPartitionError(f"partition {tp} is not open")
         return partition_log
 
-    def delete_log(self, tp):
-        """Close tp's log and remove its directory (renamed first, so a crash cannot half-keep it)."""
+    def delete_logs(self, tps):
+        """Close and remove the logs of tps, then rewrite the checkpoints without them.
+
+        A directory that cannot be removed does not stop the others: the first such
+        failure is raised (KafkaStorageError) once the checkpoints are rewritten.
+        """
+        failures = []
         with self._lock:
-            partition_log = self.logs.pop(tp, None)
-            if partition_log is not None:
-                partition_log.close(flush=False)
-            directory = self.partition_dir(tp)
-            self._recovery_points.pop(tp, None)
-            self._log_starts.pop(tp, None)
-            if not os.path.isdir(directory):
-                return
-            doomed = os.path.join(self.root,
-                                  files.delete_dir_name(tp.topic, tp.partition, uuid.uuid4().hex))
-            try:
-                os.rename(directory, doomed)
-                fsync_dir(self.root)
-            except OSError as exc:
-                raise KafkaStorageError(f"cannot delete {directory}: {exc}") from exc
-            shutil.rmtree(doomed, onerror=_log_removal_failure)
+            for tp in tps:
+                try:
+                    self._delete_log_locked(tp)
+                except KafkaStorageError as exc:
+                    failures.append(exc)
+            if self._forget_locked(tps):
+                self._write_checkpoints_locked()
+        if failures:
+            raise failures[0]
+
+    def delete_log(self, tp):
+        self.delete_logs([tp])
+
+    def _forget_locked(self, tps):
+        """Drop tps' checkpoint entries; True if there were any."""
+        found = False
+        for tp in tps:
+            found |= self._recovery_points.pop(tp, None) is not None
+            found |= self._log_starts.pop(tp, None) is not None
+        return found
+
+    def _delete_log_locked(self, tp):
+        """Close tp's log and remove its directory (renamed first, so a crash cannot half-keep it)."""
+        partition_log = self.logs.pop(tp, None)
+        if partition_log is not None:
+            partition_log.close(flush=False)
+        directory = self.partition_dir(tp)
+        if not os.path.isdir(directory):
+            return
+        doomed = os.path.join(self.root,
+                              files.delete_dir_name(tp.topic, tp.partition, uuid.uuid4().hex))
+        try:
+            os.rename(directory, doomed)
+            fsync_dir(self.root)
+        except OSError as exc:
+            raise KafkaStorageError(f"cannot delete {directory}: {exc}") from exc
+        shutil.rmtree(doomed, onerror=_log_removal_failure)
 
     def checkpoint(self):
         """Write the recovery points and log start offsets of the open logs."""
         if self.readonly:
             return
+        # Under the lock from the snapshot of the logs to the write: a checkpoint that took
+        # its snapshot before a deletion and wrote after it would bring the deleted
+        # partition's offsets back, for a later partition of the same name to inherit.
         with self._lock:
-            logs = dict(self.logs)
-        self._recovery_points.update({tp: pl.recovery_point for tp, pl in logs.items()})
-        self._log_starts.update({tp: pl.log_start_offset for tp, pl in logs.items()})
+            self._write_checkpoints_locked()
+
+    def _write_checkpoints_locked(self):
+        self._recovery_points.update({tp: pl.recovery_point for tp, pl in self.logs.items()})
+        self._log_starts.update({tp: pl.log_start_offset for tp, pl in self.logs.items()})
         self._recovery_file.write(self._recovery_points)
         self._start_file.write(self._log_starts)
 
