@@ -7,12 +7,16 @@ rule it breaks. `label` is how the setting is named in that message.
 """
 from .errors import InvalidConfigurationError
 
+# Every integer config is one of Kafka's INT or LONG configs: none may leave int64 (nor could
+# the metadata log's msgpack values hold it).
+LONG_MIN, LONG_MAX = -2**63, 2**63 - 1
+
 
 def bad_value(label, value, rule):
     return InvalidConfigurationError(f"invalid value {value!r} for {label}: must be {rule}")
 
 
-def parse_int(label, value, minimum=None, maximum=None):
+def parse_int(label, value, minimum=LONG_MIN, maximum=LONG_MAX):
     if isinstance(value, bool):
         raise bad_value(label, value, "an integer")
     if isinstance(value, str):
@@ -22,10 +26,13 @@ def parse_int(label, value, minimum=None, maximum=None):
             raise bad_value(label, value, "an integer") from None
     if not isinstance(value, int):
         raise bad_value(label, value, "an integer")
-    if minimum is not None and value < minimum:
+    minimum = LONG_MIN if minimum is None else minimum
+    maximum = LONG_MAX if maximum is None else maximum
+    if value < minimum:
         raise bad_value(label, value, f"an integer >= {minimum}")
-    if maximum is not None and value > maximum:
-        raise bad_value(label, value, f"an integer <= {maximum}")
+    if value > maximum:
+        raise bad_value(label, value, f"an integer <= {maximum}" +
+                        (" (an int64, as Kafka's longs)" if maximum == LONG_MAX else ""))
     return value
 
 

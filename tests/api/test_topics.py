@@ -184,3 +184,25 @@ def test_reopen_finishes_a_create_or_delete_interrupted_between_registry_and_dir
         assert db.producer().send("t", value=b"new", partition=1).result().offset == 0
     with streamlog.open(db_path, readonly=True) as ro:
         assert ro.describe_topic("t").partitions[1].high_watermark == 1
+
+
+@pytest.mark.parametrize("key, value", [("retention.ms", 2**70), ("retention.bytes", 2**64),
+                                        ("segment.ms", 2**63), ("retention.bytes", -2**63 - 1)])
+def test_configs_outside_int64_are_refused_before_anything_is_written(db_path, key, value):
+    """Kafka's time and size configs are LONGs (ConfigDef.Type.LONG): past int64 they failed
+    deep inside msgpack with OverflowError, after validation had let them through."""
+    with streamlog.open(db_path) as db:
+        with pytest.raises(streamlog.InvalidConfigurationError, match=key):
+            db.create_topic("t", config={key: value})
+        db.create_topic("u")
+        with pytest.raises(streamlog.InvalidConfigurationError, match=key):
+            db.alter_topic_config("u", {key: value})
+        assert db.topics() == ["u"]
+
+
+def test_the_largest_int64_config_round_trips_through_the_metadata_log(db_path):
+    with streamlog.open(db_path) as db:
+        db.create_topic("t", config={"retention.ms": 2**63 - 1, "segment.ms": 2**63 - 1})
+    with streamlog.open(db_path) as db:
+        assert db.describe_topic("t").overrides == {"retention.ms": 2**63 - 1,
+                                                    "segment.ms": 2**63 - 1}

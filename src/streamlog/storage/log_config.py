@@ -8,9 +8,7 @@ naming the key, the rule and the value.
 from dataclasses import dataclass, fields, replace
 
 from ..errors import InvalidConfigurationError
-from ..parsing import bad_value, parse_bool, parse_choice, parse_int
-
-LONG_MAX = 2**63 - 1
+from ..parsing import LONG_MAX, bad_value, parse_bool, parse_choice, parse_int
 
 
 def _label(key):
