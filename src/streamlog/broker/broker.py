@@ -493,11 +493,13 @@ class Broker:
                 op.force_complete()  # wake the consumer threads waiting in fetch
         self.fetch_purgatory.shutdown()
         self.timer.close()
-        self.logs.close()
-        if self._dir_lock is not None:
-            self._dir_lock.release()
-        if self.temporary:
-            shutil.rmtree(self.root, ignore_errors=True)
+        try:
+            self.logs.close()  # on a full disk this fails; the stop is then an unclean one
+        finally:
+            if self._dir_lock is not None:
+                self._dir_lock.release()
+            if self.temporary:
+                shutil.rmtree(self.root, ignore_errors=True)
 
 
 def _offset_of_max_timestamp(partition_log):

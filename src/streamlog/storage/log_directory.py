@@ -220,8 +220,14 @@ class LogDirectory:
         """Flush and seal every log, write the checkpoints, then mark the stop clean."""
         with self._lock:
             logs = list(self.logs.values())
+        failures = []
         for partition_log in logs:
-            partition_log.close(flush=not self.readonly)
+            try:
+                partition_log.close(flush=not self.readonly)
+            except KafkaStorageError as exc:
+                failures.append(exc)  # close the others: each holds files and maps
+        if failures:
+            raise failures[0]  # no clean-shutdown marker: the next open recovers
         if self.readonly:
             return
         self.checkpoint()

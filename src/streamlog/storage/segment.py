@@ -150,6 +150,11 @@ class LogSegment:
 
     def append(self, batch_infos, pieces, first_offset):
         """Write validated batches (pieces of bytes) and index them (invariant 2)."""
+        # Room for the entries these batches may add (plus the final time entry of a roll),
+        # reserved before the log grows: a full disk refuses here, with nothing written,
+        # rather than after the batches are in the log but not in its index.
+        self.offset_index.reserve(len(batch_infos))
+        self.time_index.reserve(len(batch_infos) + 1)
         position = self.log.append(pieces)
         if position == 0 and batch_infos:
             self._rolling_based_timestamp = max(b.max_timestamp for b in batch_infos)
@@ -167,7 +172,11 @@ class LogSegment:
         if max_timestamp > self.max_timestamp_so_far:
             self.max_timestamp_so_far = max_timestamp
             self.offset_of_max_timestamp_so_far = last_offset
-        if self.bytes_since_last_index_entry > self.index_interval_bytes:
+        # A full index only stops indexing: the index is sparse, never what decides which
+        # batches the log keeps. Appends roll before an index fills (should_roll); recovery
+        # of a segment written with a larger index, or another interval, may not.
+        if self.bytes_since_last_index_entry > self.index_interval_bytes and not (
+                self.offset_index.is_full() or self.time_index.is_full()):
             self.offset_index.append(last_offset, position)
             self.time_index.maybe_append(self.max_timestamp_so_far,
                                          self.offset_of_max_timestamp_so_far)
@@ -352,9 +361,6 @@ class LogSegment:
                         f"batch's {next_offset - 1}", self.log.path, valid)
                 if batch.last_offset - self.base_offset > _INT32_MAX:
                     raise CorruptRecordError("record batch offset out of the segment's range",
-                                             self.log.path, valid)
-                if self.offset_index.is_full() or self.time_index.is_full():
-                    raise CorruptRecordError("segment holds more batches than its index",
                                              self.log.path, valid)
                 self._index_batch(batch.last_offset, batch.max_timestamp, batch.size_in_bytes,
                                   valid)

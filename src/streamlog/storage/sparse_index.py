@@ -4,10 +4,16 @@ big-endian entries, memory-mapped and viewed as a numpy structured array.
 Invariants:
   1. Entries are strictly increasing in their key; lookups binary-search the
      first `entries` rows with numpy.searchsorted.
-  2. A new index file is created at its full preallocated size
-     (round_down(max_index_size, entry_size), sparse and zero-filled); an
-     existing file is assumed to be exactly full of valid entries, because
-     the log trims every index to its used size on roll and on close. After an
+  2. The index holds at most max_entries (segment.index.bytes / entry size);
+     the file holds only what is reserved: a new file starts at one page and
+     doubles (up to the maximum) when an append needs room, and every byte of
+     it is allocated with posix_fallocate before the map may touch it. A page
+     of a sparse file touched through a map on a full file system kills the
+     process with SIGBUS; an allocation refused up front is a KafkaStorageError
+     ("disk full") before any log byte is written (LogSegment.append reserves
+     first). An existing file is reserved the same way when it is opened for
+     writing, and is assumed to be exactly full of valid entries, because the
+     log trims every index to its used size on roll and on close. After an
      unclean stop the loader rebuilds indexes instead of trusting them.
   3. The writer maps the file read-write. A read-only process never maps an
      index: the writer may trim or rebuild the file under it, and touching a
@@ -21,6 +27,7 @@ Thread-safety: lookups may run on any thread; mutation (append, truncate,
 resize, close) is serialised by the owning segment's append lock. The mapping
 is swapped under `_lock` so a lookup never sees a closed map.
 """
+import errno
 import mmap
 import os
 import threading
@@ -30,6 +37,9 @@ import numpy as np
 from ..errors import KafkaStorageError
 
 _SNAPSHOT_CHUNK_ENTRIES = 8192
+# A new index file reserves one page; each growth doubles it. Reserving the whole
+# segment.index.bytes (10 MiB) up front would cost 20 MiB of disk per partition.
+_FIRST_RESERVATION_BYTES = 4096
 
 
 class SparseIndex:
@@ -59,25 +69,37 @@ class SparseIndex:
             self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
             length = os.fstat(self._fd).st_size
             if self.created:
-                length = self._round(max_index_size)
-                os.ftruncate(self._fd, length)
-                entries = 0
-            else:
-                entries = length // self.entry_size
-        except OSError as exc:
+                length = min(self._round(_FIRST_RESERVATION_BYTES), self._round(max_index_size))
+            self._reserve(length)
+        except (OSError, KafkaStorageError) as exc:
             self._close_fd()
+            if isinstance(exc, KafkaStorageError):
+                raise
             raise KafkaStorageError(f"cannot open index file {path}: {exc}") from exc
         self._map(length)
-        self.entries = entries
+        self.entries = 0 if self.created else length // self.entry_size
+        self.max_entries = max(self._round(max_index_size) // self.entry_size, self.entries)
 
     # --- mapping ---------------------------------------------------------
 
     def _round(self, size):
         return max(size, 0) // self.entry_size * self.entry_size
 
+    def _reserve(self, length):
+        """Allocate the file's first `length` bytes for real (extending it), or raise."""
+        if length <= 0:
+            return
+        try:
+            os.posix_fallocate(self._fd, 0, length)
+        except OSError as exc:
+            full = exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+            raise KafkaStorageError(
+                f"cannot reserve {length} bytes for index file {self.path}"
+                f"{' (disk full)' if full else ''}: {exc}") from exc
+
     def _map(self, length):
         self.length = length
-        self.max_entries = length // self.entry_size
+        self.capacity = length // self.entry_size  # entries the map has room for
         if length == 0:
             self._mm = None
             self._arr = np.zeros(0, dtype=self.DTYPE)
@@ -85,7 +107,7 @@ class SparseIndex:
             self._mm = mmap.mmap(self._fd, length, access=mmap.ACCESS_WRITE)
             # A torn file may end inside an entry: view the whole entries only (the sanity
             # check then reports the odd length and the loader rebuilds the index).
-            self._arr = np.frombuffer(self._mm, dtype=self.DTYPE, count=self.max_entries)
+            self._arr = np.frombuffer(self._mm, dtype=self.DTYPE, count=self.capacity)
 
     def _unmap(self):
         self._arr = np.zeros(0, dtype=self.DTYPE)
@@ -153,8 +175,20 @@ class SparseIndex:
             raise KafkaStorageError(
                 f"index {self.path} is full ({self.entries} entries); the segment should "
                 "have rolled")
+        if self.entries >= self.capacity:
+            self.reserve(1)
         self._arr[self.entries] = row
         self.entries += 1
+
+    def reserve(self, more_entries):
+        """Make room for `more_entries` appends (as far as max_entries allows) before
+        anything that depends on them is written; KafkaStorageError if the disk refuses."""
+        wanted = min(self.entries + more_entries, self.max_entries)
+        if self.readonly or wanted <= self.capacity:
+            return
+        length = max(self.length * 2, _FIRST_RESERVATION_BYTES, wanted * self.entry_size)
+        self._remap(min(self._round(length),
+                        self.max_entries * self.entry_size))
 
     def truncate_to_entries(self, n):
         """Keep the first n entries; zero the rest so no stale entry survives a crash."""
@@ -164,29 +198,45 @@ class SparseIndex:
         self.entries = n
 
     def reset(self):
-        """Drop every entry and grow back to the preallocated size (before a rebuild)."""
+        """Drop every entry and take back the configured maximum (before a rebuild)."""
         self.truncate_to_entries(0)
         self.resize(self.max_index_size)
 
     def resize(self, new_size):
-        """Change the file's length (rounded to entries) and remap; keeps the entries."""
+        """Set the maximum size (rounded to entries, never below the entries held); the
+        file shrinks to it at once if longer and otherwise grows as appends need room."""
         if self.readonly:
             return
-        new_length = max(self._round(new_size), self.entries * self.entry_size)
-        if new_length == self.length:
-            return
-        with self._lock:
-            if self._mm is not None:
-                self._mm.flush()
-            self._unmap()
-            try:
-                os.ftruncate(self._fd, new_length)
-            except OSError as exc:
-                raise KafkaStorageError(f"cannot resize index {self.path}: {exc}") from exc
-            self._map(new_length)
+        self.max_index_size = new_size
+        self.max_entries = max(self._round(new_size) // self.entry_size, self.entries)
+        if self.length > self.max_entries * self.entry_size:
+            self._remap(self.max_entries * self.entry_size)
 
     def trim_to_valid_size(self):
-        self.resize(self.entries * self.entry_size)
+        """Cut the file to the entries held (on roll and close); the maximum is kept."""
+        if not self.readonly and self.length != self.entries * self.entry_size:
+            self._remap(self.entries * self.entry_size)
+
+    def _remap(self, new_length):
+        """Give the file new_length bytes, all reserved, and map them; keeps the entries.
+
+        No msync before the unmap: dirty pages of a shared map stay in the page cache and
+        reach the file like any write (durability is the flusher's fsync, not this).
+        """
+        with self._lock:
+            self._unmap()
+            try:
+                if new_length < self.length:
+                    os.ftruncate(self._fd, new_length)
+                else:
+                    self._reserve(new_length)
+            except OSError as exc:
+                self._map(self.length)
+                raise KafkaStorageError(f"cannot resize index {self.path}: {exc}") from exc
+            except KafkaStorageError:
+                self._map(self.length)
+                raise
+            self._map(new_length)
 
     def flush(self):
         if self._mm is not None:
