@@ -15,7 +15,8 @@ from ..parsing import bad_value, parse_bool, parse_choice, parse_int
 # Kafka declares these settings Type.INT (ConsumerConfig / ProducerConfig), so a
 # value past int32 is refused there; the same here, rather than a 30-year
 # fetch.max.wait.ms reaching the timing wheel. Kafka's Type.LONG ones (linger.ms,
-# max.block.ms, buffer.memory) keep no upper bound: the timer clamps far deadlines.
+# max.block.ms, buffer.memory) are bounded by int64 only (parsing.LONG_MAX): the timer
+# clamps far deadlines.
 INT32_MAX = 2**31 - 1
 
 
@@ -51,6 +52,15 @@ def _acks(name, value):
 def _optional_str(name, value):
     if value is not None and not isinstance(value, str):
         raise _bad(name, value, "a string or None")
+    return value
+
+
+def _group_id(name, value):
+    # Kafka deprecated "" as a group id (KIP-289) and refuses it for group work
+    # (InvalidGroupIdException): None means "no group".
+    value = _optional_str(name, value)
+    if value is not None and not value.strip():
+        raise _bad(name, value, "a non-empty string, or None for no group")
     return value
 
 
@@ -97,7 +107,7 @@ PRODUCER = {
 }
 
 CONSUMER = {
-    "group.id": (None, _optional_str),
+    "group.id": (None, _group_id),
     "group.instance.id": (None, _optional_str),
     "client.id": ("", _optional_str),
     "auto.offset.reset": ("latest", _choice("earliest", "latest", "none")),

@@ -39,6 +39,7 @@ import numpy as np
 
 from ..errors import (IllegalStateError, InvalidGroupIdError, NoOffsetForPartitionError,
                       OffsetOutOfRangeError, UnknownTopicOrPartitionError, WakeupError)
+from ..parsing import LONG_MAX
 from ..storage import codec
 from ..structs import OffsetAndMetadata, TopicPartition
 from .config import CONSUMER, resolve
@@ -252,8 +253,10 @@ class Consumer:
 
     def seek(self, tp, offset):
         tp = self._assigned([tp])[0]
-        if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
-            raise ValueError(f"seek offset must be a non-negative int, got {offset!r}")
+        if isinstance(offset, bool) or not isinstance(offset, int):
+            raise TypeError(f"seek offset must be an int, not {type(offset).__name__}")
+        if not 0 <= offset <= LONG_MAX:
+            raise ValueError(f"seek offset must be in [0, {LONG_MAX}], got {offset}")
         self._positions[tp] = offset
         self._buffers.pop(tp, None)
 
@@ -319,6 +322,16 @@ class Consumer:
         return self._poll(timeout, max_records, columns=True, headers=include_headers)
 
     def _poll(self, timeout, max_records, columns, headers=False):
+        if timeout is not None:
+            # Kafka's poll(Duration) refuses a negative timeout (IllegalArgumentException).
+            if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+                raise TypeError(f"poll timeout must be a number of seconds (or None), not "
+                                f"{type(timeout).__name__} {timeout!r}")
+            if not timeout >= 0:  # also refuses NaN
+                raise ValueError(f"poll timeout must be >= 0 seconds, got {timeout}")
+        if max_records is not None and (isinstance(max_records, bool) or
+                                        not isinstance(max_records, int) or max_records < 1):
+            raise ValueError(f"max_records must be a positive int, got {max_records!r}")
         self._enter()
         try:
             group = self._group

@@ -11,7 +11,7 @@ clamped into the partition's [log start, log end].
 from typing import NamedTuple, Optional
 
 from ..coordinator.group_coordinator import find_coordinator
-from ..errors import UnknownTopicOrPartitionError
+from ..errors import OffsetOutOfRangeError, UnknownTopicOrPartitionError
 from ..structs import OffsetAndMetadata, TopicPartition
 
 EARLIEST, LATEST = -2, -1
@@ -96,10 +96,29 @@ def delete_group(broker, group_id):
 
 
 def alter_group_offsets(broker, group_id, offsets):
-    """Set the committed offsets of a group that has no active member."""
+    """Set the committed offsets of a group that has no active member.
+
+    An offset past a partition's log end is refused (OffsetOutOfRangeError):
+    the group would skip records not yet written, and its lag would read 0.
+    reset_group_offsets() clamps instead, as kafka-consumer-groups does.
+    """
     offsets = {TopicPartition(*tp): (v if isinstance(v, OffsetAndMetadata)
                                      else OffsetAndMetadata(v))
                for tp, v in offsets.items()}
+    for tp, meta in offsets.items():
+        if isinstance(meta.offset, bool) or not isinstance(meta.offset, int):
+            raise TypeError(f"the offset for {tp} must be an int, not {meta.offset!r}")
+        info = broker.topic(tp.topic)
+        if not 0 <= tp.partition < info.partitions:
+            raise UnknownTopicOrPartitionError(f"topic {tp.topic!r} has no partition "
+                                               f"{tp.partition}")
+    ends = {tp: o for tp, (o, _) in broker.list_offsets({tp: LATEST for tp in offsets}).items()}
+    for tp, meta in offsets.items():
+        if not 0 <= meta.offset <= ends[tp]:
+            raise OffsetOutOfRangeError(
+                f"offset {meta.offset} for {tp} is outside [0, {ends[tp]}] (its log end); "
+                "nothing was changed. reset_group_offsets(..., 'offset', n) clamps into the "
+                "log's range instead", tp, meta.offset)
     find_coordinator(broker).alter_offsets(group_id, offsets)
 
 

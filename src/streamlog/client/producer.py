@@ -56,6 +56,8 @@ from .config import PRODUCER, resolve
 from .futures import BatchResult, BatchSendFuture, make_future
 from .murmur2 import partition_for_key, partitions_for_keys
 from .partitioners import DefaultPartitioner, make_partitioner
+from .validation import (check_column, check_headers, check_payload, check_timestamp,
+                         check_timestamps)
 
 log = logging.getLogger("streamlog.producer")
 
@@ -65,7 +67,6 @@ _now = time.time
 # during a burst a batch waits at most _IDLE_SWEEP_MS for more records.
 _IDLE_S = 50e-6
 _IDLE_SWEEP_MS = 1
-_BYTES_TYPES = (bytes, bytearray, memoryview)
 
 
 class _Batch:
@@ -101,12 +102,6 @@ class _Partition:
         self.open = None
         self.sealed = deque()
         self.drain_lock = threading.Lock()
-
-
-def _check_bytes(what, data):
-    if data is not None and not isinstance(data, _BYTES_TYPES):
-        raise TypeError(f"the {what} must be bytes (or None), not {type(data).__name__}; set a "
-                        f"{what}_serializer to send other types")
 
 
 class Producer:
@@ -151,6 +146,7 @@ class Producer:
         self._sweep_handle = None
         self._sweep_at = None
         self._space_waiters = 0
+        self._failures = []     # (count of records, error) of batches failed since the last flush
         self._closing = False
         self._closed = False
 
@@ -215,24 +211,23 @@ class Producer:
         """send() for every call the fast path does not take."""
         if self._closing:
             raise ProducerClosedError("send() on a closed producer; create a new one")
+        # Every argument is checked before the record joins a batch shared with other calls'
+        # records (client.validation): a bad call fails here, alone.
         if key is not None:
             if self._key_serializer is not None:
                 key = self._key_serializer(key)
             if type(key) is not bytes:
-                _check_bytes("key", key)
+                check_payload("key", key)
         if value is not None:
             if self._value_serializer is not None:
                 value = self._value_serializer(value)
             if type(value) is not bytes:
-                _check_bytes("value", value)
+                check_payload("value", value)
+        timestamp_ms = check_timestamp(timestamp_ms)
+        headers = check_headers(headers)
         size = _RECORD_OVERHEAD + (len(key) if key is not None else 0) + \
             (len(value) if value is not None else 0)
-        if headers:
-            headers = tuple(headers)
-            size += len(encode_headers(headers))
-        else:
-            headers = None
-            size += 1
+        size += len(encode_headers(headers)) if headers else 1
         now = _now()
         ts = int(now * 1000) if timestamp_ms is None else timestamp_ms
         count, limit, tps, states = self._topic(topic)[:4]
@@ -425,20 +420,26 @@ class Producer:
         """
         if self._closing:
             raise ProducerClosedError("send_batch() on a closed producer; create a new one")
+        # Checked before anything is queued (client.validation); per-record Python checks run
+        # only once the columnar encoding has refused an item, to name it.
+        check_column("values", values, None, lambda _: None)
         n = len(values)
         if self._value_serializer is not None:
             values = [None if v is None else self._value_serializer(v) for v in values]
+        check_column("keys", keys, n, lambda _: None)
         if keys is not None and self._key_serializer is not None:
             keys = [None if k is None else self._key_serializer(k) for k in keys]
-        for name, column in (("keys", keys), ("timestamps", timestamps), ("headers", headers)):
-            if column is not None and len(column) != n:
-                raise InvalidRequestError(f"send_batch: {name} has {len(column)} items, values "
-                                          f"{n}")
+        timestamps = check_timestamps(timestamps, n)
+        timestamp_ms = check_timestamp(timestamp_ms)
+        if headers is not None:
+            headers = [check_headers(h) for h in check_column("headers", headers, n,
+                                                                check_headers)]
         count, limit, tps = self._topic(topic)[:3]
         if n == 0:
             return BatchSendFuture(topic, np.zeros(0, np.int32), [])
-        value_blob, value_lens = _column(values)
-        key_blob, key_lens = _column(keys) if keys is not None else (None, None)
+        value_blob, value_lens = _payload_column("values", values, "value")
+        key_blob, key_lens = _payload_column("keys", keys, "key") if keys is not None \
+            else (None, None)
         sizes = np.maximum(value_lens, 0).astype(np.int64) + _RECORD_OVERHEAD
         if key_lens is not None:
             sizes += np.maximum(key_lens, 0)
@@ -547,6 +548,8 @@ class Producer:
         with self._lock:
             self._buffered -= batch.buffered
             self._incomplete.discard(batch.result)
+            if error is not None:
+                self._failures.append((batch.count, error))
             batch.values = batch.keys = batch.timestamps = batch.headers = batch.encoded = None
             if self._space_waiters:
                 self._space.notify_all()  # room in buffer.memory
@@ -555,7 +558,14 @@ class Producer:
     # --- flush and close ------------------------------------------------------------------
 
     def flush(self, timeout=None):
-        """Append everything queued and wait until all of it is acknowledged."""
+        """Append everything queued and wait until all of it is acknowledged.
+
+        Raises the first error of the records that failed since the previous
+        flush() (their futures hold it too): a program that sends without
+        keeping futures must not take a failed append for a written one.
+        Kafka's flush() leaves failures to futures and callbacks; here nothing
+        else may be watching.
+        """
         with self._lock:
             states = list(self._partitions.values())
             for state in states:
@@ -567,6 +577,14 @@ class Producer:
         deadline = None if timeout is None else time.monotonic() + timeout
         for result in waiting:
             result.wait(None if deadline is None else max(deadline - time.monotonic(), 0))
+        with self._lock:
+            failures, self._failures = self._failures, []
+        if failures:
+            records = sum(count for count, _ in failures)
+            error = failures[0][1]
+            error.add_note(f"flush(): {records} record(s) in {len(failures)} batch(es) sent "
+                           "since the previous flush() failed; this is the first error")
+            raise error
 
     def close(self, timeout=None):
         """Flush, then refuse further sends (ProducerClosedError)."""
@@ -592,6 +610,15 @@ class Producer:
     @property
     def closed(self):
         return self._closed
+
+
+def _payload_column(name, column, what):
+    """_column's (blob, lengths), with a bad item named instead of join's TypeError."""
+    try:
+        return _column(column)
+    except TypeError:
+        check_column(name, column, None, lambda item: check_payload(what, item))
+        raise
 
 
 def _chunks(indices, sizes, limit):

@@ -84,7 +84,11 @@ class RecordColumns:
         not empty, for a record without headers). Every field is nullable, as
         Spark's are.
         """
-        import pyarrow as pa
+        try:
+            import pyarrow as pa
+        except ImportError as exc:
+            raise ImportError("RecordColumns.to_arrow() needs pyarrow: pip install "
+                              "'streamlog[arrow]' (or the [spark] extra, which has it)") from exc
 
         n = len(self)
 

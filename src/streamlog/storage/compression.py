@@ -1,13 +1,18 @@
 """Compression codecs of the batch attributes (bits 0-2), by Kafka's ids.
 
-none (0) and gzip (1) always work; zstd (4) needs the `zstandard` package and
-lz4 (3) the `lz4` package (both in the [test] extra, optional otherwise).
-snappy (2) is recognised but not supported: Kafka frames it in the xerial
-format, for which no well-kept package exists, so a snappy batch raises
-UnsupportedCompressionTypeError naming the fix instead of returning garbage.
-Every codec produces the stream format Kafka's clients do (gzip with header,
-zstd frame, lz4 frame), so batches interoperate with Kafka's tools.
+none (0) and gzip (1) always work; zstd (4) needs the `zstandard` package,
+lz4 (3) the `lz4` package and snappy (2) the `cramjam` package (all three in
+the [test] extra, optional otherwise: `streamlog[zstd]`, `[lz4]`, `[snappy]`).
+Every codec produces the stream format Kafka's Java producer does (gzip with
+header, zstd frame, lz4 frame, snappy in snappy-java's xerial framing), so
+batches interoperate with Kafka's tools. Snappy is read in the xerial framing
+and, as Kafka's reader also accepts, as one raw snappy block (librdkafka's).
+
+A payload a codec cannot decode is CodecError (a ValueError), whatever the
+codec library's own exception type (zlib.error is not even an OSError): the
+batch reader turns it into CorruptRecordError naming the file and position.
 """
+import struct
 import zlib
 
 from ..errors import UnsupportedCompressionTypeError
@@ -24,6 +29,20 @@ try:
     import lz4.frame as _lz4
 except ImportError:  # optional codec
     _lz4 = None
+try:
+    import cramjam as _cramjam
+except ImportError:  # optional codec
+    _cramjam = None
+
+# snappy-java's stream header: magic, then version and compatible version (int32 BE, both 1);
+# then blocks of [int32 BE compressed length][raw snappy block], each of <= 32 KiB of input.
+_XERIAL_MAGIC = b"\x82SNAPPY\x00"
+_XERIAL_HEADER = _XERIAL_MAGIC + struct.pack(">ii", 1, 1)
+_XERIAL_BLOCK_BYTES = 32 * 1024
+
+
+class CodecError(ValueError):
+    """A compressed payload that does not decode."""
 
 
 def codec_id(name):
@@ -44,9 +63,9 @@ def check_available(cid):
     if cid == LZ4 and _lz4 is None:
         raise UnsupportedCompressionTypeError(
             "lz4 compression needs the 'lz4' package: pip install 'streamlog[lz4]'")
-    if cid == SNAPPY:
+    if cid == SNAPPY and _cramjam is None:
         raise UnsupportedCompressionTypeError(
-            "snappy (xerial framing) is not supported; use gzip, lz4 or zstd")
+            "snappy compression needs the 'cramjam' package: pip install 'streamlog[snappy]'")
     if cid not in NAMES:
         raise UnsupportedCompressionTypeError(f"unknown compression codec id {cid}")
 
@@ -61,16 +80,55 @@ def compress(cid, data):
         return _zstd.ZstdCompressor(level=3).compress(data)
     if cid == LZ4:
         return _lz4.compress(bytes(data))
+    if cid == SNAPPY:
+        return _snappy_xerial(data)
     raise UnsupportedCompressionTypeError(f"cannot compress with codec {cid}")
 
 
 def decompress(cid, data):
-    if cid == GZIP:
-        return zlib.decompress(data, 47)  # 32 + 15: accept a gzip or zlib header
-    check_available(cid)
-    if cid == ZSTD:
-        # Frames written by some clients carry no content size: stream-decode them.
-        return _zstd.ZstdDecompressor().decompressobj().decompress(bytes(data))
-    if cid == LZ4:
-        return _lz4.decompress(bytes(data))
+    if cid != GZIP:
+        check_available(cid)
+    try:
+        if cid == GZIP:
+            return zlib.decompress(data, 47)  # 32 + 15: accept a gzip or zlib header
+        if cid == ZSTD:
+            # Frames written by some clients carry no content size: stream-decode them.
+            return _zstd.ZstdDecompressor().decompressobj().decompress(bytes(data))
+        if cid == LZ4:
+            return _lz4.decompress(bytes(data))
+        if cid == SNAPPY:
+            return _snappy_unframe(bytes(data))
+    except CodecError:
+        raise
+    except Exception as exc:  # each library has its own error types (zlib.error, ...)
+        raise CodecError(f"{type(exc).__name__}: {exc}") from exc
     raise UnsupportedCompressionTypeError(f"cannot decompress codec {cid}")
+
+
+def _snappy_xerial(data):
+    view = memoryview(data)
+    out = [_XERIAL_HEADER]
+    for start in range(0, len(view), _XERIAL_BLOCK_BYTES):
+        block = bytes(_cramjam.snappy.compress_raw(view[start:start + _XERIAL_BLOCK_BYTES]))
+        out += (struct.pack(">i", len(block)), block)
+    return b"".join(out)
+
+
+def _snappy_unframe(data):
+    if not data.startswith(_XERIAL_MAGIC):
+        return bytes(_cramjam.snappy.decompress_raw(data))
+    if len(data) < len(_XERIAL_HEADER):
+        raise CodecError("snappy: xerial header cut short")
+    parts = []
+    pos = len(_XERIAL_HEADER)
+    while pos < len(data):
+        if pos + 4 > len(data):
+            raise CodecError(f"snappy: xerial block length cut short at byte {pos}")
+        (length,) = struct.unpack_from(">i", data, pos)
+        pos += 4
+        if length < 0 or pos + length > len(data):
+            raise CodecError(f"snappy: xerial block of {length} bytes at byte {pos} runs past "
+                             f"the payload's {len(data)}")
+        parts.append(bytes(_cramjam.snappy.decompress_raw(data[pos:pos + length])))
+        pos += length
+    return b"".join(parts)

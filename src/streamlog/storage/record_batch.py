@@ -209,7 +209,7 @@ class RecordBatch:
             return self.buf, start, end - start, self._where(RECORDS_OFFSET)
         try:
             buf = compression.decompress(cid, memoryview(self.buf)[start:end])
-        except (OSError, ValueError, RuntimeError) as exc:  # codec libraries' error types
+        except compression.CodecError as exc:
             raise CorruptRecordError(
                 f"record batch at offset {self.base_offset} does not decompress "
                 f"({compression.NAMES.get(cid, cid)}: {exc})", self.path, self._where()) from None

@@ -1,8 +1,8 @@
 /*
  * Decompression of a batch's records section, for the codecs streamlog
- * writes (docs/FORMAT.md): gzip stream, LZ4 frame, zstd frame. The codec
- * libraries are the ones Spark itself ships (java.util.zip, lz4-java,
- * zstd-jni). snappy is refused, as the library refuses it.
+ * writes (docs/FORMAT.md): gzip stream, snappy (xerial framing, or one raw
+ * block), LZ4 frame, zstd frame. The codec libraries are the ones Spark itself
+ * ships (java.util.zip, snappy-java, lz4-java, zstd-jni).
  */
 package streamlog;
 
@@ -13,6 +13,7 @@ import java.util.zip.GZIPInputStream;
 
 import com.github.luben.zstd.ZstdInputStreamNoFinalizer;
 import net.jpountz.lz4.LZ4FrameInputStream;
+import org.xerial.snappy.SnappyInputStream;
 
 final class Codecs {
     private Codecs() {
@@ -32,7 +33,9 @@ final class Codecs {
                     in = new ZstdInputStreamNoFinalizer(in);
                     break;
                 case 2:
-                    throw where.corrupt("snappy-compressed batches are not supported");
+                    // Reads the xerial framing, and a stream without its header as one raw block.
+                    in = new SnappyInputStream(in);
+                    break;
                 default:
                     throw where.corrupt("unknown compression codec " + codec);
             }

@@ -1,0 +1,89 @@
+"""Checks of what send() and send_batch() are given, made before anything is queued.
+
+A record joins a batch shared with other calls' records; anything wrong with it found
+later, when the batch is encoded, would fail every record of that batch. So every argument
+is checked here, in the caller's thread, and a bad call fails alone: TypeError for a wrong
+type, ValueError for a value out of range, each naming the argument.
+
+One rule for every payload -- keys, values and header values: bytes (or bytearray,
+memoryview) or None. A str is refused everywhere alike (a serializer turns other types into
+bytes); header keys are str, as in Kafka (Header.key() is a String).
+"""
+from collections.abc import Sequence
+
+import numpy as np
+
+from ..parsing import LONG_MAX
+
+BYTES_TYPES = (bytes, bytearray, memoryview)
+
+
+def check_payload(what, data):
+    if data is not None and not isinstance(data, BYTES_TYPES):
+        raise TypeError(f"the {what} must be bytes (or None), not {type(data).__name__}; set a "
+                        f"{what.split()[-1]}_serializer to send other types")
+
+
+def check_timestamp(timestamp_ms, what="timestamp_ms"):
+    """None, or ms since the epoch as an int in [0, 2**63 - 1] (Kafka's CreateTime)."""
+    if timestamp_ms is None:
+        return None
+    if isinstance(timestamp_ms, bool) or not isinstance(timestamp_ms, (int, np.integer)):
+        raise TypeError(f"{what} must be an int of milliseconds since the epoch (or None), "
+                        f"not {type(timestamp_ms).__name__} {timestamp_ms!r}")
+    if not 0 <= timestamp_ms <= LONG_MAX:
+        raise ValueError(f"{what} must be in [0, {LONG_MAX}] (ms since the epoch), got "
+                         f"{timestamp_ms}")
+    return int(timestamp_ms)
+
+
+def check_headers(headers, what="headers"):
+    """The headers as a tuple of (str, bytes | None) pairs; None when there are none."""
+    if headers is None:
+        return None
+    if isinstance(headers, dict):
+        raise TypeError(f"{what} must be a list of (key, value) pairs, not a dict (Kafka "
+                        "allows a key more than once): pass list(headers.items())")
+    if isinstance(headers, (str, bytes)) or not isinstance(headers, (list, tuple)):
+        raise TypeError(f"{what} must be a list of (str, bytes | None) pairs, not "
+                        f"{type(headers).__name__}")
+    for pair in headers:
+        if not isinstance(pair, (tuple, list)) or len(pair) != 2:
+            raise TypeError(f"each of the {what} must be a (key, value) pair, not {pair!r}")
+        key, value = pair
+        if not isinstance(key, str):
+            raise TypeError(f"a header key must be a str, not {type(key).__name__} {key!r}")
+        check_payload(f"value of header {key!r}", value)
+    return tuple(headers) or None
+
+
+def check_column(name, column, n, check_item):
+    """A send_batch column: a sized, indexable sequence of n items, each passing check_item."""
+    if column is None:
+        return None
+    if not isinstance(column, (Sequence, np.ndarray)) or isinstance(column, (str, bytes)):
+        raise TypeError(f"send_batch: {name} must be a sequence (list, tuple or numpy array) "
+                        f"of one item per record, not {type(column).__name__}; wrap an "
+                        "iterator in list()")
+    if n is not None and len(column) != n:
+        raise ValueError(f"send_batch: {name} has {len(column)} items, values has {n}")
+    for i, item in enumerate(column):
+        try:
+            check_item(item)
+        except (TypeError, ValueError) as exc:
+            raise type(exc)(f"send_batch: {name}[{i}]: {exc}") from None
+    return column
+
+
+def check_timestamps(timestamps, n):
+    """send_batch's per-record timestamps, checked as one numpy array (no per-item Python
+    work on the good path)."""
+    if timestamps is None:
+        return None
+    column = check_column("timestamps", timestamps, n, lambda _: None)
+    array = np.asarray(column)
+    if array.dtype.kind not in "iu":
+        check_column("timestamps", column, n, check_timestamp)  # names the first bad one
+    if len(array) and (array.min() < 0 or array.max() > LONG_MAX):
+        check_column("timestamps", column, n, check_timestamp)
+    return column
