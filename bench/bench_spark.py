@@ -85,9 +85,8 @@ def spark_session(quick):
              .config("spark.sql.session.timeZone", "UTC")
              .getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
-    from streamlog_spark import StreamlogDataSource
-    spark.dataSource.register(StreamlogDataSource)
-    return spark
+    from streamlog_spark import register
+    return register(spark)
 
 
 def main():

@@ -18,7 +18,7 @@ os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
 import streamlog  # noqa: E402
 from pyspark.sql import SparkSession, functions as F  # noqa: E402
-from streamlog_spark import StreamlogDataSource, configure  # noqa: E402
+from streamlog_spark import configure, register  # noqa: E402
 
 
 def main():
@@ -48,7 +48,7 @@ def run(path):
              .config("spark.sql.session.timeZone", "UTC")
              .getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
-    spark.dataSource.register(StreamlogDataSource)  # not needed when pyspark_streamlog is found
+    register(spark)  # not needed when PySpark discovers pyspark_streamlog; harmless then
 
     orders = (spark.read.format("streamlog").option("subscribe", "orders")
               .option("includeHeaders", "true").load(path))

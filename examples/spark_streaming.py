@@ -19,7 +19,7 @@ os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
 import streamlog  # noqa: E402
 from pyspark.sql import SparkSession, functions as F  # noqa: E402
-from streamlog_spark import StreamlogDataSource, configure  # noqa: E402
+from streamlog_spark import configure, register  # noqa: E402
 
 
 def revenue(orders):
@@ -63,7 +63,7 @@ def run(root):
              .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
              .config("spark.sql.shuffle.partitions", "2").getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
-    spark.dataSource.register(StreamlogDataSource)
+    register(spark)
 
     # 1. Live: the same query as a stream, from the start of the log, kept up to date.
     live = (spark.readStream.format("streamlog").option("subscribe", "orders")

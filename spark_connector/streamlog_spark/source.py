@@ -8,7 +8,7 @@ tasks (the input partitions, packed for the JVM reader), reader (the Python
 executors' hot path), streaming (micro-batches), writer (staging and
 commit); jvm.py builds the JVM reader that can stand in for the executors.
 
-    spark.dataSource.register(StreamlogDataSource)   # or rely on pyspark_streamlog discovery
+    streamlog_spark.register(spark)   # or rely on pyspark_streamlog discovery
     spark.read.format("streamlog").option("subscribe", "events").load("data/")
 """
 from pyspark.sql.datasource import DataSource, DataSourceReader

@@ -106,8 +106,8 @@ def spark(tmp_path_factory, events_db):
         session.streamlog_discovered = (session.read.format("streamlog")
                                         .option("subscribe", "events").load(path).count())
     else:
-        from streamlog_spark import StreamlogDataSource
-        session.dataSource.register(StreamlogDataSource)
+        from streamlog_spark import register
+        register(session)
     yield session
     session.stop()
 
