@@ -12,8 +12,9 @@
 
 `verify DIR` and `dump --verify DIR` take the directory as an argument too.
 
-`consume`, `groups list` and `groups describe` open the database read-only,
-so they work while another process writes. Exit codes: 0 ok, 1 an operation failed (the message says why),
+`consume` (without --group), `topics list|describe`, `groups list|describe`,
+`verify` and `dump` open the database read-only, so they work while another
+process writes. Exit codes: 0 ok, 1 an operation failed (the message says why),
 2 bad usage or unreadable input.
 """
 import argparse
@@ -23,7 +24,8 @@ import json
 import os
 import sys
 
-from .errors import StreamlogError
+from .errors import (DatabaseLockedError, ReadOnlyError, StreamlogError,
+                     UnknownTopicOrPartitionError)
 from .progress import Progress
 
 EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE = 0, 1, 2
@@ -96,7 +98,10 @@ def cmd_dump(args, out=sys.stdout):
             for line in dump_file(path, print_records=args.print_records,
                                   max_value_bytes=args.max_value_bytes):
                 print(line, file=out)
-        except (ValueError, OSError, StreamlogError) as exc:
+        except StreamlogError as exc:  # read, and found not to be a (whole) segment
+            print(f"streamlog dump: {exc}", file=sys.stderr)
+            status = max(status, EXIT_PROBLEMS)
+        except (ValueError, OSError) as exc:
             print(f"streamlog dump: {exc}", file=sys.stderr)
             status = EXIT_USAGE
     return status
@@ -106,9 +111,8 @@ def cmd_dump(args, out=sys.stdout):
 
 
 def _open(path, readonly=False):
+    """The database at --path; open() makes a new one and refuses what is not one."""
     import streamlog
-    if not readonly and not os.path.isdir(path):
-        os.makedirs(path, exist_ok=True)
     return streamlog.open(path, readonly=readonly)
 
 
@@ -166,48 +170,64 @@ def _json_bytes(value, what):
 
 def cmd_produce(args, out=sys.stdout, stdin=None):
     stdin = stdin or sys.stdin.buffer
-    count = 0
     with _open(args.path) as db:
+        db.describe_topic(args.topic)  # a missing topic fails before any input is read
         producer = db.producer(acks=args.acks, linger_ms=args.linger_ms,
                                compression_type=args.compression)
         bar = Progress("produce", 0, unit="records", enabled=not args.quiet and sys.stderr.isatty())
-        separator = args.key_separator.encode() if args.key_separator else None
-        for n, raw in enumerate(stdin, 1):
-            line = raw.rstrip(b"\r\n")
-            if not line and args.format == "text" and not args.keep_empty:
-                continue
-            key = headers = None
-            partition = args.partition
-            timestamp = None
-            if args.format == "json":
-                try:
-                    doc = json.loads(line)
-                except ValueError as exc:
-                    raise ValueError(f"line {n} is not JSON: {exc}") from None
-                if not isinstance(doc, dict) or "value" not in doc:
-                    raise ValueError(f'line {n}: expected an object with "value" (and optional '
-                                     '"key", "headers", "partition", "timestamp")')
-                value = _json_bytes(doc["value"], "value")
-                key = _json_bytes(doc.get("key"), "key")
-                headers = [(k, _json_bytes(v, "header")) for k, v in
-                           (doc.get("headers") or {}).items()]
-                partition = doc.get("partition", partition)
-                timestamp = doc.get("timestamp")
-            elif separator is not None:
-                if separator not in line:
-                    raise ValueError(f"line {n} has no key separator {args.key_separator!r}")
-                key, value = line.split(separator, 1)
-            else:
-                value = line
-            producer.send(args.topic, value=value, key=key, partition=partition,
-                          timestamp_ms=timestamp, headers=headers)
-            count += 1
-            if count % 10000 == 0:
-                bar.update(count)
+        sent = [0]
+        try:
+            _produce_lines(args, producer, stdin, bar, sent)
+        except (ValueError, TypeError) as exc:
+            producer.flush()  # what came before the bad line is written, and said so
+            bar.finish()
+            raise ValueError(f"{exc}; the {sent[0]} record(s) before it were produced to "
+                             f"{args.topic}") from None
         producer.flush()
         bar.finish()
-    print(f"produced {count} record(s) to {args.topic}", file=sys.stderr)
+    print(f"produced {sent[0]} record(s) to {args.topic}", file=sys.stderr)
     return EXIT_OK
+
+
+def _produce_lines(args, producer, stdin, bar, sent):
+    """Send one record per input line, counting them in sent[0]; a bad line raises
+    ValueError (or the producer's TypeError) naming its number."""
+    separator = args.key_separator.encode() if args.key_separator else None
+    for n, raw in enumerate(stdin, 1):
+        line = raw.rstrip(b"\r\n")
+        if not line and args.format == "text" and not args.keep_empty:
+            continue
+        key = headers = None
+        partition = args.partition
+        timestamp = None
+        if args.format == "json":
+            try:
+                doc = json.loads(line)
+            except ValueError as exc:
+                raise ValueError(f"line {n} is not JSON: {exc}") from None
+            if not isinstance(doc, dict) or "value" not in doc:
+                raise ValueError(f'line {n}: expected an object with "value" (and optional '
+                                 '"key", "headers", "partition", "timestamp")')
+            value = _json_bytes(doc["value"], "value")
+            key = _json_bytes(doc.get("key"), "key")
+            headers = [(k, _json_bytes(v, "header")) for k, v in
+                       (doc.get("headers") or {}).items()]
+            partition = doc.get("partition", partition)
+            timestamp = doc.get("timestamp")
+        elif separator is not None:
+            if separator not in line:
+                raise ValueError(f"line {n} has no key separator {args.key_separator!r}")
+            key, value = line.split(separator, 1)
+        else:
+            value = line
+        try:
+            producer.send(args.topic, value=value, key=key, partition=partition,
+                          timestamp_ms=timestamp, headers=headers)
+        except (TypeError, ValueError, StreamlogError) as exc:
+            raise ValueError(f"line {n}: {exc}") from None
+        sent[0] += 1
+        if sent[0] % 10000 == 0:
+            bar.update(sent[0])
 
 
 # --- consume --------------------------------------------------------------------
@@ -251,40 +271,74 @@ def cmd_consume(args, out=sys.stdout):
     if not os.path.isdir(args.path):
         print(f"streamlog consume: {args.path} is not a directory", file=sys.stderr)
         return EXIT_USAGE
-    with _open(args.path, readonly=True) as db:
+    if args.group is not None and (args.partition is not None or args.offset is not None or
+                                   args.from_timestamp is not None):
+        print("streamlog consume: --group reads where the group's committed offsets say (or "
+              "--from-beginning for a new group); it takes no --partition, --offset or "
+              "--from-timestamp", file=sys.stderr)
+        return EXIT_USAGE
+    # A group commits what it read (to __consumer_offsets): that needs the writer's lock.
+    with _open(args.path, readonly=args.group is None) as db:
         info = db.describe_topic(args.topic)
         parts = [args.partition] if args.partition is not None else \
             [p.partition for p in info.partitions]
         tps = [streamlog.TopicPartition(args.topic, p) for p in parts]
-        consumer = db.consumer(auto_offset_reset="earliest" if args.from_beginning else "latest")
-        consumer.assign(tps)
-        if args.offset is not None:
-            for tp in tps:
-                consumer.seek(tp, args.offset)
-        elif args.from_timestamp is not None:
-            found = consumer.offsets_for_times({tp: _parse_time(args.from_timestamp) for tp in tps})
-            for tp in tps:
-                if found[tp] is None:
-                    consumer.seek_to_end([tp])
-                else:
-                    consumer.seek(tp, found[tp].offset)
-        elif args.from_beginning:
-            consumer.seek_to_beginning()
-        shown = 0
-        idle_timeout = args.timeout_ms / 1000
-        while args.max_messages is None or shown < args.max_messages:
-            records = consumer.poll(timeout=idle_timeout)
-            if not records:
-                break
-            for record in records:
-                print(_format_record(record, args.format, args.print_key, args.key_separator),
-                      file=out)
-                shown += 1
-                if args.max_messages is not None and shown >= args.max_messages:
-                    break
-        out.flush()
+        consumer = db.consumer(auto_offset_reset="earliest" if args.from_beginning else "latest",
+                               group_id=args.group, enable_auto_commit=False)
+        if args.group is not None:
+            consumer.subscribe([args.topic])  # as kafka-console-consumer --group
+        else:
+            consumer.assign(tps)
+            _seek_start(consumer, tps, args)
+        shown = _print_records(consumer, args, out)
+        consumer.close()
     print(f"consumed {shown} record(s)", file=sys.stderr)
     return EXIT_OK
+
+
+def _seek_start(consumer, tps, args):
+    if args.offset is not None:
+        for tp in tps:
+            consumer.seek(tp, args.offset)
+    elif args.from_timestamp is not None:
+        found = consumer.offsets_for_times({tp: _parse_time(args.from_timestamp) for tp in tps})
+        for tp in tps:
+            if found[tp] is None:
+                consumer.seek_to_end([tp])
+            else:
+                consumer.seek(tp, found[tp].offset)
+    elif args.from_beginning:
+        consumer.seek_to_beginning()
+
+
+def _print_records(consumer, args, out):
+    """Print records until --max-messages or --timeout-ms of quiet; with --group, commit
+    what was printed: each assigned partition's position, as kafka-console-consumer does,
+    but never past a record fetched and left unprinted by --max-messages. Returns how many
+    records were printed."""
+    import streamlog
+    shown = 0
+    cut = {}  # tp -> the first offset fetched but not printed
+    bar = Progress("consume", 0, unit="records", enabled=not args.quiet and sys.stderr.isatty())
+    while args.max_messages is None or shown < args.max_messages:
+        records = consumer.poll(timeout=args.timeout_ms / 1000)
+        if not records:
+            break
+        if args.max_messages is not None and len(records) > args.max_messages - shown:
+            for r in records[args.max_messages - shown:]:
+                cut.setdefault(streamlog.TopicPartition(r.topic, r.partition), r.offset)
+            records = records[:args.max_messages - shown]
+        for record in records:
+            print(_format_record(record, args.format, args.print_key, args.key_separator),
+                  file=out)
+        shown += len(records)
+        bar.update(shown)
+    out.flush()
+    bar.finish()
+    if args.group is not None:
+        consumer.commit(offsets={tp: cut.get(tp, consumer.position(tp))
+                                 for tp in consumer.assignment()})
+    return shown
 
 
 # --- groups ----------------------------------------------------------------------
@@ -426,6 +480,10 @@ def build_parser():
     p.add_argument("--format", choices=["text", "json"], default="text")
     p.add_argument("--print-key", action="store_true", help="text format: print key SEP value")
     p.add_argument("--key-separator", default="\t", help="separator for --print-key (tab)")
+    p.add_argument("--group", metavar="GROUP",
+                   help="read as a member of GROUP from its committed offsets, and commit what "
+                        "is printed (opens the database for writing)")
+    p.add_argument("--quiet", action="store_true", help="no progress line")
     p.set_defaults(func=cmd_consume)
 
     p = sub.add_parser("groups", help="list, describe, delete consumer groups or reset their "
@@ -482,11 +540,36 @@ def build_parser():
     return parser
 
 
+_READ_ONLY_COMMANDS = ("consume (without --group), topics list|describe, groups list|describe, "
+                       "verify, dump")
+
+
+def _cli_message(exc, args):
+    """The library's error, said in commands where its own message names Python calls."""
+    path = getattr(args, "path", None) or getattr(args, "directory", None)
+    if isinstance(exc, UnknownTopicOrPartitionError) and exc.topic is not None:
+        return (f"topic {exc.topic!r} does not exist in {path}; create it with: streamlog "
+                f"topics create {exc.topic} --path {path}")
+    if isinstance(exc, DatabaseLockedError):
+        who = f"process {exc.holder}" if exc.holder else "another process"
+        return (f"{exc.path or path} is open for writing by {who}, and this command writes: "
+                f"run it once that process has closed the database. These commands only read, "
+                f"and work meanwhile: {_READ_ONLY_COMMANDS}")
+    if isinstance(exc, ReadOnlyError):
+        return f"{exc} (the read-only commands are: {_READ_ONLY_COMMANDS})"
+    return str(exc)
+
+
 def main(argv=None):
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
     except StreamlogError as exc:
+        print(f"streamlog {args.command}: {_cli_message(exc, args)}", file=sys.stderr)
+        return EXIT_PROBLEMS
+    except BrokenPipeError:  # `streamlog consume ... | head`
+        return EXIT_OK
+    except OSError as exc:  # a path the command itself reads or writes
         print(f"streamlog {args.command}: {exc}", file=sys.stderr)
         return EXIT_PROBLEMS
     except ValueError as exc:
@@ -494,8 +577,6 @@ def main(argv=None):
         return EXIT_USAGE
     except KeyboardInterrupt:
         return 130
-    except BrokenPipeError:  # `streamlog consume ... | head`
-        return EXIT_OK
 
 
 if __name__ == "__main__":

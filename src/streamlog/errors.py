@@ -89,9 +89,14 @@ class InconsistentTopicIdError(StreamlogError):
 
 
 class DatabaseLockedError(StreamlogError):
-    """Another process holds the writer lock on the directory."""
+    """Another process holds the writer lock on the directory (`holder`: its pid, if known)."""
 
     retriable = True
+
+    def __init__(self, message, path=None, holder=None):
+        super().__init__(message)
+        self.path = path
+        self.holder = holder
 
 
 class ReadOnlyError(StreamlogError):
@@ -99,7 +104,12 @@ class ReadOnlyError(StreamlogError):
 
 
 class UnknownTopicOrPartitionError(StreamlogError):
-    """The topic or partition does not exist."""
+    """The topic or partition does not exist. `topic` names the topic when the whole topic is
+    missing (so a caller can say how to create it); None otherwise."""
+
+    def __init__(self, message, topic=None):
+        super().__init__(message)
+        self.topic = topic
 
 
 class TopicAlreadyExistsError(StreamlogError):

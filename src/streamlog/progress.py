@@ -41,8 +41,9 @@ class Progress:
             bar = "#" * int(frac * 30)
             line = (f"{self.label} [{bar:<30}] {frac * 100:5.1f}% {self._fmt(done)}/"
                     f"{self._fmt(self.total)} {detail}")
-        else:   # no total known (a stream on stdin): a count, not a bar stuck at 100%
-            line = f"{self.label} {self._fmt(done)} {detail}"
+        else:   # no total known (a stream): a count and its rate, not a bar stuck at 100%
+            rate = done / max(now - self._start, 1e-9)
+            line = f"{self.label} {self._fmt(done)} ({self._fmt(int(rate))}/s) {detail}"
         if self.tty:
             self.stream.write("\r" + line[:200].ljust(100))
         else:

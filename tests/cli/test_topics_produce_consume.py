@@ -5,6 +5,8 @@ import sys
 
 import pytest
 
+from support.console import on_a_terminal
+
 
 def run(*args, stdin=None):
     return subprocess.run([sys.executable, "-m", "streamlog.cli", *args], input=stdin,
@@ -98,32 +100,8 @@ def test_help_for_every_command():
 
 def _produce_on_a_terminal(path, *flags):
     """stderr of `produce` run with stderr on a pseudo-terminal, 25,000 lines on stdin."""
-    import os
-    import pty
-
-    main, terminal = pty.openpty()
-    try:
-        done = subprocess.run([sys.executable, "-m", "streamlog.cli", "produce", "events",
-                               "--path", path, *flags],
-                              input=b"".join(b"line-%d\n" % i for i in range(25_000)),
-                              stdout=subprocess.PIPE, stderr=terminal, timeout=120)
-        os.close(terminal)
-        terminal = None
-        out = b""
-        while True:
-            try:
-                chunk = os.read(main, 1 << 16)
-            except OSError:   # EIO: the terminal side is closed and drained
-                break
-            if not chunk:
-                break
-            out += chunk
-    finally:
-        os.close(main)
-        if terminal is not None:
-            os.close(terminal)
-    assert done.returncode == 0
-    return out.decode()
+    return on_a_terminal("produce", "events", "--path", path, *flags,
+                         stdin=b"".join(b"line-%d\n" % i for i in range(25_000)))
 
 
 def test_produce_shows_a_running_count_on_a_terminal_and_none_with_quiet(path):

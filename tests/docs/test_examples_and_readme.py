@@ -8,7 +8,6 @@ import sys
 
 import pytest
 
-import streamlog
 
 from support.console import streamlog_command
 
@@ -48,28 +47,21 @@ def test_readme_starts_with_the_two_commands_and_ci_runs_the_test_one():
         assert install_and_test in f.read()
 
 
-def test_readme_cli_block_runs_with_the_installed_command(tmp_path):
+def test_readme_cli_block_runs_as_written_on_a_fresh_directory(tmp_path):
+    """Every line, top to bottom, in an empty directory: nothing is prepared for it (the group
+    the block describes is made by its own `consume --group` line)."""
     (block,) = [b for b in re.findall(r"```bash\n(.*?)```", readme(), re.S)
                 if "streamlog topics create" in b]
     command = streamlog_command()
     env = dict(os.environ, PATH=os.path.dirname(command) + os.pathsep + os.environ["PATH"])
     results = {}
-    seeded = False
     for line in block.splitlines():
-        if " groups " in line and not seeded:
-            # The block's group commands need the group "billing" (the README's consumer-group
-            # example makes it in a temporary database): give it committed offsets here.
-            with streamlog.open(str(tmp_path / "data")) as db:
-                consumer = db.consumer(group_id="billing")
-                consumer.assign([streamlog.TopicPartition("events", p) for p in range(4)])
-                consumer.seek_to_end()
-                consumer.commit()
-            seeded = True
         result = subprocess.run(["bash", "-o", "pipefail", "-c", line], cwd=tmp_path, env=env,
                                 capture_output=True, text=True, timeout=120)
         assert result.returncode == 0, f"{line}\n{result.stdout}{result.stderr}"
         words = line.split("|")[-1].split()
-        results[" ".join(words[1:3])] = result  # "topics create", "consume events", ...
+        key = " ".join(words[1:3])  # "topics create", "consume events", ...
+        results[key + (" --group" if "--group" in words else "")] = result
     assert results["topics create"].stdout == "created topic events with 4 partition(s)\n"
     assert "produced 2 record(s) to events" in results["produce events"].stderr
     assert sorted(results["consume events"].stdout.splitlines()) == ["user-1\thello",
@@ -79,5 +71,7 @@ def test_readme_cli_block_runs_with_the_installed_command(tmp_path):
     assert results["dump events-0/00000000000000000000.log"].stdout.startswith(
         "Dumping data/events-0/00000000000000000000.log\n")
     assert results["verify --path"].stdout.startswith("OK: ")
-    assert "Group: billing" in results["groups describe"].stdout
+    assert sorted(results["consume events --group"].stdout.splitlines()) == ["hello", "world"]
+    described = results["groups describe"].stdout
+    assert "Group: billing" in described and "TotalLag: 0" in described
     assert "reset 4 offset(s) of group billing" in results["groups reset-offsets"].stdout

@@ -211,7 +211,8 @@ class Broker:
         topic = self.metadata.topics.get(tp.topic)
         if topic is None:
             raise UnknownTopicOrPartitionError(
-                f"topic {tp.topic!r} does not exist; create it with create_topic({tp.topic!r})")
+                f"topic {tp.topic!r} does not exist; create it with create_topic({tp.topic!r})",
+                tp.topic)
         raise UnknownTopicOrPartitionError(
             f"topic {tp.topic!r} has partitions 0..{topic.partitions - 1}, not {tp.partition}")
 

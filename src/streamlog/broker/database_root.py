@@ -30,8 +30,7 @@ def check_root(root, readonly):
     """Refuse root unless it is (or, writable, may become) a database; make it if absent."""
     if os.path.lexists(root) and not os.path.isdir(root):
         raise NotADatabaseError(
-            f"{root} is a file, not a streamlog database (a database is a directory); "
-            "give open() a directory path")
+            f"{root} is a file, not a streamlog database (a database is a directory)")
     if readonly:
         _check_access(root, os.R_OK | os.X_OK, "read")
         if not os.path.isdir(os.path.join(root, METADATA_DIR)):
@@ -67,7 +66,7 @@ def _check_access(root, mode, what):
     if not os.path.exists(root):
         raise NotADatabaseError(f"{root} does not exist; open it once for writing to create it")
     if not os.access(root, mode):
-        advice = ("open it with readonly=True to read it, or fix its permissions"
+        advice = ("open it read-only to read it, or fix its permissions"
                   if what == "write" else "fix its permissions")
         raise KafkaStorageError(f"no permission to {what} {root}; {advice}")
 
@@ -77,11 +76,11 @@ def storage_error(root, exc, doing="open the database"):
     path = exc.filename or root
     reason = exc.strerror or str(exc)
     if exc.errno in (errno.EACCES, errno.EPERM):
-        advice = "fix its permissions, or open the database with readonly=True to read it"
+        advice = "fix its permissions, or open the database read-only to read it"
     elif exc.errno == errno.EROFS:
-        advice = "the file system is read-only: open the database with readonly=True"
+        advice = "the file system is read-only: open the database read-only"
     elif exc.errno in (errno.ENOSPC, errno.EDQUOT):
-        advice = "the disk is full: free space, or open the database with readonly=True"
+        advice = "the disk is full: free space, or open the database read-only"
     else:
         advice = "check the path and the disk"
     return KafkaStorageError(f"cannot {doing} {root}: {reason} ({path}); {advice}")

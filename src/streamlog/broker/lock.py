@@ -31,7 +31,8 @@ class DirectoryLock:
                 who = f"process {holder}" if holder else "another process"
                 raise DatabaseLockedError(
                     f"{os.path.dirname(self.path)} is open for writing by {who}; one writer at "
-                    "a time: close it there, or open this one with readonly=True") from None
+                    "a time: close it there, or open this one with readonly=True",
+                    os.path.dirname(self.path), holder) from None
             raise KafkaStorageError(f"cannot lock {self.path}: {exc}") from exc
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)

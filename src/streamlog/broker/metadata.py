@@ -117,7 +117,7 @@ class TopicRegistry:
         info = self.topics.get(name)
         if info is None:
             raise UnknownTopicOrPartitionError(
-                f"topic {name!r} does not exist; create it with create_topic({name!r})")
+                f"topic {name!r} does not exist; create it with create_topic({name!r})", name)
         return info
 
     # --- changing --------------------------------------------------------

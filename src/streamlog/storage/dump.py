@@ -72,7 +72,11 @@ def _dump_log(path, print_records, limit):
                            f"key: {_show(key, limit)} payload: {_show(value, limit)}")
     except IncompleteBatch as exc:
         yield f"Found {exc.available} trailing bytes at position {exc.position}: a partial batch"
+        if exc.position == 0:  # a live writer's partial batch follows whole ones
+            raise CorruptRecordError("not a segment file: no record batch at its start", path,
+                                     0) from None
     except CorruptRecordError as exc:
         yield f"Stopped at position {exc.position}: {exc.reason}"
+        raise
     finally:
         log.close()

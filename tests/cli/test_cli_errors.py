@@ -1,0 +1,139 @@
+"""The command fails the way a command should: one line naming the problem in terms of
+commands, a non-zero exit, never a traceback; and it says what it did before it failed."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+import streamlog
+
+from support.child import run_py
+from support.console import on_a_terminal
+
+
+def run(*args, stdin=None):
+    return subprocess.run([sys.executable, "-m", "streamlog.cli", *args], input=stdin,
+                          capture_output=True, text=True, timeout=120)
+
+
+def one_line_error(result, code=1):
+    assert result.returncode == code, result.stdout + result.stderr
+    assert "Traceback" not in result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    return lines[0]
+
+
+@pytest.fixture
+def path(tmp_path):
+    return str(tmp_path / "db")
+
+
+def test_a_missing_topic_is_named_with_the_command_that_creates_it(path):
+    """It said "create it with create_topic('x')", and produce with empty input printed
+    "produced 0 record(s)" and exited 0."""
+    assert run("topics", "create", "events", "--path", path).returncode == 0
+    produced = one_line_error(run("produce", "nope", "--path", path, stdin=""))
+    assert f"create it with: streamlog topics create nope --path {path}" in produced
+    assert "create_topic" not in produced and "produced" not in produced
+    consumed = one_line_error(run("consume", "nope", "--path", path))
+    assert f"streamlog topics create nope --path {path}" in consumed
+
+
+def test_a_bad_line_says_how_many_records_went_before_it(path):
+    assert run("topics", "create", "events", "--path", path).returncode == 0
+    failed = run("produce", "events", "--key-separator", ":", "--path", path,
+                 stdin="a:1\nb:2\nno separator\nc:3\n")
+    message = one_line_error(failed, code=2)
+    assert "line 3" in message and "the 2 record(s) before it were produced" in message
+    shown = run("consume", "events", "--from-beginning", "--path", path)
+    assert shown.stdout.splitlines() == ["1", "2"]
+    json_failed = run("produce", "events", "--format", "json", "--path", path,
+                      stdin='{"value": "x"}\n{"value": "y", "timestamp": "soon"}\n')
+    message = one_line_error(json_failed, code=2)
+    assert "line 2" in message and "timestamp_ms" in message and "1 record(s)" in message
+
+
+def test_a_writing_command_beside_a_writer_names_the_commands_that_still_work(path):
+    with streamlog.open(path) as db:
+        db.create_topic("events")
+        message = one_line_error(run("topics", "create", "more", "--path", path))
+        assert f"process {os.getpid()}" in message
+        assert "readonly=True" not in message
+        assert "consume (without --group), topics list|describe" in message
+        assert run("topics", "list", "--path", path).stdout == "events\n"  # and it does
+
+
+def test_a_path_that_is_a_file_is_one_line(tmp_path):
+    target = tmp_path / "hostname"
+    target.write_text("box\n")
+    for args in (["topics", "create", "t"], ["produce", "t"], ["topics", "list"]):
+        message = one_line_error(run(*args, "--path", str(target), stdin=""),
+                                 code=1 if args[0] != "topics" or args[1] != "list" else 2)
+        assert str(target) in message
+    assert target.read_text() == "box\n"
+
+
+CLI = """
+    import sys
+    from streamlog.cli import main
+    sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_permission_problems_are_one_line_naming_the_path(tmp_path):
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    db = str(tmp_path / "db")
+    assert run("topics", "create", "t", "--path", db).returncode == 0
+    os.chmod(locked, 0o555)
+    os.chmod(db, 0o555)
+    try:
+        under_parent = run_py(CLI, "topics", "create", "t", "--path", str(locked / "new"),
+                              honour_permissions=True)
+        unwritable = run_py(CLI, "topics", "create", "u", "--path", db, honour_permissions=True)
+        readable = run_py(CLI, "topics", "list", "--path", db, honour_permissions=True)
+    finally:
+        os.chmod(locked, 0o755)
+        os.chmod(db, 0o755)
+    assert str(locked / "new") in one_line_error(under_parent)
+    message = one_line_error(unwritable)
+    assert db in message and "permission" in message
+    assert readable.returncode == 0 and readable.stdout == "t\n"  # read-only still works
+
+
+def test_dump_of_a_file_that_is_not_a_segment_exits_non_zero(tmp_path):
+    garbage = tmp_path / "00000000000000000000.log"
+    garbage.write_bytes(b"these are my notes, not record batches\n" * 3)
+    dumped = run("dump", str(garbage))
+    assert dumped.returncode == 1 and "not a segment file" in dumped.stderr
+    named_wrong = tmp_path / "notes.txt"
+    named_wrong.write_text("x")
+    assert run("dump", str(named_wrong)).returncode == 2
+
+
+def test_consume_shows_a_running_count_and_rate_on_a_terminal(path):
+    assert run("topics", "create", "events", "--path", path).returncode == 0
+    assert run("produce", "events", "--path", path, stdin="x\n" * 3000).returncode == 0
+    shown = on_a_terminal("consume", "events", "--from-beginning", "--timeout-ms", "200",
+                          "--path", path)
+    assert "\rconsume " in shown and " records/s)" in shown
+    assert "consumed 3000 record(s)" in shown
+    quiet = on_a_terminal("consume", "events", "--from-beginning", "--timeout-ms", "200",
+                          "--quiet", "--path", path)
+    assert "\rconsume" not in quiet and "consumed 3000 record(s)" in quiet
+    piped = run("consume", "events", "--from-beginning", "--timeout-ms", "200", "--path", path)
+    assert "records/s" not in piped.stderr and "consumed 3000 record(s)" in piped.stderr
+
+
+def test_consume_with_a_group_commits_only_what_it_printed(path):
+    assert run("topics", "create", "events", "--path", path).returncode == 0
+    assert run("produce", "events", "--path", path, stdin="".join(
+        f"v{i}\n" for i in range(10))).returncode == 0
+    first = run("consume", "events", "--group", "g", "--from-beginning", "--max-messages", "4",
+                "--path", path)
+    assert first.stdout.splitlines() == ["v0", "v1", "v2", "v3"]
+    rest = run("consume", "events", "--group", "g", "--path", path)
+    assert rest.stdout.splitlines() == [f"v{i}" for i in range(4, 10)]
+    assert "TotalLag: 0" in run("groups", "describe", "g", "--path", path).stdout
