@@ -1,8 +1,8 @@
 """The open database: one directory, one Broker, behind a narrow request interface.
 
 The Broker owns the writer lock, the log directory, the topic registry, the
-partition logs, the timing wheel (SystemTimer), the fetch purgatory and the
-flusher thread. Clients talk to it only through methods named after Kafka's
+partition logs, the timing wheel (SystemTimer), the fetch purgatory, the
+flusher thread and the appender thread (appends a timer task hands off). Clients talk to it only through methods named after Kafka's
 request types -- produce, fetch, list_offsets, create_topics,
 delete_topics, create_partitions, describe_configs, metadata -- so a Kafka
 wire-protocol server could later be a thin adapter over the same calls.
@@ -35,6 +35,7 @@ from ..storage.log_directory import LogDirectory
 from ..storage.partition_log import wall_clock_ms
 from ..structs import TopicPartition
 from ..timer import SystemTimer
+from .appender import Appender
 from .config import BrokerConfig
 from .database_root import check_root, storage_error
 from .delayed_fetch import DelayedFetch
@@ -92,6 +93,8 @@ class Broker:
         self._closed = False
         self._dir_lock = None
         self.timer = self.flusher = None
+        # Appends a timer task hands off (the producer's linger sweep): see appender.py.
+        self.appender = Appender()
         self._services = []  # (name, object with close()): see attach_service
         self.partitions = {}  # TopicPartition -> PartitionLog, replaced on change
         # Directories named like partitions that the metadata log cannot explain: kept as they
@@ -128,6 +131,7 @@ class Broker:
 
     def _abandon(self):
         """Undo a failed open: stop threads, close files, release the lock."""
+        self.appender.close()
         if self.flusher is not None:
             self.flusher.close()
         if self.timer is not None:
@@ -487,6 +491,7 @@ class Broker:
                 service.close()
             except Exception:
                 log.exception("closing a broker service failed")
+        self.appender.close()  # before the flusher: a late append may still wait on an fsync
         if self.flusher is not None:
             self.flusher.close()
         for tp in list(self.partitions):

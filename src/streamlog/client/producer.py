@@ -6,7 +6,8 @@ fit (batch.size, or the topic's max.message.bytes), when linger.ms runs out
 (a task on the broker's timing wheel), on flush() and on close(). Sealed
 batches wait in their partition's FIFO and are appended by whichever thread
 drains it: the thread whose record filled a batch (inline), a flush(), or the
-wheel's reaper thread ending a linger. Each batch is encoded by one native
+broker's appender thread, which a linger's end on the timing wheel wakes (the
+wheel's reaper thread only hands the sweep over: it must never wait on a disk). Each batch is encoded by one native
 call into a reused buffer. acks=0 and acks=1 complete a batch's futures when
 it is appended (acks=0 reports offset -1, as Kafka's producer does),
 acks="all" when the broker's flusher has fsynced it (many batches share one
@@ -365,7 +366,13 @@ class Producer:
         if self._sweep_handle is not None:
             self._timer.cancel(self._sweep_handle)
         self._sweep_at = at
-        self._sweep_handle = self._timer.add(delay_ms, self._sweep)
+        self._sweep_handle = self._timer.add(delay_ms, self._sweep_due)
+
+    def _sweep_due(self):
+        """On the timer's reaper thread: hand the sweep to the broker's appender thread. The
+        reaper also expires long polls and session timeouts; an append (an fsync with
+        flush.messages) must not hold them."""
+        self._broker.appender.submit(self, self._sweep)
 
     def _sweep(self):
         """Seal and append every batch whose linger is over; re-arm for the next one."""
