@@ -8,6 +8,7 @@ import glob
 import struct
 import sys
 
+import numpy as np
 import pytest
 
 import streamlog
@@ -95,6 +96,10 @@ def test_send_batch_names_the_bad_item_and_queues_nothing(db):
         producer.send_batch("t", [b"a", b"b"], timestamps=[5, -5])
     with pytest.raises(TypeError, match=r"timestamps\[0\]"):
         producer.send_batch("t", [b"a"], timestamps=["now"])
+    with pytest.raises(TypeError, match=r"timestamps\[1\].*not None"):
+        producer.send_batch("t", [b"a", b"b"], timestamps=[1, None])
+    with pytest.raises(TypeError, match=r"timestamps\[0\].*bool"):
+        producer.send_batch("t", [b"a", b"b"], timestamps=[True, 1])  # as send() refuses it
     with pytest.raises(TypeError, match=r"headers\[0\]"):
         producer.send_batch("t", [b"a"], headers=[{"h": b"v"}])
     with pytest.raises(ValueError, match="timestamp_ms"):
@@ -103,8 +108,10 @@ def test_send_batch_names_the_bad_item_and_queues_nothing(db):
     assert db.describe_topic("t").partitions[0].high_watermark == 0
     producer.send_batch("t", [b"a", b"b"], keys=[b"k", None], timestamps=[1, 2],
                         headers=[[("h", b"v")], None]).result()
+    producer.send_batch("t", (b"c",), timestamps=np.array([3], dtype=np.uint64),
+                        headers=[()]).result()
     assert [(r.key, r.value, r.timestamp, r.headers) for r in drain(db, "t")] == [
-        (b"k", b"a", 1, (("h", b"v"),)), (None, b"b", 2, ())]
+        (b"k", b"a", 1, (("h", b"v"),)), (None, b"b", 2, ()), (None, b"c", 3, ())]
 
 
 # --- flush() never reports a failed append as success ------------------------------------

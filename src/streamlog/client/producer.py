@@ -429,18 +429,17 @@ class Producer:
             raise ProducerClosedError("send_batch() on a closed producer; create a new one")
         # Checked before anything is queued (client.validation); per-record Python checks run
         # only once the columnar encoding has refused an item, to name it.
-        check_column("values", values, None, lambda _: None)
+        check_column("values", values, None)
         n = len(values)
         if self._value_serializer is not None:
             values = [None if v is None else self._value_serializer(v) for v in values]
-        check_column("keys", keys, n, lambda _: None)
+        check_column("keys", keys, n)
         if keys is not None and self._key_serializer is not None:
             keys = [None if k is None else self._key_serializer(k) for k in keys]
         timestamps = check_timestamps(timestamps, n)
         timestamp_ms = check_timestamp(timestamp_ms)
         if headers is not None:
-            headers = [check_headers(h) for h in check_column("headers", headers, n,
-                                                                check_headers)]
+            headers = check_column("headers", headers, n, check_headers)
         count, limit, tps = self._topic(topic)[:3]
         if n == 0:
             return BatchSendFuture(topic, np.zeros(0, np.int32), [])

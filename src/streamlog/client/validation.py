@@ -24,13 +24,15 @@ def check_payload(what, data):
                         f"{what.split()[-1]}_serializer to send other types")
 
 
-def check_timestamp(timestamp_ms, what="timestamp_ms"):
-    """None, or ms since the epoch as an int in [0, 2**63 - 1] (Kafka's CreateTime)."""
-    if timestamp_ms is None:
+def check_timestamp(timestamp_ms, what="timestamp_ms", nullable=True):
+    """None (when nullable), or ms since the epoch as an int in [0, 2**63 - 1] (Kafka's
+    CreateTime)."""
+    if timestamp_ms is None and nullable:
         return None
     if isinstance(timestamp_ms, bool) or not isinstance(timestamp_ms, (int, np.integer)):
-        raise TypeError(f"{what} must be an int of milliseconds since the epoch (or None), "
-                        f"not {type(timestamp_ms).__name__} {timestamp_ms!r}")
+        raise TypeError(f"{what} must be an int of milliseconds since the epoch"
+                        f"{' (or None)' if nullable else ''}, not "
+                        f"{type(timestamp_ms).__name__} {timestamp_ms!r}")
     if not 0 <= timestamp_ms <= LONG_MAX:
         raise ValueError(f"{what} must be in [0, {LONG_MAX}] (ms since the epoch), got "
                          f"{timestamp_ms}")
@@ -57,8 +59,12 @@ def check_headers(headers, what="headers"):
     return tuple(headers) or None
 
 
-def check_column(name, column, n, check_item):
-    """A send_batch column: a sized, indexable sequence of n items, each passing check_item."""
+def check_column(name, column, n, check_item=None):
+    """A send_batch column: a sized, indexable sequence of n items (None stays None).
+
+    With check_item, returns [check_item(item) for each item], a failure naming the item's
+    index; without, the column unchanged and no per-item work (the columnar encoding checks
+    the items of the good path)."""
     if column is None:
         return None
     if not isinstance(column, (Sequence, np.ndarray)) or isinstance(column, (str, bytes)):
@@ -67,23 +73,36 @@ def check_column(name, column, n, check_item):
                         "iterator in list()")
     if n is not None and len(column) != n:
         raise ValueError(f"send_batch: {name} has {len(column)} items, values has {n}")
+    if check_item is None:
+        return column
+    out = []
     for i, item in enumerate(column):
         try:
-            check_item(item)
+            out.append(check_item(item))
         except (TypeError, ValueError) as exc:
             raise type(exc)(f"send_batch: {name}[{i}]: {exc}") from None
-    return column
+    return out
 
 
 def check_timestamps(timestamps, n):
     """send_batch's per-record timestamps, checked as one numpy array (no per-item Python
-    work on the good path)."""
+    work on the good path); a bad one is named by its index."""
     if timestamps is None:
         return None
-    column = check_column("timestamps", timestamps, n, lambda _: None)
+    column = check_column("timestamps", timestamps, n)
     array = np.asarray(column)
-    if array.dtype.kind not in "iu":
-        check_column("timestamps", column, n, check_timestamp)  # names the first bad one
-    if len(array) and (array.min() < 0 or array.max() > LONG_MAX):
-        check_column("timestamps", column, n, check_timestamp)
+    suspect = array.dtype.kind not in "iu"
+    # numpy turns [True, 1] into ints; send() refuses a bool timestamp, so this does too
+    suspect = suspect or (not isinstance(column, np.ndarray) and bool in set(map(type, column)))
+    if not suspect and len(array):
+        suspect = array.min() < 0 or array.max() > LONG_MAX
+    if suspect:
+        check_column("timestamps", column, n, _record_timestamp)  # names the first bad one
     return column
+
+
+def _record_timestamp(timestamp):
+    if timestamp is None:
+        raise TypeError("a record's timestamp must be an int of ms since the epoch, not None "
+                        "(timestamps=None stamps every record with the send time)")
+    return check_timestamp(timestamp, "a record's timestamp", nullable=False)
