@@ -13,7 +13,8 @@ Steps (writer), in order:
      segment is deleted (its data follows a hole, so it cannot be kept).
   5. No segment left, or the log ends below the checkpointed log start
      offset: start over with one empty segment at the log start offset.
-  6. The active segment's indexes get back their preallocated size.
+  6. The active segment's indexes get back segment.index.bytes as their maximum (the
+     file grows into it as entries come).
 
 A read-only open (another process, the writer may be live) changes nothing:
 it opens the ordinary segments and finds the end of the last whole batch.

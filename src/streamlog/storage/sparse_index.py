@@ -1,4 +1,4 @@
-"""What the offset and time indexes share: a preallocated file of fixed-size
+"""What the offset and time indexes share: a reserved (allocated) file of fixed-size
 big-endian entries, memory-mapped and viewed as a numpy structured array.
 
 Invariants:
@@ -19,7 +19,7 @@ Invariants:
      index: the writer may trim or rebuild the file under it, and touching a
      mapped page past the new end of file kills the process with SIGBUS.
      It loads a snapshot of the valid prefix instead (reading stops at the
-     first entry that breaks the ordering: the zero-filled preallocated tail).
+     first entry that breaks the ordering: the zero-filled reserved tail).
   4. A stale or short snapshot is harmless: a lookup then returns an earlier
      position and the caller scans forward from there.
 
