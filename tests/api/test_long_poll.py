@@ -8,10 +8,10 @@ closed under the waiter, so a dead reaper would still let fetches return,
 just 1 s late and without the expiry ever running. These tests tell the two
 apart by the thread that completed the DelayedFetch.
 
-Timing decides nothing here except ordering and that backstop: a wait must
-not end before fetch.max.wait.ms (never early), and must end before the
-backstop would have ended it (a correctness bound: only the wheel is that
-early, however loaded the machine).
+Timing decides nothing here: which thread completed a wait says whether the
+wheel expired it or an append completed it, and the one time check is a lower
+bound, that a wait never ends before fetch.max.wait.ms. How fast a poll wakes
+is measured in bench/, not asserted here.
 """
 import threading
 import time
@@ -24,7 +24,6 @@ from support import wait_until
 
 TP0 = TopicPartition("t", 0)
 MAX_WAIT_MS = 300
-BACKSTOP_S = 1.0  # Broker.fetch waits max_wait_ms + this for `done` before reading anyway
 REAPER = "streamlog-timer-broker"
 GENEROUS_S = 60.0  # join timeouts: only reached when a test is failing
 
@@ -53,7 +52,6 @@ def test_fetch_on_an_empty_partition_is_expired_by_the_wheel_after_max_wait(db, 
     # The reaper expired it: with a dead reaper nothing completes it and only the backstop
     # ends the wait, at max_wait + 1 s.
     assert completions == [REAPER]
-    assert elapsed_s < MAX_WAIT_MS / 1000 + BACKSTOP_S
 
 
 def test_consumer_poll_on_an_empty_partition_returns_empty_after_max_wait(db, completions):
@@ -67,7 +65,6 @@ def test_consumer_poll_on_an_empty_partition_returns_empty_after_max_wait(db, co
     assert records == []
     assert elapsed_s >= MAX_WAIT_MS / 1000
     assert completions == [REAPER]
-    assert elapsed_s < MAX_WAIT_MS / 1000 + BACKSTOP_S
     consumer.close()
 
 
@@ -83,25 +80,22 @@ def test_fetch_min_bytes_holds_the_poll_until_enough_bytes_are_appended(db, comp
     polled = []
 
     def poll():
-        start = time.monotonic()
-        records = consumer.poll(timeout=GENEROUS_S)
-        polled.append((records, time.monotonic() - start))
+        polled.append(consumer.poll(timeout=GENEROUS_S))
 
     poller = threading.Thread(target=poll)
     poller.start()
     purgatory = db._broker.fetch_purgatory
-    assert wait_until(lambda: purgatory.watched() > 0, GENEROUS_S)  # the fetch is parked
-    producer.send("t", value=b"s" * 10).result()  # one small batch: well under 1000 bytes
-    time.sleep(0.5)
-    assert poller.is_alive() and completions == []  # the small append did not end the wait
+    wait_until(lambda: purgatory.watched() > 0, "the fetch is parked")
+    # One small batch, well under 1000 bytes. The append tries to complete the waiting fetch
+    # before send() returns (Broker.produce), so by now it has tried, and must have declined.
+    producer.send("t", value=b"s" * 10).result()
+    assert poller.is_alive() and completions == [] and purgatory.watched() > 0
     producer.send("t", value=b"L" * 1000).result()
     poller.join(GENEROUS_S)
     assert not poller.is_alive()
-    records, elapsed_s = polled[0]
-    assert [len(r.value) for r in records] == [10, 1000]
+    assert [len(r.value) for r in polled[0]] == [10, 1000]
     # Completed by the append (on the producer's thread), not by the wheel at max wait.
     assert completions and completions[0] != REAPER
-    assert elapsed_s < max_wait_ms / 1000
     producer.close()
     consumer.close()
 
@@ -118,7 +112,7 @@ def test_fetch_min_bytes_counts_batches_across_segments(db, completions):
     fetcher = threading.Thread(target=lambda: done.append(
         db._broker.fetch({TP0: 0}, max_wait_ms=20_000, min_bytes=1000)))
     fetcher.start()
-    assert wait_until(lambda: db._broker.fetch_purgatory.watched() > 0, GENEROUS_S)
+    wait_until(lambda: db._broker.fetch_purgatory.watched() > 0, "the fetch is parked")
     assert completions == []
     producer.send("t", value=b"v" * 200).result()  # the fourth crosses 1000 bytes
     fetcher.join(GENEROUS_S)
@@ -130,8 +124,6 @@ def test_fetch_min_bytes_already_available_answers_at_once(db, completions):
     db.create_topic("t", partitions=1)
     producer = db.producer(linger_ms=0)
     producer.send("t", value=b"x" * 2000).result()
-    start = time.monotonic()
     result = db._broker.fetch({TP0: 0}, max_wait_ms=20_000, min_bytes=1000)
-    assert time.monotonic() - start < 20.0
     assert result[TP0].batches and completions == []  # never parked in the purgatory
     producer.close()

@@ -394,9 +394,7 @@ def test_a_send_blocked_on_buffer_memory_with_a_huge_max_block_ms_waits_instead_
     sent = []
     blocked = threading.Thread(target=lambda: sent.append(producer.send("t", value=b"x" * 900)))
     blocked.start()
-    deadline = time.monotonic() + 10
-    while producer._space_waiters == 0 and time.monotonic() < deadline:
-        time.sleep(0.01)
+    wait_until(lambda: producer._space_waiters, "the third send waits for room")
     assert producer._space_waiters == 1 and not sent  # blocked for room, not failed
     db._broker.flusher.add_waiter = real_add_waiter
     for waiter in stuck:

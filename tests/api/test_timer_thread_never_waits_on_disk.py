@@ -51,17 +51,18 @@ def test_a_held_fsync_of_a_lingering_batch_delays_no_timer(db_path):
             fetch = db._broker.fetch({TopicPartition("fast", 0): 0}, max_wait_ms=10)
             assert fetch[TopicPartition("fast", 0)].batches == []
             purgatory = db._broker.fetch_purgatory
-            assert wait_until(lambda: purgatory.num_delayed() == 0, GENEROUS_S)
+            assert wait_until(lambda: purgatory.num_delayed() == 0, "the long poll expired",
+                              GENEROUS_S)
 
             # 3. A member that stops heartbeating is expelled when its session times out.
             member = db.consumer(group_id="g", session_timeout_ms=100,
                                  heartbeat_interval_ms=20)
             member.subscribe(["fast"])
             assert wait_until(lambda: member.poll(timeout=0.05) == [] and member.assignment(),
-                              GENEROUS_S)
+                              "the member is assigned", GENEROUS_S)
             member._group.stop_heartbeats()  # test hook: as if its process froze
-            assert wait_until(lambda: db.describe_group("g").members == [], GENEROUS_S), \
-                "the session timeout did not fire while the disk was held"
+            wait_until(lambda: db.describe_group("g").members == [],
+                       "the session timeout fired while the disk was held", GENEROUS_S)
             assert not lingering.done()  # all of it happened while the fsync was held
         finally:
             release.set()

@@ -54,15 +54,22 @@ def bitwise_crc32c(data):
     return crc ^ 0xFFFFFFFF
 
 
-def wait_until(predicate, timeout_s=10.0):
-    """True once predicate() holds, False if it still does not after timeout_s.
+GENEROUS_S = 30.0  # how long "eventually" may take on a loaded 2-core machine
 
-    The deadline only bounds how long a broken build takes to fail; no
-    verdict rests on how fast the condition came true.
+
+def wait_until(predicate, what=None, timeout_s=GENEROUS_S):
+    """predicate()'s first truthy value; AssertionError naming `what` if it has none by
+    timeout_s.
+
+    The one way the suite waits for something to happen. The deadline only bounds how long a
+    broken build takes to fail: no verdict rests on how fast the condition came true.
     """
     deadline = time.monotonic() + timeout_s
-    while not predicate():
+    while True:
+        value = predicate()
+        if value:
+            return value
         if time.monotonic() > deadline:
-            return predicate()
+            raise AssertionError(f"timed out after {timeout_s:g} s waiting until "
+                                 f"{what or 'the condition held'}")
         time.sleep(0.002)
-    return True

@@ -11,15 +11,7 @@ import threading
 
 import streamlog
 
-from . import wait_until as poll_until
-
-GENEROUS_S = 30.0
-
-
-def wait_until(condition, what, timeout=GENEROUS_S):
-    """Like support.wait_until, but a timeout fails the test saying what did not happen."""
-    if not poll_until(condition, timeout):
-        raise AssertionError(f"timed out waiting until {what}")
+from . import GENEROUS_S, wait_until  # noqa: F401 - the group tests import both from here
 
 
 class GroupReader(threading.Thread):
