@@ -116,6 +116,9 @@ def test_a_folder_named_like_a_partition_inside_a_database_is_kept_and_reported(
             assert sorted(db.unexplained_paths) == sorted([other, stranger])
     assert read_file(os.path.join(stranger, "notes.txt")) == b"my notes\n"
     assert read_file(os.path.join(other, "notes.txt")) == b"my notes\n"
+    report = verify_directory(root)  # checks the two real partitions, notes the folders
+    assert report.ok and report.partitions == 2
+    assert sum("not a partition" in note for note in report.notes) == 2
 
 
 def test_creating_a_topic_over_a_folder_the_library_did_not_make_is_refused(tmp_path):

@@ -80,6 +80,12 @@ def verify_directory(root, progress=None):
         except CorruptCheckpointError as exc:
             report.problems.append(Finding(os.path.join(root, name), None, str(exc)))
     for directory in partition_directories(root):
+        if not segment_bases(directory) and not os.path.exists(
+                os.path.join(directory, files.PARTITION_METADATA_FILE)):
+            # Every partition the library makes has a segment: this is somebody's folder.
+            report.notes.append(f"{directory} is named like a partition but holds no segment "
+                                "and no partition.metadata: not a partition, not checked")
+            continue
         report.partitions += 1
         verify_partition(directory, report, advance)
     if progress is not None:
