@@ -468,13 +468,13 @@ class PartitionLog:
             return segments[-1].base_offset
         base, position, next_offset = self._tail
         if base != segment.base_offset:
-            position, next_offset = segment.offset_index.lookup(2**62)[1], segment.base_offset
+            position, next_offset = segment.tail_scan_start(), segment.base_offset
         try:
             for header in segment.log.headers(position):
                 position = header.file_position + header.size_in_bytes
                 next_offset = header.next_offset
-        except IncompleteBatch:
-            pass  # the writer is still writing this batch
+        except IncompleteBatch as exc:
+            segment.check_partial_tail(exc)  # else the writer is still writing this batch
         self._tail = (segment.base_offset, position, next_offset)
         if segment is not segments[-1]:
             next_offset = max(next_offset, segments[-1].base_offset)

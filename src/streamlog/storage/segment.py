@@ -66,6 +66,8 @@ class LogSegment:
         self.base_offset = base_offset
         self.readonly = readonly
         self.index_interval_bytes = config.index_interval_bytes
+        # No batch being written can be longer: a partial batch that claims more is corruption.
+        self.max_batch_bytes = max(config.segment_bytes, config.max_message_bytes)
         self.log = FileRecords(files.log_file(directory, base_offset, suffix), readonly)
         try:
             self.offset_index = OffsetIndex(files.offset_index_file(directory, base_offset, suffix),
@@ -103,15 +105,33 @@ class LogSegment:
 
     def read_next_offset(self):
         """One past the last offset in the segment (scans from the last index entry)."""
-        _, pos = self.offset_index.lookup(2**62)
         next_offset = self.base_offset
         try:
-            for header in self.log.headers(pos):
+            for header in self.log.headers(self.tail_scan_start()):
                 next_offset = header.next_offset
-        except IncompleteBatch:
+        except IncompleteBatch as exc:
             if not self.readonly:
                 raise
+            self.check_partial_tail(exc)
         return next_offset
+
+    def tail_scan_start(self):
+        """Where a scan for the segment's end may start: the last index entry's position if a
+        batch really starts there, else 0. An index never decides what a reader sees: a
+        read-only view's index may be garbled, swapped, or point past a torn tail."""
+        _, position = self.offset_index.lookup(2**62)
+        if position and not self._plausible_batch_start(position, 2**62):
+            return 0
+        return position
+
+    def check_partial_tail(self, exc):
+        """A read-only view met a file ending inside a batch (IncompleteBatch exc): fine for a
+        batch being written, CorruptRecordError for one no writer could be writing."""
+        if exc.needed > self.max_batch_bytes:
+            raise CorruptRecordError(
+                f"record batch of {exc.needed} bytes at byte {exc.position} is longer than "
+                f"segment.bytes and max.message.bytes ({self.max_batch_bytes})", self.log.path,
+                exc.position) from None
 
     def rolling_based_timestamp(self):
         if self._rolling_based_timestamp is None and self.size > 0:
@@ -239,10 +259,11 @@ class LogSegment:
                 if header.last_offset >= offset:
                     return header.file_position, prev_last
                 prev_last = header.last_offset
-        except IncompleteBatch:
+        except IncompleteBatch as exc:
             if not self.readonly or sealed:
                 raise CorruptRecordError("log ends inside a record batch", self.log.path,
                                          self.log.size) from None
+            self.check_partial_tail(exc)
         return None
 
     def _check_offsets(self, header, prev_last, upper_offset):

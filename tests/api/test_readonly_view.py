@@ -1,0 +1,94 @@
+"""A read-only view reaches the records and log end the writer's recovery would, whatever its
+indexes say, and calls corruption corruption instead of waiting on it.
+
+Indexes are derived data that never decide what is kept (KAFKA_REFERENCE.md 1.6). A read-only
+view trusted the offset index's last entry to find the log end: an entry past the end, a garbled
+index or a tail torn before the last entry made the view end at the segment's base offset (0 of
+60 records). A partial batch claiming 0x7fffffff bytes was taken for one being written, and
+poll() waited on it forever.
+"""
+import os
+import struct
+
+import pytest
+
+import streamlog
+from streamlog import TopicPartition
+
+TP = TopicPartition("t", 0)
+RECORDS = 60
+
+
+@pytest.fixture
+def closed_db(tmp_path):
+    """A database of 60 one-record batches in one segment, every batch indexed, closed."""
+    root = str(tmp_path / "db")
+    with streamlog.open(root) as db:
+        db.create_topic("t", config={"index.interval.bytes": 0})
+        producer = db.producer(linger_ms=0)
+        for i in range(RECORDS):
+            producer.send("t", value=b"%03d" % i).result()
+    return root
+
+
+def segment_file(root, suffix):
+    return os.path.join(root, "t-0", "00000000000000000000" + suffix)
+
+
+def read_only_values(root):
+    with streamlog.open(root, readonly=True) as ro:
+        end = ro.describe_topic("t").partitions[0].high_watermark
+        consumer = ro.consumer(auto_offset_reset="earliest")
+        consumer.assign([TP])
+        got = []
+        while len(got) < end:
+            records = consumer.poll(timeout=5.0)
+            assert records, f"stopped at {len(got)} of {end}"
+            got.extend(int(r.value) for r in records)
+        return end, got
+
+
+def batch_starts(root):
+    starts, position = [], 0
+    data = open(segment_file(root, ".log"), "rb").read()
+    while position < len(data):
+        starts.append(position)
+        position += 12 + struct.unpack_from(">i", data, position + 8)[0]
+    return starts
+
+
+def test_an_index_entry_past_the_log_end_hides_nothing(closed_db):
+    size = os.path.getsize(segment_file(closed_db, ".log"))
+    with open(segment_file(closed_db, ".index"), "ab") as f:
+        f.write(struct.pack(">ii", RECORDS + 5, size + 4096))
+    assert read_only_values(closed_db) == (RECORDS, list(range(RECORDS)))
+
+
+def test_a_garbled_index_hides_nothing(closed_db):
+    path = segment_file(closed_db, ".index")
+    entries = open(path, "rb").read()
+    with open(path, "wb") as f:  # the entries in reverse order: each one points elsewhere
+        f.write(b"".join(entries[i:i + 8] for i in range(len(entries) - 8, -1, -8)))
+    assert read_only_values(closed_db) == (RECORDS, list(range(RECORDS)))
+
+
+def test_a_tail_torn_before_the_last_index_entry_ends_the_view_at_the_last_whole_batch(
+        closed_db):
+    starts = batch_starts(closed_db)
+    with open(segment_file(closed_db, ".log"), "r+b") as f:
+        f.truncate(starts[57] + 20)  # inside batch 57; the index still points at 59
+    assert read_only_values(closed_db) == (57, list(range(57)))
+
+
+def test_a_partial_batch_longer_than_any_batch_is_corruption_not_a_wait(closed_db):
+    path = segment_file(closed_db, ".log")
+    last_header = open(path, "rb").read()[batch_starts(closed_db)[-1]:][:61]
+    with open(path, "ab") as f:  # a real header, but its length is 0x7fffffff
+        f.write(struct.pack(">qi", RECORDS, 0x7FFFFFFF) + last_header[12:])
+    # Refused wherever the view first meets it: opening, or a poll; never a poll that waits.
+    with pytest.raises(streamlog.CorruptRecordError, match="longer than"):
+        with streamlog.open(closed_db, readonly=True) as ro:
+            consumer = ro.consumer(auto_offset_reset="earliest")
+            consumer.assign([TP])
+            for _ in range(100):
+                consumer.poll(timeout=0.2)
