@@ -338,3 +338,19 @@ def test_a_new_database_under_an_unwritable_parent_is_a_typed_error(tmp_path):
     assert result.stdout.startswith("KafkaStorageError"), result.stdout + result.stderr
     assert str(parent / "db") in result.stdout
     assert os.listdir(parent) == []
+
+
+@pytest.mark.parametrize("value", [b"\xc1", b"\x93\x01\x02\x03", b"\x81\xa1v\x01",
+                                   b"\x85\xa2id\x01\xaapartitions\x01\xa6config\x80"
+                                   b"\xaacreated_ms\x01\xa4name\xa1t"])
+def test_a_crc_valid_malformed_metadata_record_is_corruption_named_on_open(tmp_path, value):
+    """Such a record failed every open with msgpack's ValueError, a KeyError('id') or an
+    AttributeError; now both opens say which log holds it."""
+    from streamlog.storage.keyed_log import encode_changes
+    root = str(tmp_path / "db")
+    with streamlog.open(root) as db:
+        db.create_topic("t")
+        db._broker.metadata._log.append(encode_changes([(b"t", value)], 1))  # CRC-valid bytes
+    for readonly in (False, True):
+        with pytest.raises(streamlog.CorruptRecordError, match="__cluster_metadata-0"):
+            streamlog.open(root, readonly=readonly)

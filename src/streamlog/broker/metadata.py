@@ -24,8 +24,9 @@ from typing import NamedTuple
 
 import msgpack
 
-from ..errors import (InvalidConfigurationError, InvalidPartitionsError, InvalidTopicError,
-                      ReadOnlyError, TopicAlreadyExistsError, UnknownTopicOrPartitionError)
+from ..errors import (CorruptRecordError, InvalidConfigurationError, InvalidPartitionsError,
+                      InvalidTopicError, ReadOnlyError, TopicAlreadyExistsError,
+                      UnknownTopicOrPartitionError)
 from ..storage.files import topic_name_problem
 from ..storage.log_config import LogConfig
 from ..storage.keyed_log import encode_changes, replay
@@ -96,11 +97,30 @@ class TopicRegistry:
                 self._log.refresh()
             self._replayed_to = replay(
                 self._log, self._replayed_to,
-                lambda key, value, _ts: self._apply(topics, key.decode("utf-8"), value))
+                lambda key, value, _ts: self._apply_record(topics, key, value))
             if topics != self.topics:
                 self.topics = topics
                 self.version += 1
         return self.topics
+
+    def _apply_record(self, topics, key, value):
+        """Apply one record as read from the log: a record that is not one this module writes
+        (CRC-valid but malformed) is CorruptRecordError naming the log, never msgpack's or a
+        KeyError from deep inside every open."""
+        try:
+            name = key.decode("utf-8")
+            if value is not None:
+                doc = msgpack.unpackb(value, raw=False)
+                if not (isinstance(doc, dict) and isinstance(doc.get("id"), str) and
+                        type(doc.get("partitions")) is int and doc["partitions"] >= 1 and
+                        isinstance(doc.get("config", {}), dict) and
+                        type(doc.get("created_ms")) is int):
+                    raise ValueError(f"not a topic record: {doc!r:.200}")
+            self._apply(topics, name, value)
+        except (AttributeError, UnicodeDecodeError, ValueError, TypeError, KeyError,
+                msgpack.UnpackException, InvalidConfigurationError) as exc:
+            raise CorruptRecordError(f"the metadata log holds a malformed record for key "
+                                     f"{key!r} ({exc})", self._log.directory) from None
 
     def _apply(self, topics, name, value):
         if value is None:
