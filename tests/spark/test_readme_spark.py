@@ -34,6 +34,12 @@ def readme_spark_block():
     return found.group(1)
 
 
+def user_env():
+    """The environment a user's program starts with: not the PYSPARK_* settings this test
+    session made for its own interpreter (the README's lines set what they need)."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("PYSPARK_")}
+
+
 def interpreters():
     found = [pytest.param(sys.executable, id="this-install")]
     wheel = os.environ.get("STREAMLOG_WHEEL_PYTHON")
@@ -49,7 +55,7 @@ def test_the_readme_spark_lines_run_as_written(tmp_path, python):
         db.producer().send_batch("events", [b"v%d" % i for i in range(RECORDS)],
                                  keys=[b"k%d" % i for i in range(RECORDS)]).result()
     run = subprocess.run([python, "-c", readme_spark_block()], cwd=tmp_path, text=True,
-                         capture_output=True, timeout=600)
+                         capture_output=True, timeout=600, env=user_env())
     assert run.returncode == 0, run.stderr[-4000:]
     with streamlog.open(str(tmp_path / "data"), readonly=True) as db:
         copied = db.describe_topic("copy").partitions
@@ -67,3 +73,27 @@ def test_register_is_harmless_to_repeat_and_after_discovery(spark, events_db):
     register(spark)
     assert spark.read.format("streamlog").option("subscribe", "events").load(path).count() == \
         before
+
+
+DISCOVERY = """
+import os, sys
+os.environ["PYSPARK_PYTHON"] = sys.executable
+from pyspark.sql import SparkSession
+spark = SparkSession.builder.master("local[1]").getOrCreate()   # no configure(), no register()
+print(spark.read.format("streamlog").option("subscribe", "events").load("data/").count())
+"""
+
+
+@pytest.mark.skipif(not os.environ.get("STREAMLOG_WHEEL_PYTHON"),
+                    reason="STREAMLOG_WHEEL_PYTHON names no interpreter with the wheel installed "
+                           "(.ci/run makes one)")
+def test_a_wheel_install_is_found_by_pysparks_discovery_alone(tmp_path):
+    """Installed from a wheel, pyspark_streamlog sits on sys.path, where PySpark's scan for
+    pyspark_* modules finds it: format("streamlog") works with no register() at all."""
+    with streamlog.open(str(tmp_path / "data")) as db:
+        db.create_topic("events")
+        db.producer().send_batch("events", [b"v%d" % i for i in range(RECORDS)]).result()
+    run = subprocess.run([os.environ["STREAMLOG_WHEEL_PYTHON"], "-c", DISCOVERY], cwd=tmp_path,
+                         text=True, capture_output=True, timeout=600, env=user_env())
+    assert run.returncode == 0, run.stderr[-4000:]
+    assert run.stdout.strip().splitlines()[-1] == str(RECORDS)
