@@ -232,18 +232,11 @@ def test_a_consumer_is_used_by_one_thread_at_a_time(db):
     assert errors and "one thread at a time" in str(errors[0])
 
 
-def test_long_poll_wakes_on_append_not_on_timeout(db, monkeypatch):
+def test_long_poll_wakes_on_append_not_on_timeout(db, completions):
     """Each poll waits in the purgatory and is completed by the append that brings its record
     (on the appending thread), never by fetch.max.wait.ms on the wheel. How fast it wakes is
     measured in bench/bench_client.py, not asserted here."""
-    from streamlog.broker.delayed_fetch import DelayedFetch
-    completed_by = []
-    real_on_complete = DelayedFetch.on_complete
-
-    def on_complete(self):
-        completed_by.append(threading.current_thread().name)
-        real_on_complete(self)
-    monkeypatch.setattr(DelayedFetch, "on_complete", on_complete)
+    completed_by = completions
     db.create_topic("t")
     consumer = db.consumer(fetch_max_wait_ms=60_000)
     consumer.assign([TP0])

@@ -16,30 +16,14 @@ is measured in bench/, not asserted here.
 import threading
 import time
 
-import pytest
 
 from streamlog import TopicPartition
-from streamlog.broker.delayed_fetch import DelayedFetch
 from support import wait_until
 
 TP0 = TopicPartition("t", 0)
 MAX_WAIT_MS = 300
 REAPER = "streamlog-timer-broker"
 GENEROUS_S = 60.0  # join timeouts: only reached when a test is failing
-
-
-@pytest.fixture
-def completions(monkeypatch):
-    """Names of the threads that completed a DelayedFetch (ran its on_complete), in order."""
-    names = []
-    real_on_complete = DelayedFetch.on_complete
-
-    def on_complete(self):
-        names.append(threading.current_thread().name)
-        real_on_complete(self)
-
-    monkeypatch.setattr(DelayedFetch, "on_complete", on_complete)
-    return names
 
 
 def test_fetch_on_an_empty_partition_is_expired_by_the_wheel_after_max_wait(db, completions):
