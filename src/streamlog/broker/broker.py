@@ -2,7 +2,8 @@
 
 The Broker owns the writer lock, the log directory, the topic registry, the
 partition logs, the timing wheel (SystemTimer), the fetch purgatory, the
-flusher thread and the appender thread (appends a timer task hands off). Clients talk to it only through methods named after Kafka's
+flusher thread and the appender thread (appends a timer task hands off).
+Clients talk to it only through methods named after Kafka's
 request types -- produce, fetch, list_offsets, create_topics,
 delete_topics, create_partitions, describe_configs, metadata -- so a Kafka
 wire-protocol server could later be a thin adapter over the same calls.

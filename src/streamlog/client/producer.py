@@ -7,11 +7,11 @@ fit (batch.size, or the topic's max.message.bytes), when linger.ms runs out
 batches wait in their partition's FIFO and are appended by whichever thread
 drains it: the thread whose record filled a batch (inline), a flush(), or the
 broker's appender thread, which a linger's end on the timing wheel wakes (the
-wheel's reaper thread only hands the sweep over: it must never wait on a disk). Each batch is encoded by one native
-call into a reused buffer. acks=0 and acks=1 complete a batch's futures when
-it is appended (acks=0 reports offset -1, as Kafka's producer does),
-acks="all" when the broker's flusher has fsynced it (many batches share one
-fsync).
+wheel's reaper thread only hands the sweep over: it must never wait on a disk).
+Each batch is encoded by one native call into a reused buffer. acks=0 and
+acks=1 complete a batch's futures when it is appended (acks=0 reports offset
+-1, as Kafka's producer does), acks="all" when the broker's flusher has
+fsynced it (many batches share one fsync).
 
 linger.ms=0 ("no artificial delay"): Kafka's producer batches anyway while
 its sender thread waits on the network. Here a record sent after 50 us of
