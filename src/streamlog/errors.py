@@ -105,11 +105,14 @@ class ReadOnlyError(StreamlogError):
 
 class UnknownTopicOrPartitionError(StreamlogError):
     """The topic or partition does not exist. `topic` names the topic when the whole topic is
-    missing (so a caller can say how to create it); None otherwise."""
+    missing (so a caller can say how to create it); None otherwise. `retriable` is set when
+    it exists in the metadata but not yet on disk (a read-only view of a topic the writer is
+    creating), as Kafka's UNKNOWN_TOPIC_OR_PARTITION is retriable."""
 
-    def __init__(self, message, topic=None):
+    def __init__(self, message, topic=None, retriable=False):
         super().__init__(message)
         self.topic = topic
+        self.retriable = retriable
 
 
 class TopicAlreadyExistsError(StreamlogError):

@@ -92,3 +92,55 @@ def test_a_partial_batch_longer_than_any_batch_is_corruption_not_a_wait(closed_d
             consumer.assign([TP])
             for _ in range(100):
                 consumer.poll(timeout=0.2)
+
+
+def test_a_segment_retention_removes_between_listing_and_opening_is_skipped(tmp_path,
+                                                                           monkeypatch):
+    """A read-only open lists the segments, then opens each: retention may rename the oldest
+    to .deleted in between. That raised KafkaStorageError ("cannot open log file"); the view
+    now starts after it, as a reader that came a moment later would."""
+    import streamlog.storage.log_loader as log_loader
+    root = str(tmp_path / "db")
+    with streamlog.open(root) as db:
+        db.create_topic("t", config={"segment.bytes": 200})
+        producer = db.producer(linger_ms=0)
+        for i in range(20):
+            producer.send("t", value=b"%03d" % i).result()
+    real_bases = log_loader.segment_bases
+
+    def listed_then_retained(directory, *args):
+        bases = real_bases(directory, *args)
+        if directory.endswith("t-0") and len(bases) > 1:
+            oldest = os.path.join(directory, "%020d.log" % bases[0])
+            os.rename(oldest, oldest + ".deleted")  # what retention does, after the listing
+        return bases
+    monkeypatch.setattr(log_loader, "segment_bases", listed_then_retained)
+    with streamlog.open(root, readonly=True) as ro:
+        partition = ro.describe_topic("t").partitions[0]
+        assert partition.log_start_offset > 0 and partition.high_watermark == 20
+        consumer = ro.consumer(auto_offset_reset="earliest")
+        consumer.assign([TP])
+        got = []
+        while len(got) < 20 - partition.log_start_offset:
+            records = consumer.poll(timeout=5.0)
+            assert records
+            got.extend(r.offset for r in records)
+        assert got == list(range(partition.log_start_offset, 20))
+
+
+def test_a_topic_the_writer_is_creating_is_empty_to_a_reader_not_an_error(db_path):
+    """Between the metadata record and the directories, a read-only reader saw
+    UnknownTopicOrPartitionError from poll(); Kafka's consumer retries that error."""
+    with streamlog.open(db_path) as db, streamlog.open(db_path, readonly=True) as ro:
+        db._broker.metadata.create("fresh", 2)  # the record is written; no directory yet
+        consumer = ro.consumer(auto_offset_reset="earliest")
+        consumer.assign([TopicPartition("fresh", 0), TopicPartition("fresh", 1)])
+        assert consumer.poll(timeout=0.1) == []
+        db._broker._sync_partitions()  # the creation finishes
+        db.producer().send("fresh", value=b"first", partition=1).result()
+        got = []
+        for _ in range(50):
+            got += [r.value for r in consumer.poll(timeout=0.1)]
+            if got:
+                break
+        assert got == [b"first"]

@@ -214,6 +214,10 @@ class Broker:
 
     def _raise_unknown(self, tp):
         topic = self.metadata.topics.get(tp.topic)
+        if self.readonly and topic is not None and 0 <= tp.partition < topic.partitions:
+            raise UnknownTopicOrPartitionError(
+                f"partition {tp} is in the metadata log but not yet on disk: the writer is "
+                "creating it; retry", retriable=True)
         if topic is None:
             raise UnknownTopicOrPartitionError(
                 f"topic {tp.topic!r} does not exist; create it with create_topic({tp.topic!r})",

@@ -382,7 +382,12 @@ class Consumer:
             if buffered is not None and not buffered.empty():
                 continue
             if tp not in self._positions:
-                self._reset(tp)
+                try:
+                    self._reset(tp)
+                except UnknownTopicOrPartitionError as exc:
+                    if exc.retriable:
+                        continue  # being created: no position yet, no records yet
+                    raise
             positions[tp] = self._positions[tp]
         if not positions:
             # Nothing to fetch (all paused, or the group is still assigning): wait for a wake().
@@ -397,8 +402,11 @@ class Consumer:
                 if isinstance(data.error, OffsetOutOfRangeError):
                     self._reset(tp, out_of_range=positions[tp])
                     continue
-                if isinstance(data.error, UnknownTopicOrPartitionError) and not self._manual:
-                    continue  # deleted under the group: its next rebalance drops it
+                if isinstance(data.error, UnknownTopicOrPartitionError) and (
+                        data.error.retriable or not self._manual):
+                    # Being created (Kafka's consumer retries UNKNOWN_TOPIC_OR_PARTITION), or
+                    # deleted under the group, whose next rebalance drops it.
+                    continue
                 raise data.error
             if data.batches and self._positions.get(tp) == positions[tp]:
                 self._buffers[tp] = _Buffered(data.batches)

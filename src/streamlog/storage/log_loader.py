@@ -27,7 +27,7 @@ from typing import NamedTuple
 from ..errors import CorruptRecordError, KafkaStorageError
 from . import files
 from .file_records import IncompleteBatch
-from .segment import LogSegment
+from .segment import LogSegment, open_readonly_segments
 
 log = logging.getLogger("streamlog.storage")
 
@@ -242,8 +242,7 @@ def _load_readonly(directory, config, log_start_offset, now_ms):
     report = RecoveryReport(directory, clean_shutdown=False)
     if not os.path.isdir(directory):
         raise KafkaStorageError(f"partition directory {directory} does not exist")
-    segments = [LogSegment(directory, base, config, readonly=True, now_ms=now_ms)
-                for base in segment_bases(directory)]
+    segments = open_readonly_segments(directory, segment_bases(directory), config, now_ms)
     if not segments:
         raise KafkaStorageError(f"partition directory {directory} holds no segment")
     next_offset = _next_offset(segments)

@@ -41,7 +41,7 @@ from .file_records import IncompleteBatch
 from .log_loader import load_log, segment_bases
 from .record_batch import (LOG_OVERHEAD, RECORD_BATCH_OVERHEAD, RecordBatch, iter_batches,
                            set_log_append_time)
-from .segment import BatchInfo, LogSegment
+from .segment import BatchInfo, LogSegment, open_readonly_segments
 
 log = logging.getLogger("streamlog.storage")
 
@@ -445,9 +445,8 @@ class PartitionLog:
                     keep.append(segment)
                 else:
                     segment.close()  # deleted by the writer's retention
-            for base in sorted(present):
-                if not keep or base > keep[-1].base_offset:
-                    keep.append(LogSegment(self.directory, base, self.config, readonly=True))
+            new = [base for base in sorted(present) if not keep or base > keep[-1].base_offset]
+            keep.extend(open_readonly_segments(self.directory, new, self.config))
             if not keep:
                 return
             for segment in keep:

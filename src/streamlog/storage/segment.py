@@ -24,7 +24,7 @@ import os
 import time
 from typing import NamedTuple
 
-from ..errors import CorruptRecordError
+from ..errors import CorruptRecordError, KafkaStorageError
 from . import files
 from .file_records import FileRecords, IncompleteBatch
 from .offset_index import OffsetIndex
@@ -58,6 +58,21 @@ class RecoveryResult(NamedTuple):
     next_offset: int     # one past the last valid batch (base_offset if none)
     batches: int
     reason: str          # why recovery stopped early ('' if it read to the end)
+
+
+def open_readonly_segments(directory, bases, config, now_ms=None):
+    """Read-only LogSegments of `bases`, leaving out any whose log file is gone by the time it
+    is opened: the writer's retention may delete (or rename to .deleted) a segment between a
+    reader's listing and its open. What it held is then below the log start, which a fetch
+    answers as out of range, as Kafka's does."""
+    segments = []
+    for base in bases:
+        try:
+            segments.append(LogSegment(directory, base, config, readonly=True, now_ms=now_ms))
+        except KafkaStorageError as exc:
+            if not isinstance(exc.__cause__, FileNotFoundError):
+                raise
+    return segments
 
 
 class LogSegment:
