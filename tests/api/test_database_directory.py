@@ -354,3 +354,33 @@ def test_a_crc_valid_malformed_metadata_record_is_corruption_named_on_open(tmp_p
     for readonly in (False, True):
         with pytest.raises(streamlog.CorruptRecordError, match="__cluster_metadata-0"):
             streamlog.open(root, readonly=readonly)
+
+
+@pytest.mark.parametrize("damage", ["segment deleted", "garbage after the first batch"])
+def test_damage_to_the_metadata_log_never_deletes_partition_directories(tmp_path, damage):
+    """A metadata log cut short forgets the topics created after the cut. Their directories
+    were then taken for deletion leftovers and removed, __consumer_offsets included; now
+    nothing proves them deleted, so every one is kept, byte for byte, and reported."""
+    root = str(tmp_path / "db")
+    with streamlog.open(root) as db:
+        for name in ("a", "b", "c"):
+            db.create_topic(name, partitions=2)
+            db.producer(acks="all").send_batch(name, [b"%s-%d" % (name.encode(), i)
+                                                      for i in range(10)]).result()
+    before = {name: read_file(os.path.join(root, name, "00000000000000000000.log"))
+              for name in os.listdir(root) if name[:1] in "abc"}
+    metadata_log = os.path.join(root, "__cluster_metadata-0", "00000000000000000000.log")
+    if damage == "segment deleted":
+        os.unlink(metadata_log)
+    else:
+        with open(metadata_log, "r+b") as f:
+            data = f.read()
+            first_batch_end = 12 + int.from_bytes(data[8:12], "big")
+            f.seek(first_batch_end)
+            f.write(b"\xff" * (len(data) - first_batch_end))
+    for _ in range(2):
+        with streamlog.open(root) as db:
+            forgotten = {os.path.basename(p) for p in db.unexplained_paths}
+            assert forgotten == set(before) - {f"{t}-{p}" for t in db.topics() for p in (0, 1)}
+    assert {name: read_file(os.path.join(root, name, "00000000000000000000.log"))
+            for name in before} == before
