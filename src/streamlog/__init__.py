@@ -16,6 +16,7 @@ from . import errors
 from .client.consumer import Consumer, OffsetAndTimestamp
 from .client.database import Database, PartitionInfo, TopicDescription
 from .client.database import open  # noqa: A004 - the API's name, as sqlite3.connect
+from .client.database import RepairReport, repair
 from .client.futures import FutureRecordMetadata, SendBatchResult
 from .client.group_admin import GroupDescription, GroupListing, GroupMember, PartitionLag
 from .client.group_member import ConsumerGroupMetadata
@@ -26,7 +27,7 @@ from .structs import OffsetAndMetadata, TopicPartition
 
 __version__ = "0.1.0"
 
-__all__ = ["open", "Database", "Producer", "Consumer", "TopicPartition", "Record",
+__all__ = ["open", "repair", "RepairReport", "Database", "Producer", "Consumer", "TopicPartition", "Record",
            "RecordMetadata", "RecordColumns", "FutureRecordMetadata", "SendBatchResult",
            "OffsetAndTimestamp", "OffsetAndMetadata", "ConsumerGroupMetadata",
            "TopicDescription", "PartitionInfo", "GroupDescription", "GroupListing",

@@ -9,13 +9,16 @@
                                         --path, each FILE is relative to DIR
     streamlog dump --verify --path DIR  check CRCs, offsets and indexes of a whole root
     streamlog verify --path DIR         the same
+    streamlog repair --path DIR [--dry-run]
+                                        rebuild the metadata log from the partition directories
 
-`verify DIR` and `dump --verify DIR` take the directory as an argument too.
+`verify DIR`, `repair DIR` and `dump --verify DIR` take the directory as an argument too.
 
 `consume` (without --group), `topics list|describe`, `groups list|describe`,
 `verify` and `dump` open the database read-only, so they work while another
 process writes. Exit codes: 0 ok, 1 an operation failed (the message says why),
-2 bad usage or unreadable input.
+2 bad usage or unreadable input. `repair` exits 1 when a directory could not be
+recovered (each is listed with the reason).
 """
 import argparse
 import base64
@@ -73,6 +76,17 @@ def cmd_verify(args, out=sys.stdout):
     bar.finish()
     _print_report(report, out)
     return EXIT_OK if report.ok else EXIT_PROBLEMS
+
+
+def cmd_repair(args, out=sys.stdout):
+    from .client.database import repair
+    root = _directory(args, args.directory, "repair")
+    if root is None:
+        return EXIT_USAGE
+    report = repair(root, dry_run=args.dry_run)
+    for line in report.lines():
+        print(line, file=out)
+    return EXIT_PROBLEMS if report.not_recovered else EXIT_OK
 
 
 def cmd_dump(args, out=sys.stdout):
@@ -537,6 +551,20 @@ def build_parser():
     p.add_argument("--path", help=path_help)
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_verify)
+
+    p = sub.add_parser("repair", help="rebuild the metadata log from the partition directories",
+                       description="For a database whose metadata log is damaged or lost: "
+                                   "bring back the topics whose partition directories are on "
+                                   "disk (names and partition counts from the directories, ids "
+                                   "and configs from their partition.metadata and topic.json). "
+                                   "Deletes nothing: the old metadata log is renamed aside. "
+                                   "Needs the writer's lock.")
+    p.add_argument("directory", nargs="?", metavar="DIR",
+                   help="the database directory (or give it as --path DIR)")
+    p.add_argument("--path", help=path_help)
+    p.add_argument("--dry-run", action="store_true", help="report what would be done; change "
+                                                          "nothing")
+    p.set_defaults(func=cmd_repair)
     return parser
 
 

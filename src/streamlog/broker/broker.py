@@ -32,6 +32,7 @@ from typing import NamedTuple
 
 from ..errors import (KafkaStorageError, LogClosedError, OffsetOutOfRangeError, ReadOnlyError,
                       StreamlogError, UnknownTopicOrPartitionError)
+from ..storage import partition_metadata
 from ..storage.log_directory import LogDirectory
 from ..storage.partition_log import wall_clock_ms
 from ..structs import TopicPartition
@@ -159,7 +160,17 @@ class Broker:
                 if tp not in partitions and (not self.readonly or
                                              os.path.isdir(self.logs.partition_dir(tp))):
                     partitions[tp] = self.logs.open_log(tp, topic.config, topic.topic_id)
+                    if not self.readonly:
+                        self._write_topic_config(tp, topic, check=not self.logs.clean_shutdown)
             self.partitions = partitions
+
+    def _write_topic_config(self, tp, topic, check=True):
+        """Keep tp's topic.json (what `streamlog repair` rebuilds the topic from) equal to the
+        registry's record. check=False only fills in a missing one: after a clean stop every
+        existing one is current, and reading them all would slow the open."""
+        partition_metadata.ensure_topic_config(self.logs.partition_dir(tp), topic.name,
+                                               topic.topic_id, topic.overrides,
+                                               topic.created_ms, check)
 
     def _remove_deleted_leftovers(self, candidates):
         """Remove the directories among candidates that a deletion in the metadata log left
@@ -304,9 +315,11 @@ class Broker:
         with self._lock:
             info = self.metadata.alter_config(name, overrides)
             for p in range(info.partitions):
-                partition_log = self.partitions.get(TopicPartition(name, p))
+                tp = TopicPartition(name, p)
+                partition_log = self.partitions.get(tp)
                 if partition_log is not None:
                     partition_log.config = info.config
+                    self._write_topic_config(tp, info)
             return info
 
     def topics(self):

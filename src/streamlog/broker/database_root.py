@@ -9,7 +9,8 @@ is written, the way sqlite3 refuses a file that is not a database:
 
   - a regular file (or anything else that is not a directory);
   - a directory with other contents: somebody's folder, or a database whose
-    metadata log is gone (its partitions are not touched: they are data);
+    metadata log is gone (its partitions are not touched: they are data, and
+    `streamlog repair` brings them back), refused read-only too;
   - a path this process may not read (or, to write, may not write).
 
 Refusals are NotADatabaseError; file-system failures are KafkaStorageError;
@@ -34,6 +35,7 @@ def check_root(root, readonly):
     if readonly:
         _check_access(root, os.R_OK | os.X_OK, "read")
         if not os.path.isdir(os.path.join(root, METADATA_DIR)):
+            _refuse_foreign(root, _list(root))
             raise NotADatabaseError(
                 f"{root} is not a streamlog database (no {METADATA_DIR} directory); open it "
                 "once for writing to create it")
@@ -46,12 +48,20 @@ def check_root(root, readonly):
         except OSError as exc:
             raise storage_error(root, exc, "create the database directory") from exc
     _check_access(root, os.R_OK | os.W_OK | os.X_OK, "write")
+    entries = _list(root)
+    if METADATA_DIR not in entries:
+        _refuse_foreign(root, entries)
+
+
+def _list(root):
     try:
-        entries = os.listdir(root)
+        return os.listdir(root)
     except OSError as exc:
         raise storage_error(root, exc, "list the database directory") from exc
-    if METADATA_DIR in entries:
-        return
+
+
+def _refuse_foreign(root, entries):
+    """NotADatabaseError when a root without a metadata log holds anything but root files."""
     foreign = sorted(name for name in entries if name not in ROOT_FILES)
     if foreign:
         shown = ", ".join(foreign[:_SHOWN]) + (", ..." if len(foreign) > _SHOWN else "")
@@ -59,7 +69,9 @@ def check_root(root, readonly):
             f"{root} is not a streamlog database: it holds {len(foreign)} other entr"
             f"{'y' if len(foreign) == 1 else 'ies'} ({shown}) and no {METADATA_DIR} metadata "
             "log. Nothing was changed. Open an empty or new directory; if this was a "
-            "database whose metadata log was lost, its partition directories are intact")
+            "database whose metadata log was lost, its partition directories are intact: "
+            f"`streamlog repair {root}` (streamlog.repair in Python) rebuilds the metadata "
+            "log from them")
 
 
 def _check_access(root, mode, what):

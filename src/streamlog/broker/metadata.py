@@ -108,27 +108,18 @@ class TopicRegistry:
         (CRC-valid but malformed) is CorruptRecordError naming the log, never msgpack's or a
         KeyError from deep inside every open."""
         try:
-            name = key.decode("utf-8")
-            if value is not None:
-                doc = msgpack.unpackb(value, raw=False)
-                if not (isinstance(doc, dict) and isinstance(doc.get("id"), str) and
-                        type(doc.get("partitions")) is int and doc["partitions"] >= 1 and
-                        isinstance(doc.get("config", {}), dict) and
-                        type(doc.get("created_ms")) is int):
-                    raise ValueError(f"not a topic record: {doc!r:.200}")
-            self._apply(topics, name, value)
-        except (AttributeError, UnicodeDecodeError, ValueError, TypeError, KeyError,
-                msgpack.UnpackException, InvalidConfigurationError) as exc:
+            name, doc = parse_topic_record(key, value)
+            self._apply(topics, name, doc)
+        except MalformedTopicRecord as exc:
             raise CorruptRecordError(f"the metadata log holds a malformed record for key "
                                      f"{key!r} ({exc})", self._log.directory) from None
 
-    def _apply(self, topics, name, value):
-        if value is None:
+    def _apply(self, topics, name, doc):
+        if doc is None:
             deleted = topics.pop(name, None)
             if deleted is not None:
                 self.deleted_topic_ids.add(deleted.topic_id)
             return
-        doc = msgpack.unpackb(value, raw=False)
         overrides = doc.get("config", {})
         topics[name] = TopicInfo(name, doc["id"], doc["partitions"], overrides,
                                  self._default.with_overrides(overrides), doc["created_ms"])
@@ -149,7 +140,7 @@ class TopicRegistry:
         self._log.append(encode_changes([(name.encode("utf-8"), value)], self._clock_ms()))
         self._log.flush()  # the commit point of the change: durable before any directory work
         topics = dict(self.topics)
-        self._apply(topics, name, value)
+        self._apply(topics, name, doc)
         self._replayed_to = self._log.log_end_offset
         self.topics = topics
         self.version += 1
@@ -158,7 +149,7 @@ class TopicRegistry:
     def create(self, name, partitions, overrides=None, allow_internal=False):
         validate_topic_name(name, allow_internal)
         validate_partitions(partitions)
-        normalized = _dotted(overrides or {})  # raises on a bad key or value
+        normalized = normalized_overrides(overrides or {})  # raises on a bad key or value
         with self._lock:
             if name in self.topics:
                 raise TopicAlreadyExistsError(f"topic {name!r} already exists")
@@ -171,6 +162,17 @@ class TopicRegistry:
             return self._write(name, {"v": 1, "name": name, "id": uuid.uuid4().hex,
                                       "partitions": partitions, "config": normalized,
                                       "created_ms": int(time.time() * 1000)})
+
+    def restore(self, name, topic_id, partitions, overrides, created_ms, deleted=False):
+        """Write a topic's record as it was, id included (`streamlog repair`); deleted=True
+        follows it with its tombstone, so the id stays provably deleted."""
+        validate_topic_name(name, allow_internal=True)
+        validate_partitions(partitions)
+        with self._lock:
+            self._write(name, {"v": 1, "name": name, "id": topic_id, "partitions": partitions,
+                               "config": normalized_overrides(overrides), "created_ms": created_ms})
+            if deleted:
+                self._write(name, None)
 
     def delete(self, name):
         with self._lock:
@@ -194,9 +196,31 @@ class TopicRegistry:
         with self._lock:
             info = self.get(name)
             merged = dict(info.overrides)
-            merged.update(_dotted(overrides))
+            merged.update(normalized_overrides(overrides))
             self._default.with_overrides(merged)  # validate before writing
             return self._write(name, {**_doc(info), "config": merged})
+
+
+class MalformedTopicRecord(ValueError):
+    """A CRC-valid metadata record that is not one this module writes."""
+
+
+def parse_topic_record(key, value):
+    """(topic name, record dict or None for a tombstone) of one metadata record."""
+    try:
+        name = key.decode("utf-8")
+        if value is None:
+            return name, None
+        doc = msgpack.unpackb(value, raw=False)
+        if not (isinstance(doc, dict) and isinstance(doc.get("id"), str) and
+                type(doc.get("partitions")) is int and doc["partitions"] >= 1 and
+                isinstance(doc.get("config", {}), dict) and type(doc.get("created_ms")) is int):
+            raise ValueError(f"not a topic record: {doc!r:.200}")
+        LogConfig().with_overrides(doc.get("config", {}))  # raises on a config it cannot hold
+        return name, doc
+    except (AttributeError, UnicodeDecodeError, ValueError, TypeError, KeyError,
+            msgpack.UnpackException, InvalidConfigurationError) as exc:
+        raise MalformedTopicRecord(str(exc)) from None
 
 
 def _doc(info):
@@ -204,7 +228,7 @@ def _doc(info):
             "config": dict(info.overrides), "created_ms": info.created_ms}
 
 
-def _dotted(overrides):
+def normalized_overrides(overrides):
     """Overrides checked and keyed by Kafka's dotted names, whatever spelling the caller
     used ("retention.ms" or "retention_ms"); values parsed ("100" -> 100)."""
     config = LogConfig().with_overrides(overrides)

@@ -13,6 +13,7 @@ from typing import NamedTuple
 
 from ..broker import registry
 from ..broker.broker import Broker, PartitionInfo  # noqa: F401 - public as streamlog.PartitionInfo
+from ..broker.repair import RepairReport, repair as _repair
 from ..errors import InvalidConfigurationError, LogClosedError, ReadOnlyError
 from . import group_admin
 from .consumer import Consumer
@@ -62,6 +63,19 @@ def open(path=None, readonly=False, config=None):  # noqa: A001 - the API's name
             f"{path} is already open in this process with a different config; open it without "
             "config= to share that broker")
     return Database(broker)
+
+
+def repair(path, dry_run=False) -> RepairReport:
+    """Rebuild the metadata log of the database at `path` from its partition directories.
+
+    For a database whose metadata log is damaged or gone: topics the log lost
+    come back with the names, partition counts, ids and configs their
+    directories record. Deletes nothing (the old log is renamed aside) and
+    needs the writer's lock: close the database first. dry_run=True only
+    reports. `report.lines()` says what was done and what could not be
+    recovered, and why.
+    """
+    return _repair(os.fspath(path), dry_run=dry_run)
 
 
 class Database:

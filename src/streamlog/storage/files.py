@@ -35,6 +35,9 @@ _ROOT_FILES = (RECOVERY_POINT_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT, CLEANER_O
 ROOT_FILES = frozenset((LOCK_FILE,) + _ROOT_FILES + tuple(n + TMP_SUFFIX for n in _ROOT_FILES))
 # Per partition: the topic id the directory belongs to (Kafka's PartitionMetadataFile).
 PARTITION_METADATA_FILE = "partition.metadata"
+# Per partition: the topic's name, id and configs, so `streamlog repair` can rebuild a topic's
+# metadata from its directories. The library's own file; Kafka ignores files it does not know.
+TOPIC_CONFIG_FILE = "topic.json"
 
 # A directory being deleted: `<topic>-<partition>.<32 hex digits>-delete`, the topic cut
 # short so the name fits the file system's 255-byte limit (Kafka's LocalLog.logDeleteDirName).
@@ -89,10 +92,10 @@ def partition_dir_name(topic, partition):
 
 
 def is_leftover_file_name(name):
-    """True for a file of interrupted work that recovery removes: a segment file, snapshot or
-    partition.metadata left with a `.deleted`, `.cleaned` or `.tmp` suffix. Only names this
-    module makes qualify: a file the library did not make is never removed."""
-    if name == PARTITION_METADATA_FILE + TMP_SUFFIX:
+    """True for a file of interrupted work that recovery removes: a segment file, snapshot,
+    partition.metadata or topic.json left with a `.deleted`, `.cleaned` or `.tmp` suffix.
+    Only names this module makes qualify: a file the library did not make is never removed."""
+    if name in (PARTITION_METADATA_FILE + TMP_SUFFIX, TOPIC_CONFIG_FILE + TMP_SUFFIX):
         return True
     parsed = parse_segment_file_name(name)
     return parsed is not None and parsed[2] in (DELETED_SUFFIX, CLEANED_SUFFIX, TMP_SUFFIX)

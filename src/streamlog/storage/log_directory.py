@@ -216,8 +216,11 @@ class LogDirectory:
         for partition_log in list(self.logs.values()):
             partition_log.flush()
 
-    def close(self):
-        """Flush and seal every log, write the checkpoints, then mark the stop clean."""
+    def close(self, mark_clean=True):
+        """Flush and seal every log, write the checkpoints, then mark the stop clean.
+
+        mark_clean=False leaves the marker off: for a caller that opened only some logs of
+        a root the last stop left unclean, whose other logs still need their recovery."""
         with self._lock:
             logs = list(self.logs.values())
         failures = []
@@ -231,7 +234,8 @@ class LogDirectory:
         if self.readonly:
             return
         self.checkpoint()
-        write_atomically(os.path.join(self.root, files.CLEAN_SHUTDOWN_MARKER), b"")
+        if mark_clean:
+            write_atomically(os.path.join(self.root, files.CLEAN_SHUTDOWN_MARKER), b"")
 
 
 def _log_removal_failure(_function, path, exc_info):

@@ -1,4 +1,8 @@
-"""The `partition.metadata` file of a partition directory: the topic id it belongs to.
+"""The two files that say which topic a partition directory belongs to.
+
+`partition.metadata`: the topic id. `topic.json`: the topic's name, id, overrides
+and creation time, so that `streamlog repair` can rebuild a topic's record from
+its directories when the metadata log has lost it.
 
 Kafka's PartitionMetadataFile, as text:
 
@@ -12,15 +16,28 @@ cannot explain is kept and reported. The file is written when the partition
 is made, and, for a directory that lacks one (made before the file existed,
 or by a stop between mkdir and the write), on its next writable open.
 
-Durability: written to a temporary name and renamed, but not fsynced. A
-crash that loses it leaves a directory the next open either rewrites (its
-topic still exists) or keeps (it does not): never one removed on a guess.
+`topic.json` is the library's own (Kafka's loader ignores files it does not
+know)::
+
+    {"version": 0, "name": "t", "topic_id": "<as above>", "config": {...}, "created_ms": 0}
+
+It is written with the partition, rewritten in every partition when the
+topic's configs change, and checked against the metadata log at a writable
+open after a crash (a crash between the metadata record and the rewrite can
+leave it stale). A copy per partition costs little and means any one
+surviving directory can bring its topic back.
+
+Durability: both are written to a temporary name and renamed, but not
+fsynced. A crash that loses one leaves a directory the next open either
+rewrites (its topic still exists) or keeps (it does not): never one removed
+on a guess.
 """
 import base64
+import json
 import os
 
 from ..errors import KafkaStorageError
-from .files import PARTITION_METADATA_FILE, TMP_SUFFIX
+from .files import PARTITION_METADATA_FILE, TMP_SUFFIX, TOPIC_CONFIG_FILE
 
 VERSION = 0
 
@@ -41,15 +58,18 @@ def _hex_of(kafka_text):
     return raw.hex()
 
 
-def write(directory, topic_id_hex):
-    path = os.path.join(directory, PARTITION_METADATA_FILE)
-    text = f"version: {VERSION}\ntopic_id: {kafka_uuid(topic_id_hex)}\n"
+def _replace(path, text):
     try:
         with open(path + TMP_SUFFIX, "w", encoding="ascii") as f:
             f.write(text)
         os.replace(path + TMP_SUFFIX, path)
     except OSError as exc:
         raise KafkaStorageError(f"cannot write {path}: {exc}") from exc
+
+
+def write(directory, topic_id_hex):
+    _replace(os.path.join(directory, PARTITION_METADATA_FILE),
+             f"version: {VERSION}\ntopic_id: {kafka_uuid(topic_id_hex)}\n")
 
 
 def read(directory):
@@ -68,4 +88,45 @@ def read(directory):
             raise ValueError(f"unknown version {fields['version']!r}")
         return _hex_of(fields["topic_id"].strip())
     except (KeyError, ValueError) as exc:
+        raise CorruptPartitionMetadataError(f"malformed {path}: {exc!r}") from exc
+
+
+def ensure_topic_config(directory, name, topic_id_hex, overrides, created_ms, check=True):
+    """Write the directory's topic.json unless it already says this; check=False trusts any
+    existing one (one stat instead of a read: what an open after a clean stop can afford)."""
+    path = os.path.join(directory, TOPIC_CONFIG_FILE)
+    text = json.dumps({"version": VERSION, "name": name, "topic_id": kafka_uuid(topic_id_hex),
+                       "config": overrides, "created_ms": created_ms}, sort_keys=True) + "\n"
+    if not check and os.path.exists(path):
+        return
+    if check:
+        try:
+            with open(path, encoding="ascii") as f:
+                if f.read() == text:
+                    return
+        except (OSError, UnicodeDecodeError):
+            pass  # missing or unreadable: rewritten
+    _replace(path, text)
+
+
+def read_topic_config(directory):
+    """{"name", "topic_id" (32 hex digits), "config", "created_ms"} from topic.json; None when
+    the directory has none. CorruptPartitionMetadataError when it does not parse."""
+    path = os.path.join(directory, TOPIC_CONFIG_FILE)
+    try:
+        with open(path, encoding="ascii") as f:
+            doc = json.load(f)
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise CorruptPartitionMetadataError(f"cannot read {path}: {exc}") from exc
+    try:
+        if doc["version"] != VERSION:
+            raise ValueError(f"unknown version {doc['version']!r}")
+        if not (isinstance(doc["name"], str) and isinstance(doc["config"], dict) and
+                type(doc["created_ms"]) is int):
+            raise ValueError("a field has the wrong type")
+        return {"name": doc["name"], "topic_id": _hex_of(doc["topic_id"]),
+                "config": doc["config"], "created_ms": doc["created_ms"]}
+    except (KeyError, TypeError, ValueError) as exc:
         raise CorruptPartitionMetadataError(f"malformed {path}: {exc!r}") from exc
