@@ -26,7 +26,8 @@ This process keeps the model and checks the reader's report against it:
   deterministic and the log only grows), then a prefix of what the last writer sent to it, in
   send order, at least up to its last acknowledgement; so no record of a deleted incarnation,
   and records past the last ack only if the writer had sent them;
-- high watermark = log end offset = records read; seeks and timestamp lookups land right.
+- high watermark = log end offset = records read; seeks and timestamp lookups land right;
+- `streamlog verify` finds the directory sound (every index entry says what the log says).
 
 STREAMLOG_CRASH_SEED picks the seed (printed, and named in every failure), STREAMLOG_CRASH_CYCLES
 the number of cycles.
@@ -40,6 +41,7 @@ from collections import defaultdict
 
 import streamlog
 from streamlog import TopicPartition
+from streamlog.storage.verify import verify_directory
 
 from support import kill9_cycles_child as child
 from support.child import run_py
@@ -199,6 +201,8 @@ def test_acknowledged_records_survive_kill_9_cycles_of_recreates_config_changes_
         assert lines and lines[-1] == ["done"] and proc.returncode == (-9 if end == "kill" else 0), \
             f"{where}: the reader failed (rc {proc.returncode}): {proc.stderr[-3000:]}"
         model.check_reader(parse_reader(lines), where)
+        report = verify_directory(root)
+        assert report.ok, f"{where}: verify after the reader: {[str(p) for p in report.problems]}"
     stats = dict(sorted(model.stats.items()))
     print(f"{cycles} cycles, {cycles} writers killed: {stats}")
     assert model.stats["acked"] > 0 and model.stats["deleted"] > 0
@@ -228,7 +232,7 @@ SMALL_INDEX_REOPENS_THEN_KILL = """
 
 def test_a_small_index_across_clean_reopens_keeps_every_record_after_kill_9(tmp_path):
     """Each clean close trims the index to its entries and each open maps it again at 4096
-    bytes; older code then lost 59 of these 400 records to the kill."""
+    bytes: the scenario in which older code was reported to lose 59 of these 400 records."""
     root = str(tmp_path / "db")
     proc = run_py(SMALL_INDEX_REOPENS_THEN_KILL, root)
     assert proc.returncode == -9 and proc.stdout == "acked 400\n", proc.stderr

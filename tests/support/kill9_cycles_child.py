@@ -91,18 +91,20 @@ class Writer:
     def live_topics(self):
         return [t for t in TOPICS if self.state[t][1] > 0]
 
-    def create(self, topic):
-        generation, partitions = self.state[topic][0] + 1, self.rng.randint(1, 4)
+    def create(self, topic, previous_partitions=0):
+        generation = self.state[topic][0] + 1
+        partitions = self.rng.choice([n for n in range(1, 5) if n != previous_partitions])
         self.db.create_topic(topic, partitions=partitions, config=random_config(self.rng))
         self.state[topic] = [generation, partitions]
         say("created", topic, generation, partitions)
 
     def recreate(self, topic):
+        previous_partitions = self.state[topic][1]
         self.db.delete_topic(topic)
         self.state[topic][1] = 0
         say("deleted", topic)
         self.maybe_die("after-delete", 0.15)
-        self.create(topic)
+        self.create(topic, previous_partitions)
 
     def alter(self, topic):
         for key, value in random_config(self.rng).items():
@@ -161,6 +163,7 @@ class Writer:
                 self.db.close()
                 say("closed")
                 self.open()
+                self.maybe_die("after-reopen", 0.1)
         say("kill", "end")
         os.kill(os.getpid(), signal.SIGKILL)
 
