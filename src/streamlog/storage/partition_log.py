@@ -74,6 +74,10 @@ class FetchData(NamedTuple):
         return sum(b.size_in_bytes for b in self.batches)
 
 
+class _MissingOffsets(CorruptRecordError):
+    """Offsets inside the log that no segment holds (see PartitionLog._read)."""
+
+
 class PartitionLog:
     def __init__(self, directory, config, *, recovery_point=0, log_start_offset=0,
                  clean_shutdown=False, readonly=False, clock_ms=wall_clock_ms):
@@ -263,11 +267,24 @@ class PartitionLog:
         OffsetOutOfRangeError below the log start offset or above the LEO.
         buffer: a bytearray the caller reuses across reads; the batches are
         then views into it, valid until the next read with that buffer.
+        Offsets that no segment holds in a log that is not compacted are
+        CorruptRecordError, never skipped (see _missing_offsets).
         """
         if self._closed:
             raise LogClosedError(f"partition log {self.name} is closed")
         if self.readonly and fetch_offset >= self._next_offset:
             self.refresh()  # caught up with what we know: look for more
+        try:
+            return self._read(fetch_offset, max_bytes, max_offset, min_one_batch, buffer)
+        except _MissingOffsets:
+            if not self.readonly:
+                raise
+            # Retention may have removed a segment under this view (its offsets are then
+            # below the log start the writer moved): look again before calling it damage.
+            self.refresh()
+            return self._read(fetch_offset, max_bytes, max_offset, min_one_batch, buffer)
+
+    def _read(self, fetch_offset, max_bytes, max_offset, min_one_batch, buffer):
         segments, bases = self._segments, self._bases
         high_watermark = self.high_watermark
         upper = high_watermark if max_offset is None else min(max_offset, high_watermark)
@@ -288,6 +305,17 @@ class PartitionLog:
                 if found is not None and found.batches:
                     batches = found.batches
                     break
+                if found is None and sealed and fetch_offset < bases[j + 1] and \
+                        not self.config.compact:
+                    # Appends fill a log densely and only compaction leaves holes between
+                    # segments: this one is a segment damaged or removed behind the log's
+                    # back (a recovery below the recovery point keeps the later segments).
+                    # Reading on in the next segment would skip the hole's records unseen.
+                    raise _MissingOffsets(
+                        f"offsets {fetch_offset}..{bases[j + 1] - 1} of {self.name} are "
+                        f"missing: the segment holding them ends below {fetch_offset} and the "
+                        f"next one starts at {bases[j + 1]}; seek to {bases[j + 1]} to read on",
+                        segment.path)
         return FetchData(batches, high_watermark, log_start, end)
 
     def find_offset_by_timestamp(self, timestamp):
