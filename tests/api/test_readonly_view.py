@@ -98,8 +98,12 @@ def test_a_segment_retention_removes_between_listing_and_opening_is_skipped(tmp_
                                                                            monkeypatch):
     """A read-only open lists the segments, then opens each: retention may rename the oldest
     to .deleted in between. That raised KafkaStorageError ("cannot open log file"); the view
-    now starts after it, as a reader that came a moment later would."""
+    now starts after it, as a reader that came a moment later would. Retention checkpoints the
+    new log start before it renames; the view re-reads it (a first segment above the start it
+    read would otherwise be a lost segment)."""
     import streamlog.storage.log_loader as log_loader
+    from streamlog.storage import files
+    from streamlog.storage.checkpoint import OffsetCheckpointFile
     root = str(tmp_path / "db")
     with streamlog.open(root) as db:
         db.create_topic("t", config={"segment.bytes": 200})
@@ -112,7 +116,10 @@ def test_a_segment_retention_removes_between_listing_and_opening_is_skipped(tmp_
         bases = real_bases(directory, *args)
         if directory.endswith("t-0") and len(bases) > 1:
             oldest = os.path.join(directory, "%020d.log" % bases[0])
-            os.rename(oldest, oldest + ".deleted")  # what retention does, after the listing
+            # What retention does, after the listing: checkpoint the new start, then rename.
+            starts = OffsetCheckpointFile(os.path.join(root, files.LOG_START_OFFSET_CHECKPOINT))
+            starts.write({**starts.read(), TP: bases[1]})
+            os.rename(oldest, oldest + ".deleted")
         return bases
     monkeypatch.setattr(log_loader, "segment_bases", listed_then_retained)
     with streamlog.open(root, readonly=True) as ro:

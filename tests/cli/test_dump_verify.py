@@ -136,3 +136,32 @@ def test_directory_missing_or_given_twice_differently_exits_2(tmp_path):
     for args in (("verify", other, "--path", root), ("dump", "--verify", other, "--path", root)):
         result = run(*args)
         assert result.returncode == 2 and "given twice" in result.stderr, args
+
+
+def test_verify_reports_offsets_no_segment_holds(tmp_path):
+    """A removed first segment (below the checkpointed log start) and a removed middle one (in a
+    topic that topic.json says is not compacted) are both missing offsets; a compacted topic may
+    have holes between segments."""
+    import streamlog
+    root = str(tmp_path / "db")
+    with streamlog.open(root) as db:
+        for topic, policy in (("plain", "delete"), ("keyed", "compact")):
+            db.create_topic(topic, config={"segment.bytes": 400, "cleanup.policy": policy})
+            producer = db.producer(linger_ms=0)
+            for i in range(60):
+                producer.send(topic, key=b"k%d" % i, value=b"v%03d" % i).result()
+    assert run("verify", "--quiet", root).returncode == 0
+    plain, keyed = os.path.join(root, "plain-0"), os.path.join(root, "keyed-0")
+    plain_logs, keyed_logs = segment_files(plain), segment_files(keyed)
+    assert len(plain_logs) >= 4 and len(keyed_logs) >= 3
+    for path in (plain_logs[0], plain_logs[2], keyed_logs[1]):
+        os.unlink(path)
+    result = run("verify", "--quiet", root)
+    assert result.returncode == 1
+    problems = [line for line in result.stdout.splitlines() if line.startswith("PROBLEM")]
+    first_base = int(os.path.basename(plain_logs[1]).split(".")[0])
+    third_base = int(os.path.basename(plain_logs[3]).split(".")[0])
+    assert any(f"{plain}: offsets 0..{first_base - 1} are missing" in p for p in problems), problems
+    assert any(f"{plain_logs[3]}: offsets" in p and f"..{third_base - 1} are missing" in p
+               for p in problems), problems
+    assert not any(keyed in p for p in problems), problems

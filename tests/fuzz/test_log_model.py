@@ -25,12 +25,25 @@ records = st.lists(st.tuples(st.one_of(st.none(), st.binary(max_size=8)),
                              st.integers(0, 10**6)), min_size=1, max_size=12)
 
 
+class MemoryCheckpoint:
+    """The log start checkpoint of a LogDirectory, kept in memory across the model's reopens."""
+
+    value = None
+
+    def read(self):
+        return self.value
+
+    def write(self, offset):
+        self.value = offset
+
+
 class LogModel(RuleBasedStateMachine):
     def __init__(self):
         super().__init__()
         self.dir = tempfile.mkdtemp()
         self.path = self.dir + "/m-0"
-        self.log = PartitionLog(self.path, CFG)
+        self.checkpoint = MemoryCheckpoint()
+        self.log = PartitionLog(self.path, CFG, log_start_checkpoint=self.checkpoint)
         self.model = []  # (offset, timestamp, key, value)
         self.start = 0
 
@@ -57,10 +70,14 @@ class LogModel(RuleBasedStateMachine):
     def reopen(self, clean):
         if clean:
             self.log.close()
+            self.checkpoint.write(self.log.log_start_offset)  # as LogDirectory.close does
         else:
             self.log.close(flush=False)  # as a kill after the last write: nothing torn
-        self.log = PartitionLog(self.path, CFG, recovery_point=0, log_start_offset=self.start,
-                                clean_shutdown=clean)
+        # self.start: as if a periodic checkpoint had run since the last move of the start;
+        # retention (by time, too) wrote its own moves into the checkpoint before deleting.
+        self.log = PartitionLog(self.path, CFG, recovery_point=0,
+                                log_start_offset=max(self.start, self.checkpoint.value or 0),
+                                clean_shutdown=clean, log_start_checkpoint=self.checkpoint)
 
     @precondition(lambda self: len(self.model) > 0)
     @rule(data=st.data())

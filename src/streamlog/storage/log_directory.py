@@ -19,8 +19,14 @@ Lifecycle of the marker (why a crash is always noticed):
 So a stop anywhere between the two leaves no marker, and the next open
 recovers every partition from its checkpointed recovery point.
 
+Log start offsets: a log's retention writes its new log start into the
+checkpoint before it removes a segment (_LogStartCheckpoint), so at the next
+open a first segment above the checkpointed start is known to be lost, not
+deleted (log_loader.load_log).
+
 Thread-safety: opening, creating and deleting logs hold `_lock`; each
-PartitionLog is thread-safe on its own.
+PartitionLog is thread-safe on its own. Writes of the checkpoint files hold
+`_files_lock`, taken last (under `_lock` or a log's own lock, never before).
 """
 import logging
 import os
@@ -44,6 +50,7 @@ class LogDirectory:
         self.readonly = readonly
         self.clock_ms = clock_ms
         self._lock = threading.Lock()
+        self._files_lock = threading.Lock()
         self.logs = {}
         self.reports = []
         if not readonly:
@@ -124,12 +131,12 @@ class LogDirectory:
                 self._check_topic_id(tp, directory, topic_id)
             partition_log = PartitionLog(
                 directory, config, recovery_point=self._recovery_points.get(tp, 0),
-                log_start_offset=self._log_starts.get(tp, 0),
+                log_start_offset=self._log_starts.get(tp),
                 clean_shutdown=self.clean_shutdown, readonly=self.readonly,
-                clock_ms=self.clock_ms)
+                clock_ms=self.clock_ms, log_start_checkpoint=_LogStartCheckpoint(self, tp))
             self.logs[tp] = partition_log
-            if partition_log.recovery_report.dropped_data or \
-                    partition_log.recovery_report.rebuilt_indexes:
+            report = partition_log.recovery_report
+            if report.dropped_data or report.rebuilt_indexes or report.missing_head:
                 self.reports.append(partition_log.recovery_report)
             return partition_log
 
@@ -207,10 +214,22 @@ class LogDirectory:
             self._write_checkpoints_locked()
 
     def _write_checkpoints_locked(self):
-        self._recovery_points.update({tp: pl.recovery_point for tp, pl in self.logs.items()})
-        self._log_starts.update({tp: pl.log_start_offset for tp, pl in self.logs.items()})
-        self._recovery_file.write(self._recovery_points)
-        self._start_file.write(self._log_starts)
+        with self._files_lock:
+            self._recovery_points.update({tp: pl.recovery_point for tp, pl in self.logs.items()})
+            self._log_starts.update({tp: pl.log_start_offset for tp, pl in self.logs.items()})
+            self._recovery_file.write(self._recovery_points)
+            self._start_file.write(self._log_starts)
+
+    def _write_log_start(self, tp, offset):
+        with self._files_lock:
+            self._log_starts[tp] = max(offset, self._log_starts.get(tp, offset))
+            self._start_file.write(self._log_starts)
+
+    def _read_log_start(self, tp):
+        try:
+            return self._start_file.read().get(tp)
+        except CorruptCheckpointError:
+            return None
 
     def flush_all(self):
         for partition_log in list(self.logs.values()):
@@ -242,3 +261,22 @@ def _log_removal_failure(_function, path, exc_info):
     # A directory already renamed for deletion that cannot be removed now is removed by the
     # next writable open; a failed cleanup never fails the caller.
     log.warning("could not remove %s: %s; the next open retries", path, exc_info[1])
+
+
+class _LogStartCheckpoint:
+    """One partition's entry in the root's log start offset checkpoint (see the module doc)."""
+
+    __slots__ = ("_directory", "_tp")
+
+    def __init__(self, directory, tp):
+        self._directory = directory
+        self._tp = tp
+
+    def read(self):
+        """The entry as the file holds it now (a read-only view follows the writer with it)."""
+        return self._directory._read_log_start(self._tp)
+
+    def write(self, offset):
+        if self._directory.readonly:
+            raise KafkaStorageError(f"{self._directory.root} is open read-only")
+        self._directory._write_log_start(self._tp, offset)

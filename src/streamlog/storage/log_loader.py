@@ -45,6 +45,7 @@ class RecoveryReport:
     deleted_segments: list = field(default_factory=list)    # base offsets dropped after a cut
     rebuilt_indexes: list = field(default_factory=list)     # (base_offset, problem)
     removed_files: list = field(default_factory=list)       # leftovers of interrupted work
+    missing_head: tuple = None  # (log start, first segment base): the offsets between are gone
 
     @property
     def dropped_data(self):
@@ -59,6 +60,10 @@ class RecoveryReport:
         if self.deleted_segments:
             parts.append(f"deleted {len(self.deleted_segments)} later segment(s) "
                          f"{self.deleted_segments}")
+        if self.missing_head:
+            start, base = self.missing_head
+            parts.append(f"offsets {start}..{base - 1} are missing: the log start offset "
+                         f"checkpoint says {start} but the first segment starts at {base}")
         if self.rebuilt_indexes:
             parts.append(f"rebuilt indexes of {len(self.rebuilt_indexes)} segment(s)")
         if self.recovered_segments:
@@ -74,8 +79,16 @@ class LoadedLog(NamedTuple):
     report: RecoveryReport
 
 
-def load_log(directory, config, *, recovery_point=0, log_start_offset=0, clean_shutdown=False,
+def load_log(directory, config, *, recovery_point=0, log_start_offset=None, clean_shutdown=False,
              readonly=False, now_ms=None):
+    """Open (and recover) the log in directory.
+
+    log_start_offset: the checkpointed log start, None when the checkpoint has no entry.
+    Retention checkpoints the new log start before it removes a segment, so a first segment
+    above a checkpointed start is a segment lost behind the log's back: the log start stays
+    where it was and the offsets in between read as missing (RecoveryReport.missing_head),
+    never as deleted by retention. Unknown, it is the first segment's base, as in Kafka.
+    """
     if readonly:
         return _load_readonly(directory, config, log_start_offset, now_ms)
     report = RecoveryReport(directory, clean_shutdown)
@@ -113,7 +126,8 @@ def load_log(directory, config, *, recovery_point=0, log_start_offset=0, clean_s
                 report.clean_shutdown = clean_shutdown = False
         if not clean_shutdown and segments:
             next_offset = _recover_from(segments, recovery_point, report)
-        if not segments or next_offset < log_start_offset:
+        if not segments or next_offset < (log_start_offset or 0):
+            log_start_offset = log_start_offset or 0
             for segment in segments:
                 report.deleted_segments.append(segment.base_offset)
                 segment.delete()
@@ -125,11 +139,19 @@ def load_log(directory, config, *, recovery_point=0, log_start_offset=0, clean_s
             segment.close()
         raise
 
-    log_start_offset = max(log_start_offset, segments[0].base_offset)
+    log_start_offset = _log_start(log_start_offset, segments, report)
     recovery_point = next_offset if clean_shutdown else min(recovery_point, next_offset)
-    if report.dropped_data or report.rebuilt_indexes:
+    if report.dropped_data or report.rebuilt_indexes or report.missing_head:
         log.warning("recovery: %s", report.summary())
     return LoadedLog(segments, next_offset, recovery_point, log_start_offset, report)
+
+
+def _log_start(checkpointed, segments, report):
+    first_base = segments[0].base_offset
+    if checkpointed is None or checkpointed >= first_base:
+        return first_base if checkpointed is None else checkpointed
+    report.missing_head = (checkpointed, first_base)
+    return checkpointed
 
 
 def _next_offset(segments):
@@ -246,5 +268,5 @@ def _load_readonly(directory, config, log_start_offset, now_ms):
     if not segments:
         raise KafkaStorageError(f"partition directory {directory} holds no segment")
     next_offset = _next_offset(segments)
-    log_start_offset = max(log_start_offset, segments[0].base_offset)
+    log_start_offset = _log_start(log_start_offset, segments, report)
     return LoadedLog(segments, next_offset, next_offset, log_start_offset, report)

@@ -79,9 +79,15 @@ class _MissingOffsets(CorruptRecordError):
 
 
 class PartitionLog:
-    def __init__(self, directory, config, *, recovery_point=0, log_start_offset=0,
-                 clean_shutdown=False, readonly=False, clock_ms=wall_clock_ms):
+    def __init__(self, directory, config, *, recovery_point=0, log_start_offset=None,
+                 clean_shutdown=False, readonly=False, clock_ms=wall_clock_ms,
+                 log_start_checkpoint=None):
+        """log_start_offset: the checkpointed log start, None if unknown (see load_log).
+        log_start_checkpoint: where the log start is kept durably (read() -> offset or None,
+        write(offset)); retention writes it before removing a segment, so a missing first
+        segment can be told from a deleted one. None: nowhere (a log on its own)."""
         self.directory = directory
+        self._log_start_checkpoint = log_start_checkpoint
         self.config = config
         self.readonly = readonly
         self.clock_ms = clock_ms
@@ -98,6 +104,11 @@ class PartitionLog:
         self.log_start_offset = loaded.log_start_offset
         self.recovery_point = loaded.recovery_point
         self.recovery_report = loaded.report
+        if readonly and loaded.report.missing_head and log_start_checkpoint is not None:
+            # The writer's retention may have moved the start since this view read it.
+            self.log_start_offset = max(self.log_start_offset, log_start_checkpoint.read() or 0)
+            if self.log_start_offset >= self._bases[0]:
+                loaded.report.missing_head = None
         self._pending_deletes = []  # (deadline_ms, segment)
         self._unflushed_records = 0
         self._last_flush_ms = clock_ms()
@@ -296,6 +307,12 @@ class PartitionLog:
                 f"log end {end})", self.name, fetch_offset)
         batches = []
         if fetch_offset < upper:
+            if fetch_offset < bases[0]:
+                raise _MissingOffsets(
+                    f"offsets {fetch_offset}..{bases[0] - 1} of {self.name} are missing: the "
+                    f"log starts at {log_start} but its first segment at {bases[0]} (a segment "
+                    f"file of {self.directory} was removed); seek to {bases[0]}, or delete the "
+                    f"records below it to accept the loss", self.directory)
             i = max(bisect.bisect_right(bases, fetch_offset) - 1, 0)
             for j in range(i, len(segments)):
                 segment = segments[j]
@@ -389,6 +406,10 @@ class PartitionLog:
             self._roll_locked(self._next_offset, self.clock_ms())
         keep = self._segments[len(deletable):]
         self.log_start_offset = max(self.log_start_offset, keep[0].base_offset)
+        if self._log_start_checkpoint is not None:
+            # Durable before any segment goes: a crash in between must not leave a log whose
+            # first segment starts above its checkpointed start, which reads as damage.
+            self._log_start_checkpoint.write(self.log_start_offset)
         self._segments = keep
         self._bases = [s.base_offset for s in keep]
         deadline = self.clock_ms() + self.config.file_delete_delay_ms
@@ -468,11 +489,13 @@ class PartitionLog:
             present = set(segment_bases(self.directory))
             previous_last = self._segments[-1].base_offset if self._segments else -1
             keep = []
+            removed = False
             for segment in self._segments:
                 if segment.base_offset in present:
                     keep.append(segment)
                 else:
                     segment.close()  # deleted by the writer's retention
+                    removed = True
             new = [base for base in sorted(present) if not keep or base > keep[-1].base_offset]
             keep.extend(open_readonly_segments(self.directory, new, self.config))
             if not keep:
@@ -482,9 +505,21 @@ class PartitionLog:
                     segment.log.refresh_size()
             self._segments = keep
             self._bases = [s.base_offset for s in keep]
-            self.log_start_offset = max(self.log_start_offset, keep[0].base_offset)
+            self.log_start_offset = max(self.log_start_offset, self._writer_log_start(removed))
             self._next_offset = max(self._next_offset, self._scan_tail(keep))
             self.high_watermark = self._next_offset
+
+    def _writer_log_start(self, removed):
+        """Read-only: the log start the writer has moved to, as far as this view can prove it.
+
+        A segment that left this view went by the writer's retention, which checkpointed the
+        new start first; a segment absent since the open says nothing (see load_log)."""
+        checkpointed = None
+        if self._log_start_checkpoint is not None:
+            checkpointed = self._log_start_checkpoint.read()
+        if removed:
+            return max(self._segments[0].base_offset, checkpointed or 0)
+        return checkpointed or 0
 
     def _scan_tail(self, segments):
         """Next offset after the last whole batch, scanning only what is new since last time."""

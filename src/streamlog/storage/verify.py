@@ -2,8 +2,10 @@
 
 Reads every segment of every partition read-only and checks, without
 changing anything: batch headers and CRCs, record framing (every record is
-decoded), offsets increasing within and across segments, and that every
-offset-index and time-index entry says what the log says. A live writer may be
+decoded), offsets increasing within and across segments, no offsets missing
+(below the first segment, against the log start offset checkpoint, or between
+two segments of a topic whose topic.json says it is not compacted), and that
+every offset-index and time-index entry says what the log says. A live writer may be
 appending: a partial batch at the very end of a partition is reported as a
 note, not a problem.
 """
@@ -11,7 +13,8 @@ import os
 from dataclasses import dataclass, field
 
 from ..errors import CorruptRecordError
-from . import files
+from ..structs import TopicPartition
+from . import files, partition_metadata
 from .checkpoint import CorruptCheckpointError, OffsetCheckpointFile
 from .file_records import FileRecords, IncompleteBatch
 from .log_loader import segment_bases
@@ -74,11 +77,13 @@ def verify_directory(root, progress=None):
         if progress is not None:
             progress(done[0], total, path)
 
+    checkpoints = {}
     for name in (files.RECOVERY_POINT_CHECKPOINT, files.LOG_START_OFFSET_CHECKPOINT):
         try:
-            OffsetCheckpointFile(os.path.join(root, name)).read()
+            checkpoints[name] = OffsetCheckpointFile(os.path.join(root, name)).read()
         except CorruptCheckpointError as exc:
             report.problems.append(Finding(os.path.join(root, name), None, str(exc)))
+    log_starts = checkpoints.get(files.LOG_START_OFFSET_CHECKPOINT, {})
     for directory in partition_directories(root):
         if not segment_bases(directory) and not os.path.exists(
                 os.path.join(directory, files.PARTITION_METADATA_FILE)):
@@ -87,19 +92,47 @@ def verify_directory(root, progress=None):
                                 "and no partition.metadata: not a partition, not checked")
             continue
         report.partitions += 1
-        verify_partition(directory, report, advance)
+        parsed = files.parse_partition_dir_name(os.path.basename(directory))
+        log_start = log_starts.get(TopicPartition(*parsed)) if parsed else None
+        verify_partition(directory, report, advance, log_start)
     if progress is not None:
         progress(total, total, "")
     return report
 
 
-def verify_partition(directory, report, advance=lambda n, p: None):
+def verify_partition(directory, report, advance=lambda n, p: None, log_start=None):
+    """log_start: the checkpointed log start of the partition, None if unknown."""
     bases = segment_bases(directory)
+    if bases and log_start is not None and log_start < bases[0]:
+        # Retention checkpoints the new start before it removes a segment (log_directory).
+        report.problems.append(Finding(
+            directory, None, f"offsets {log_start}..{bases[0] - 1} are missing: the log start "
+                             f"offset checkpoint says {log_start}, the first segment starts at "
+                             f"{bases[0]}"))
+    dense = _is_dense(directory, report)
     previous_last = None
     for i, base in enumerate(bases):
         is_last = i == len(bases) - 1
         report.segments += 1
+        if dense and previous_last is not None and base > previous_last + 1:
+            report.problems.append(Finding(
+                files.log_file(directory, base), None,
+                f"offsets {previous_last + 1}..{base - 1} are missing: the segment before "
+                f"ends at {previous_last}"))
         previous_last = _verify_segment(directory, base, previous_last, is_last, report, advance)
+
+
+def _is_dense(directory, report):
+    """True when topic.json says the topic is not compacted: only compaction leaves holes."""
+    try:
+        doc = partition_metadata.read_topic_config(directory)
+    except partition_metadata.CorruptPartitionMetadataError as exc:
+        report.problems.append(Finding(os.path.join(directory, files.TOPIC_CONFIG_FILE), None,
+                                       str(exc)))
+        return False
+    if doc is None:
+        return False
+    return "compact" not in str(doc["config"].get("cleanup.policy", "delete"))
 
 
 def _verify_segment(directory, base, previous_last, is_last, report, advance):

@@ -71,3 +71,104 @@ def test_a_compacted_log_may_have_holes_between_segments(log_dir):
     offsets = [r[0] for r in read_all(log)]
     assert offsets == list(range(bases[1])) + list(range(bases[2], log.log_end_offset))
     log.close()
+
+
+class RecordingCheckpoint:
+    """A log start checkpoint that records each write and whether the watched segment file
+    still existed when it was written."""
+
+    def __init__(self, value, watched=None):
+        self.value, self.watched, self.writes = value, watched, []
+
+    def read(self):
+        return self.value
+
+    def write(self, offset):
+        self.writes.append((offset, os.path.exists(self.watched)))
+        self.value = offset
+
+
+@pytest.mark.parametrize("readonly", [False, True])
+def test_a_removed_first_segment_under_a_checkpointed_start_is_an_error(log_dir, readonly):
+    """Kafka's loader takes the first segment's base as the log start whatever the checkpoint
+    says, so a lost first segment reads as retention. Here retention checkpoints the new start
+    before removing a segment, so a first segment above the checkpointed start is a loss: the
+    start stays, and reading the offsets in between is CorruptRecordError, not a quiet skip."""
+    bases = written_log(log_dir)
+    remove_segment(log_dir, bases[0])
+    log = PartitionLog(log_dir, config(**SETTINGS), clean_shutdown=True, readonly=readonly,
+                       log_start_offset=0, log_start_checkpoint=RecordingCheckpoint(0))
+    assert log.log_start_offset == 0
+    assert log.recovery_report.missing_head == (0, bases[1])
+    with pytest.raises(CorruptRecordError, match=f"offsets 0..{bases[1] - 1} .* missing") as raised:
+        read_all(log)
+    assert raised.value.path == log_dir
+    assert read_all(log, bases[1])[0][0] == bases[1]   # seeking past the hole reads on
+    if not readonly:
+        log.increase_log_start_offset(bases[1])        # accepting the loss
+        assert read_all(log)[0][0] == bases[1]
+    log.close()
+
+
+def test_without_a_checkpointed_start_the_first_segment_starts_the_log(log_dir):
+    bases = written_log(log_dir)
+    remove_segment(log_dir, bases[0])
+    log = PartitionLog(log_dir, config(**SETTINGS), clean_shutdown=True, log_start_offset=None)
+    assert log.log_start_offset == bases[1] and log.recovery_report.missing_head is None
+    assert read_all(log)[0][0] == bases[1]
+    log.close()
+
+
+def test_retention_checkpoints_the_new_start_before_it_removes_a_segment(log_dir):
+    bases = written_log(log_dir)
+    checkpoint = RecordingCheckpoint(0, files.log_file(log_dir, bases[0]))
+    log = PartitionLog(log_dir, config(**SETTINGS, retention_ms=-1), clean_shutdown=True,
+                       log_start_offset=0, log_start_checkpoint=checkpoint)
+    log.increase_log_start_offset(bases[2])
+    assert log.delete_old_segments() == 2
+    # Written once, with the first segment's file still in place.
+    assert checkpoint.writes == [(bases[2], True)]
+    # A stop right after the rename (no close; the next open removes the .deleted files):
+    # the start it finds in the checkpoint is the one it needs, no hole.
+    reopened = PartitionLog(log_dir, config(**SETTINGS), log_start_offset=checkpoint.value)
+    assert not os.path.exists(files.log_file(log_dir, bases[0]))
+    assert reopened.recovery_report.missing_head is None
+    assert read_all(reopened)[0][0] == bases[2]
+    reopened.close()
+    log.close()
+
+
+def test_a_read_only_view_follows_the_start_the_writer_checkpointed(log_dir):
+    """The view read the checkpoint before the writer's retention removed the first segment:
+    the writer had checkpointed the new start first, and the view re-reads it."""
+    bases = written_log(log_dir)
+    checkpoint = RecordingCheckpoint(bases[1])   # what the writer wrote before removing
+    remove_segment(log_dir, bases[0])
+    view = PartitionLog(log_dir, config(**SETTINGS), readonly=True, log_start_offset=0,
+                        log_start_checkpoint=checkpoint)
+    assert view.log_start_offset == bases[1] and view.recovery_report.missing_head is None
+    assert read_all(view)[0][0] == bases[1]
+    view.close()
+
+
+def test_a_log_directory_checkpoints_retention_before_the_segments_go(tmp_path):
+    """Through LogDirectory: the start is in the root's checkpoint file on disk as soon as
+    retention has run (no close), and a later open of the root finds no hole."""
+    from streamlog.storage.log_directory import LogDirectory
+    from streamlog.structs import TopicPartition
+    root, tp = str(tmp_path / "root"), TopicPartition("topic", 0)
+    directory = LogDirectory(root)
+    log = directory.open_log(tp, config(**SETTINGS, retention_ms=-1))
+    for i in range(40):
+        log.append(make_batch(i, 5))
+    bases = [s.base_offset for s in log.segments]
+    log.increase_log_start_offset(bases[1])
+    assert log.delete_old_segments() == 1
+    with open(os.path.join(root, files.LOG_START_OFFSET_CHECKPOINT)) as f:
+        assert f.read().splitlines() == ["0", "1", f"topic 0 {bases[1]}"]
+    again = LogDirectory(root)   # the process "died": no close
+    reopened = again.open_log(tp, config(**SETTINGS, retention_ms=-1))
+    assert reopened.log_start_offset == bases[1] and reopened.recovery_report.missing_head is None
+    assert read_all(reopened)[0][0] == bases[1]
+    again.close()
+    log.close(flush=False)
