@@ -107,7 +107,8 @@ class Broker:
             if not readonly:
                 self._dir_lock = DirectoryLock(self.root)
                 self._dir_lock.acquire()
-            self.logs = LogDirectory(self.root, readonly, clock_ms)
+            self.logs = LogDirectory(self.root, readonly, clock_ms,
+                                     max_open_files=self.config.max_open_files)
             metadata_log = self.logs.open_log(METADATA_PARTITION, METADATA_LOG_CONFIG)
             self.metadata = TopicRegistry(metadata_log, self.config.topic_defaults, clock_ms,
                                           readonly)

@@ -23,6 +23,7 @@ _BROKER_KEYS = {
     "offsets.topic.num.partitions": ("offsets_topic_num_partitions", int),
     "offsets.retention.minutes": ("offsets_retention_minutes", int),
     "offsets.retention.check.interval.ms": ("offsets_retention_check_interval_ms", int),
+    "max.open.files": ("max_open_files", int),
 }
 
 
@@ -44,6 +45,9 @@ class BrokerConfig:
     offsets_topic_num_partitions: int = 50
     offsets_retention_minutes: int = 7 * 24 * 60
     offsets_retention_check_interval_ms: int = 600_000
+    # Descriptors the segments of the database may hold (storage/open_files.py): None is
+    # half the soft RLIMIT_NOFILE (32..20,000) at open, -1 unbounded (as RocksDB's).
+    max_open_files: int = None
     topic_defaults: LogConfig = LogConfig()
 
     @classmethod
@@ -72,6 +76,11 @@ class BrokerConfig:
         if config.group_max_session_timeout_ms < config.group_min_session_timeout_ms:
             raise InvalidConfigurationError(
                 "group.max.session.timeout.ms must be >= group.min.session.timeout.ms")
+        if config.max_open_files is not None and config.max_open_files != -1 and \
+                config.max_open_files < 1:
+            raise InvalidConfigurationError(
+                f"max.open.files must be -1 (unbounded) or at least 1, not "
+                f"{config.max_open_files}")
         if config.group_initial_rebalance_delay_ms < 0:
             raise InvalidConfigurationError("group.initial.rebalance.delay.ms must be >= 0")
         return replace(config, topic_defaults=LogConfig.from_dict(topic))

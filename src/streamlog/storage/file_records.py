@@ -6,21 +6,27 @@ Invariants:
   2. In the writer process `size` always ends on a batch boundary: an append
      that fails half way is cut back before the error is raised.
   3. The writer process serves fetches from a read-only memory map of the
-     file (view(): no copy), remapped when the file has grown past it. Its
+     file (view(): no copy, mapping.py: no descriptor held), remapped when
+     the file has grown past it. Its
      files are truncated only by recovery at open, before any reader exists,
      so a mapped page never vanishes under a reader. A read-only process may
      see a file that another writer's recovery truncates, where touching a
      mapped page past the new end is a SIGBUS: it reads with pread, which just
      returns short. Scans (headers, batches) use pread in both.
 
+Descriptor: open() takes it and release() gives it back, keeping `size`;
+the segment does both for the root's bound on open files (open_files.py),
+never while the file is in use.
+
 Thread-safety: append / truncate_to / close are serialised by the segment's
 owner; reads need no lock.
 """
 import errno
-import mmap
 import os
 
 from ..errors import CorruptRecordError, KafkaStorageError
+from .mapping import map_readonly
+from .open_files import storage_error
 from .record_batch import LOG_OVERHEAD, RECORD_BATCH_OVERHEAD, RecordBatch, iter_batches
 
 _LENGTH_FIELD_END = LOG_OVERHEAD
@@ -30,6 +36,8 @@ _HEADER_CHUNK_BYTES = 64 << 10
 _IOV_MAX = 1024
 # view() maps the file anew only once it has grown this much past the mapping.
 _REMAP_GROWTH = 1 << 20
+# view() copies reads smaller than this instead of mapping (see there).
+_MIN_VIEW_BYTES = 256 << 10
 
 
 class IncompleteBatch(Exception):
@@ -43,16 +51,53 @@ class IncompleteBatch(Exception):
 
 
 class FileRecords:
-    def __init__(self, path, readonly=False):
+    def __init__(self, path, readonly=False, lazy=False):
+        """lazy: only stat the file (it must exist); open() takes the descriptor."""
         self.path = path
         self.readonly = readonly
-        flags = os.O_RDONLY if readonly else os.O_RDWR | os.O_CREAT
-        try:
-            self._fd = os.open(path, flags, 0o644)
-            self.size = os.fstat(self._fd).st_size
-        except OSError as exc:
-            raise KafkaStorageError(f"cannot open log file {path}: {exc}") from exc
+        self._fd = None
+        self._closed = False
         self._map = None  # read-only mapping for view(); replaced as the file grows
+        if lazy:
+            try:
+                self.size = os.stat(path).st_size
+            except FileNotFoundError as exc:
+                if readonly:
+                    raise storage_error(exc, f"cannot open log file {path}") from exc
+                self.size = 0  # open() creates it
+            except OSError as exc:
+                raise storage_error(exc, f"cannot open log file {path}") from exc
+        else:
+            self.open()
+            try:
+                self.size = os.fstat(self._fd).st_size
+            except OSError as exc:
+                self.release()
+                raise storage_error(exc, f"cannot open log file {path}") from exc
+
+    def open(self):
+        """Take a descriptor for the file unless one is held (see release)."""
+        if self._fd is not None:
+            return
+        if self._closed:
+            raise KafkaStorageError(f"{self.path} was closed")
+        flags = os.O_RDONLY if self.readonly else os.O_RDWR | os.O_CREAT
+        try:
+            self._fd = os.open(self.path, flags, 0o644)
+        except OSError as exc:
+            raise storage_error(exc, f"cannot open log file {self.path}") from exc
+
+    def release(self):
+        """Give back the descriptor and the map; `size` stays, and open() takes them again.
+        Views handed out keep their mapping alive."""
+        self._map = None
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    @property
+    def is_open(self):
+        return self._fd is not None
 
     # --- writing -----------------------------------------------------------
 
@@ -108,10 +153,8 @@ class FileRecords:
     def close(self):
         # Views handed out keep the mapping alive (it outlives the descriptor);
         # dropping our reference lets the last view unmap it.
-        self._map = None
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
+        self.release()
+        self._closed = True
 
     def rename(self, new_path):
         os.replace(self.path, new_path)
@@ -126,7 +169,7 @@ class FileRecords:
 
     @property
     def closed(self):
-        return self._fd is None
+        return self._closed
 
     # --- reading -----------------------------------------------------------
 
@@ -162,6 +205,11 @@ class FileRecords:
         size = min(size, self.size - position)
         if size <= 0:
             return b""
+        if size < _MIN_VIEW_BYTES:
+            # A view keeps its whole map alive, after the segment released its files too: a
+            # consumer buffering small fetches of thousands of partitions would hold a map of
+            # each. Small reads copy; a view's map costs at most one per _MIN_VIEW_BYTES held.
+            return self.read(position, size)
         mapped = self._map
         if mapped is None or len(mapped) < position + size:
             if mapped is not None and self.size - len(mapped) < _REMAP_GROWTH:
@@ -169,10 +217,12 @@ class FileRecords:
                 # the new bytes costs less than a new mapping (~90 us on the project machine).
                 return self.read(position, size)
             try:
-                mapped = self._map = mmap.mmap(self._fd, self.size, access=mmap.ACCESS_READ)
-            except (OSError, ValueError, TypeError) as exc:
+                mapped = self._map = map_readonly(self._fd, self.size)
+            except OSError as exc:
+                raise storage_error(exc, f"cannot map {self.path}") from exc
+            except (ValueError, TypeError) as exc:
                 raise KafkaStorageError(f"cannot map {self.path}: {exc}") from exc
-        return memoryview(mapped)[position:position + size]
+        return mapped[position:position + size]
 
     def headers(self, start=0, end=None):
         """Yield a header-only RecordBatch for each batch in [start, end).

@@ -39,14 +39,19 @@ from ..structs import TopicPartition
 from . import files, partition_metadata
 from .checkpoint import CorruptCheckpointError, OffsetCheckpointFile
 from .durable import fsync_dir, write_atomically
+from .open_files import OpenSegments, default_max_open_files
 from .partition_log import PartitionLog, wall_clock_ms
 
 log = logging.getLogger("streamlog.storage")
 
 
 class LogDirectory:
-    def __init__(self, root, readonly=False, clock_ms=wall_clock_ms):
+    def __init__(self, root, readonly=False, clock_ms=wall_clock_ms, max_open_files=None):
+        """max_open_files: the bound on the descriptors the segments hold (open_files.py);
+        None derives it from RLIMIT_NOFILE, -1 is unbounded."""
         self.root = os.path.abspath(root)
+        self.open_files = OpenSegments(default_max_open_files() if max_open_files is None
+                                       else max_open_files)
         self.readonly = readonly
         self.clock_ms = clock_ms
         self._lock = threading.Lock()
@@ -133,7 +138,8 @@ class LogDirectory:
                 directory, config, recovery_point=self._recovery_points.get(tp, 0),
                 log_start_offset=self._log_starts.get(tp),
                 clean_shutdown=self.clean_shutdown, readonly=self.readonly,
-                clock_ms=self.clock_ms, log_start_checkpoint=_LogStartCheckpoint(self, tp))
+                clock_ms=self.clock_ms, log_start_checkpoint=_LogStartCheckpoint(self, tp),
+                open_files=self.open_files)
             self.logs[tp] = partition_log
             report = partition_log.recovery_report
             if report.dropped_data or report.rebuilt_indexes or report.missing_head:

@@ -6,7 +6,10 @@ Steps (writer), in order:
      swap: every ordinary segment inside the offset range of the `.swap`
      segments is deleted and the `.swap` files take their final names.
   2. Delete index files that have no `.log`.
-  3. Open every segment; an index that fails its sanity check is rebuilt.
+  3. Make every segment, opening only the last (and, after an unclean stop,
+     those step 4 recovers): the others are lazy, opened at their first use.
+     An index that fails its sanity check is rebuilt, at open for the ones
+     opened here, at first use for the lazy ones.
   4. Unclean stop: recover every segment from the one holding the recovery
      point to the end (re-validate each batch, rebuild its indexes). At the
      first invalid byte the log is cut, the cut is reported, and every later
@@ -17,7 +20,7 @@ Steps (writer), in order:
      file grows into it as entries come).
 
 A read-only open (another process, the writer may be live) changes nothing:
-it opens the ordinary segments and finds the end of the last whole batch.
+it lists the ordinary segments (lazy) and finds the end of the last whole batch.
 """
 import logging
 import os
@@ -80,7 +83,7 @@ class LoadedLog(NamedTuple):
 
 
 def load_log(directory, config, *, recovery_point=0, log_start_offset=None, clean_shutdown=False,
-             readonly=False, now_ms=None):
+             readonly=False, now_ms=None, open_files=None):
     """Open (and recover) the log in directory.
 
     log_start_offset: the checkpointed log start, None when the checkpoint has no entry.
@@ -88,9 +91,13 @@ def load_log(directory, config, *, recovery_point=0, log_start_offset=None, clea
     above a checkpointed start is a segment lost behind the log's back: the log start stays
     where it was and the offsets in between read as missing (RecoveryReport.missing_head),
     never as deleted by retention. Unknown, it is the first segment's base, as in Kafka.
+
+    Only what recovery must read is opened: the segments from the recovery point on after
+    an unclean stop, the last one after a clean stop. The others are lazy (KIP-263): their
+    files are opened, and their indexes checked, at their first use.
     """
     if readonly:
-        return _load_readonly(directory, config, log_start_offset, now_ms)
+        return _load_readonly(directory, config, log_start_offset, now_ms, open_files)
     report = RecoveryReport(directory, clean_shutdown)
     os.makedirs(directory, exist_ok=True)
     _remove_leftovers(directory, report)
@@ -103,10 +110,13 @@ def load_log(directory, config, *, recovery_point=0, log_start_offset=None, clea
         # After an unclean stop, step 4 recovers everything from the recovery point's
         # segment anyway (rebuilding its indexes), so step 3 checks only what lies before.
         recover_from = None if clean_shutdown else _segment_holding(bases, recovery_point)
-        for base in bases:
-            segment = LogSegment(directory, base, config, now_ms=now_ms)
+        for i, base in enumerate(bases):
+            last = i == len(bases) - 1
+            recovered = recover_from is not None and base >= recover_from
+            segment = LogSegment(directory, base, config, now_ms=now_ms, open_files=open_files,
+                                 lazy=not (last or recovered))
             segments.append(segment)
-            if recover_from is not None and base >= recover_from:
+            if recovered or not last:
                 continue
             problem = segment.index_problem()
             if problem:
@@ -131,7 +141,8 @@ def load_log(directory, config, *, recovery_point=0, log_start_offset=None, clea
             for segment in segments:
                 report.deleted_segments.append(segment.base_offset)
                 segment.delete()
-            segments = [LogSegment(directory, log_start_offset, config, now_ms=now_ms)]
+            segments = [LogSegment(directory, log_start_offset, config, now_ms=now_ms,
+                                   open_files=open_files)]
             next_offset = log_start_offset
         segments[-1].resize_indexes(config.segment_index_bytes)
     except BaseException:
@@ -260,11 +271,12 @@ def _remove_orphan_indexes(directory, bases, report):
                 report.removed_files.append(name)
 
 
-def _load_readonly(directory, config, log_start_offset, now_ms):
+def _load_readonly(directory, config, log_start_offset, now_ms, open_files):
     report = RecoveryReport(directory, clean_shutdown=False)
     if not os.path.isdir(directory):
         raise KafkaStorageError(f"partition directory {directory} does not exist")
-    segments = open_readonly_segments(directory, segment_bases(directory), config, now_ms)
+    segments = open_readonly_segments(directory, segment_bases(directory), config, now_ms,
+                                      open_files)
     if not segments:
         raise KafkaStorageError(f"partition directory {directory} holds no segment")
     next_offset = _next_offset(segments)

@@ -39,6 +39,7 @@ from . import files
 from .durable import fsync_dir
 from .file_records import IncompleteBatch
 from .log_loader import load_log, segment_bases
+from .open_files import OpenSegments
 from .record_batch import (LOG_OVERHEAD, RECORD_BATCH_OVERHEAD, RecordBatch, iter_batches,
                            set_log_append_time)
 from .segment import BatchInfo, LogSegment, open_readonly_segments
@@ -81,13 +82,16 @@ class _MissingOffsets(CorruptRecordError):
 class PartitionLog:
     def __init__(self, directory, config, *, recovery_point=0, log_start_offset=None,
                  clean_shutdown=False, readonly=False, clock_ms=wall_clock_ms,
-                 log_start_checkpoint=None):
+                 log_start_checkpoint=None, open_files=None):
         """log_start_offset: the checkpointed log start, None if unknown (see load_log).
         log_start_checkpoint: where the log start is kept durably (read() -> offset or None,
         write(offset)); retention writes it before removing a segment, so a missing first
-        segment can be told from a deleted one. None: nowhere (a log on its own)."""
+        segment can be told from a deleted one. None: nowhere (a log on its own).
+        open_files: the root's bound on open files (open_files.OpenSegments); None: the log
+        has one of its own, unbounded."""
         self.directory = directory
         self._log_start_checkpoint = log_start_checkpoint
+        self._open_files = open_files if open_files is not None else OpenSegments()
         self.config = config
         self.readonly = readonly
         self.clock_ms = clock_ms
@@ -96,7 +100,7 @@ class PartitionLog:
         self._flush_lock = threading.Lock()
         loaded = load_log(directory, config, recovery_point=recovery_point,
                           log_start_offset=log_start_offset, clean_shutdown=clean_shutdown,
-                          readonly=readonly, now_ms=clock_ms())
+                          readonly=readonly, now_ms=clock_ms(), open_files=self._open_files)
         self._segments = loaded.segments
         self._bases = [s.base_offset for s in self._segments]
         self._next_offset = loaded.next_offset
@@ -260,7 +264,8 @@ class PartitionLog:
         if os.path.exists(files.log_file(self.directory, new_base)):
             raise KafkaStorageError(
                 f"cannot roll {self.name}: a segment file for offset {new_base} already exists")
-        segment = LogSegment(self.directory, new_base, self.config, now_ms=now_ms)
+        segment = LogSegment(self.directory, new_base, self.config, now_ms=now_ms,
+                             open_files=self._open_files)
         # Copy-on-write: readers iterate the old lists without a lock.
         self._segments = self._segments + [segment]
         self._bases = self._bases + [new_base]
@@ -287,11 +292,13 @@ class PartitionLog:
             self.refresh()  # caught up with what we know: look for more
         try:
             return self._read(fetch_offset, max_bytes, max_offset, min_one_batch, buffer)
-        except _MissingOffsets:
-            if not self.readonly:
+        except (KafkaStorageError, _MissingOffsets) as exc:
+            if not self.readonly or not (isinstance(exc, _MissingOffsets) or
+                                         isinstance(exc.__cause__, FileNotFoundError)):
                 raise
             # Retention may have removed a segment under this view (its offsets are then
-            # below the log start the writer moved): look again before calling it damage.
+            # below the log start the writer moved; a lazy segment finds its file gone at
+            # its first use): look again before calling it damage.
             self.refresh()
             return self._read(fetch_offset, max_bytes, max_offset, min_one_batch, buffer)
 
@@ -457,13 +464,10 @@ class PartitionLog:
                 dir_dirty, self._dir_dirty = self._dir_dirty, False
                 self._unflushed_records = 0
             for segment in segments:
-                if not segment.log.closed:
-                    segment.log.flush()
+                segment.flush_log()
             with self._lock:
                 for segment in segments:
-                    if not segment.log.closed:
-                        segment.offset_index.flush()
-                        segment.time_index.flush()
+                    segment.flush_indexes()
             if dir_dirty:
                 fsync_dir(self.directory)
             self.recovery_point = max(self.recovery_point, target)
@@ -497,12 +501,13 @@ class PartitionLog:
                     segment.close()  # deleted by the writer's retention
                     removed = True
             new = [base for base in sorted(present) if not keep or base > keep[-1].base_offset]
-            keep.extend(open_readonly_segments(self.directory, new, self.config))
+            keep.extend(open_readonly_segments(self.directory, new, self.config,
+                                               open_files=self._open_files))
             if not keep:
                 return
             for segment in keep:
                 if segment.base_offset >= previous_last:  # the old active one may have grown
-                    segment.log.refresh_size()
+                    segment.refresh_size()
             self._segments = keep
             self._bases = [s.base_offset for s in keep]
             self.log_start_offset = max(self.log_start_offset, self._writer_log_start(removed))
@@ -529,14 +534,15 @@ class PartitionLog:
         else:
             return segments[-1].base_offset
         base, position, next_offset = self._tail
-        if base != segment.base_offset:
-            position, next_offset = segment.tail_scan_start(), segment.base_offset
-        try:
-            for header in segment.log.headers(position):
-                position = header.file_position + header.size_in_bytes
-                next_offset = header.next_offset
-        except IncompleteBatch as exc:
-            segment.check_partial_tail(exc)  # else the writer is still writing this batch
+        with segment.pinned():
+            if base != segment.base_offset:
+                position, next_offset = segment.tail_scan_start(), segment.base_offset
+            try:
+                for header in segment.log.headers(position):
+                    position = header.file_position + header.size_in_bytes
+                    next_offset = header.next_offset
+            except IncompleteBatch as exc:
+                segment.check_partial_tail(exc)  # else the writer is still writing this batch
         self._tail = (segment.base_offset, position, next_offset)
         if segment is not segments[-1]:
             next_offset = max(next_offset, segments[-1].base_offset)

@@ -15,21 +15,37 @@ Thread-safety: append, roll-related calls, recover and close run under the
 partition's append lock; read, translate_offset and find_offset_by_timestamp
 may run on any thread at the same time.
 
+Open files: a segment's descriptors and maps are the root's to bound
+(open_files.OpenSegments). Every method that touches a file pins the segment
+for its duration, which opens the files if they were released; a segment not
+in use may have them released at any time, keeping its size, index entry
+counts and timestamps. A segment made `lazy` (an existing one the loader did
+not need to read) opens nothing until its first use, and checks its indexes
+then: an index that fails the check is rebuilt from the log, as the loader
+would have done.
+
 On a crash: bytes written after the last fsync may be missing or torn, and
 the indexes may disagree with the log; recover() rebuilds both indexes from
 the log and cuts the log after the last valid batch.
 """
 import bisect
+import functools
+import logging
 import os
+import threading
 import time
+from contextlib import contextmanager
 from typing import NamedTuple
 
 from ..errors import CorruptRecordError, KafkaStorageError
 from . import files
 from .file_records import FileRecords, IncompleteBatch
 from .offset_index import OffsetIndex
+from .open_files import OpenSegments
 from .record_batch import LOG_OVERHEAD, NO_TIMESTAMP, iter_batches
 from .time_index import TimeIndex
+
+_logger = logging.getLogger("streamlog.storage")
 
 _INT32_MAX = 2**31 - 1
 # How many recently appended batches a segment remembers exactly (see _recent).
@@ -60,7 +76,7 @@ class RecoveryResult(NamedTuple):
     reason: str          # why recovery stopped early ('' if it read to the end)
 
 
-def open_readonly_segments(directory, bases, config, now_ms=None):
+def open_readonly_segments(directory, bases, config, now_ms=None, open_files=None):
     """Read-only LogSegments of `bases`, leaving out any whose log file is gone by the time it
     is opened: the writer's retention may delete (or rename to .deleted) a segment between a
     reader's listing and its open. What it held is then below the log start, which a fetch
@@ -68,30 +84,48 @@ def open_readonly_segments(directory, bases, config, now_ms=None):
     segments = []
     for base in bases:
         try:
-            segments.append(LogSegment(directory, base, config, readonly=True, now_ms=now_ms))
+            segments.append(LogSegment(directory, base, config, readonly=True, now_ms=now_ms,
+                                       open_files=open_files, lazy=True))
         except KafkaStorageError as exc:
             if not isinstance(exc.__cause__, FileNotFoundError):
                 raise
     return segments
 
 
+def _uses_files(method):
+    """Pin the segment (its files open) for the duration of the method."""
+    @functools.wraps(method)
+    def pinned_call(self, *args, **kwargs):
+        self.pin()
+        try:
+            return method(self, *args, **kwargs)
+        finally:
+            self.unpin()
+    return pinned_call
+
+
 class LogSegment:
-    def __init__(self, directory, base_offset, config, readonly=False, suffix="", now_ms=None):
+    def __init__(self, directory, base_offset, config, readonly=False, suffix="", now_ms=None,
+                 open_files=None, lazy=False):
+        """open_files: the root's OpenSegments (None: a bound of its own, unbounded).
+        lazy: the segment's files exist and need not be opened (nor checked) until used."""
         self.directory = directory
         self.base_offset = base_offset
         self.readonly = readonly
         self.index_interval_bytes = config.index_interval_bytes
         # No batch being written can be longer: a partial batch that claims more is corruption.
         self.max_batch_bytes = max(config.segment_bytes, config.max_message_bytes)
-        self.log = FileRecords(files.log_file(directory, base_offset, suffix), readonly)
-        try:
-            self.offset_index = OffsetIndex(files.offset_index_file(directory, base_offset, suffix),
-                                            base_offset, config.segment_index_bytes, readonly)
-            self.time_index = TimeIndex(files.time_index_file(directory, base_offset, suffix),
-                                        base_offset, config.segment_index_bytes, readonly)
-        except Exception:
-            self.log.close()
-            raise
+        self._open_files_of = open_files if open_files is not None else OpenSegments()
+        self._pins = 0
+        self.file_cost = 1 if readonly else 3  # descriptors while open (see open_files.py)
+        self.log = FileRecords(files.log_file(directory, base_offset, suffix), readonly,
+                               lazy=True)
+        self.offset_index = OffsetIndex(files.offset_index_file(directory, base_offset, suffix),
+                                        base_offset, config.segment_index_bytes, readonly,
+                                        lazy=True)
+        self.time_index = TimeIndex(files.time_index_file(directory, base_offset, suffix),
+                                    base_offset, config.segment_index_bytes, readonly,
+                                    lazy=True)
         self.bytes_since_last_index_entry = 0
         # (base offset, position) of the batches appended in this process, newest last: a
         # reader at the tail finds its batch here by bisection instead of scanning headers
@@ -101,9 +135,78 @@ class LogSegment:
         self.created_ms = now_ms if now_ms is not None else int(time.time() * 1000)
         # The first append's largest timestamp decides time-based rolling; loaded lazily.
         self._rolling_based_timestamp = None
-        ts, offset = self.time_index.last_entry()
-        self.max_timestamp_so_far = ts
-        self.offset_of_max_timestamp_so_far = offset
+        self._timestamps_loaded = False
+        self.max_timestamp_so_far = NO_TIMESTAMP
+        self.offset_of_max_timestamp_so_far = base_offset
+        # A lazy segment's indexes are checked at its first use (see the module doc).
+        self._unchecked = lazy and not readonly
+        # Sealed: the final time entry is written and the indexes trimmed (a lazy segment is
+        # one the loader found below the last, sealed by the run that rolled it).
+        self._sealed = lazy
+        self._check_lock = threading.Lock()
+        self._closed = False
+        if not lazy:
+            self.pin()
+            self.unpin()
+
+    # --- open files (see open_files.py) -----------------------------------
+
+    def pin(self):
+        """Open the files if they were released, and keep them until unpin()."""
+        if self._closed:
+            raise KafkaStorageError(f"segment {self.log.path} is closed")
+        self._open_files_of.pin(self)
+        if self._unchecked:
+            try:
+                self._check_indexes()
+            except BaseException:
+                self.unpin()
+                raise
+
+    def unpin(self):
+        self._open_files_of.unpin(self)
+
+    @contextmanager
+    def pinned(self):
+        self.pin()
+        try:
+            yield self
+        finally:
+            self.unpin()
+
+    def _open_files(self):
+        """Called by OpenSegments, under its lock."""
+        opened = []
+        try:
+            for f in (self.log, self.offset_index, self.time_index):
+                f.open()
+                opened.append(f)
+        except BaseException:
+            for f in opened:
+                f.release()
+            raise
+        if not self._timestamps_loaded:
+            self.max_timestamp_so_far, self.offset_of_max_timestamp_so_far = \
+                self.time_index.last_entry()
+            self._timestamps_loaded = True
+
+    def _release_files(self):
+        """Called by OpenSegments, under its lock, when the segment is not pinned."""
+        self.log.release()
+        self.offset_index.release()
+        self.time_index.release()
+
+    def _check_indexes(self):
+        with self._check_lock:
+            if not self._unchecked:
+                return
+            problem = self._index_problem()
+            if problem:
+                # What the loader does for a segment it reads at open; the log is not cut
+                # here (a read of damaged bytes is a CorruptRecordError instead).
+                _logger.warning("rebuilding the indexes of %s: %s", self.log.path, problem)
+                self._rebuild_indexes(truncate=False)
+            self._unchecked = False
 
     # --- size and offsets -------------------------------------------------
 
@@ -115,9 +218,14 @@ class LogSegment:
     def path(self):
         return self.log.path
 
+    @property
+    def closed(self):
+        return self._closed
+
     def __repr__(self):
         return f"LogSegment(base_offset={self.base_offset}, size={self.size})"
 
+    @_uses_files
     def read_next_offset(self):
         """One past the last offset in the segment (scans from the last index entry)."""
         next_offset = self.base_offset
@@ -130,6 +238,7 @@ class LogSegment:
             self.check_partial_tail(exc)
         return next_offset
 
+    @_uses_files
     def tail_scan_start(self):
         """Where a scan for the segment's end may start: the last index entry's position if a
         batch really starts there, else 0. An index never decides what a reader sees: a
@@ -148,6 +257,7 @@ class LogSegment:
                 f"segment.bytes and max.message.bytes ({self.max_batch_bytes})", self.log.path,
                 exc.position) from None
 
+    @_uses_files
     def rolling_based_timestamp(self):
         if self._rolling_based_timestamp is None and self.size > 0:
             for header in self.log.headers(0):
@@ -158,6 +268,9 @@ class LogSegment:
     @property
     def largest_timestamp(self):
         """The largest record timestamp, or the file's mtime when there is none (for retention)."""
+        if not self._timestamps_loaded:
+            with self.pinned():
+                pass  # opening loads them
         if self.max_timestamp_so_far >= 0:
             return self.max_timestamp_so_far
         try:
@@ -167,6 +280,7 @@ class LogSegment:
 
     # --- appending --------------------------------------------------------
 
+    @_uses_files
     def should_roll(self, incoming_bytes, max_timestamp, last_offset, now_ms, segment_bytes,
                     max_segment_ms, jitter_ms=0):
         """Whether the next append must go to a new segment (Kafka's four reasons)."""
@@ -183,6 +297,7 @@ class LogSegment:
             return True
         return last_offset - self.base_offset > _INT32_MAX
 
+    @_uses_files
     def append(self, batch_infos, pieces, first_offset):
         """Write validated batches (pieces of bytes) and index them (invariant 2)."""
         # Room for the entries these batches may add (plus the final time entry of a roll),
@@ -218,11 +333,13 @@ class LogSegment:
             self.bytes_since_last_index_entry = 0
         self.bytes_since_last_index_entry += size
 
+    @_uses_files
     def on_become_inactive(self):
         """Seal: record the final time-index entry and trim the indexes (invariant 3)."""
         self._append_final_time_entry()
         self.offset_index.trim_to_valid_size()
         self.time_index.trim_to_valid_size()
+        self._sealed = True
 
     def _append_final_time_entry(self):
         if self.max_timestamp_so_far >= 0 and not self.readonly:
@@ -230,12 +347,14 @@ class LogSegment:
                                          self.offset_of_max_timestamp_so_far,
                                          skip_full_check=True)
 
+    @_uses_files
     def resize_indexes(self, size):
         self.offset_index.resize(size)
         self.time_index.resize(size)
 
     # --- reading ----------------------------------------------------------
 
+    @_uses_files
     def translate_offset(self, offset, upper_offset=None, sealed=False):
         """File position of the first batch whose last offset is >= offset, or None."""
         found = self._locate(offset, upper_offset, sealed)
@@ -297,6 +416,7 @@ class LogSegment:
             return False
         return header is not None and self.base_offset <= header.base_offset <= offset
 
+    @_uses_files
     def read(self, start_offset, max_size, max_offset=None, min_one_batch=True,
              upper_offset=None, buffer=None, sealed=False):
         """Whole batches from the one holding start_offset, up to max_size bytes.
@@ -349,6 +469,7 @@ class LogSegment:
                     self.log.path, start + pos)
         return FetchSlice(batches, start, pos)
 
+    @_uses_files
     def find_offset_by_timestamp(self, timestamp, starting_offset, upper_offset=None,
                                  sealed=False):
         """(offset, timestamp) of the first record with timestamp >= target and
@@ -377,8 +498,12 @@ class LogSegment:
 
     # --- recovery ---------------------------------------------------------
 
+    @_uses_files
     def recover(self):
         """Re-validate every batch, rebuild both indexes, cut the log after the last valid batch."""
+        return self._rebuild_indexes(truncate=True)
+
+    def _rebuild_indexes(self, truncate):
         self.offset_index.reset()
         self.time_index.reset()
         self.max_timestamp_so_far = NO_TIMESTAMP
@@ -405,14 +530,19 @@ class LogSegment:
                 batches += 1
         except (CorruptRecordError, IncompleteBatch) as exc:
             reason = getattr(exc, "reason", str(exc))
-        truncated = self.log.truncate_to(valid)
+        truncated = self.log.truncate_to(valid) if truncate else 0
         self._append_final_time_entry()
         self.offset_index.trim_to_valid_size()
         self.time_index.trim_to_valid_size()
+        self._sealed = True
         return RecoveryResult(valid, truncated, next_offset, batches, reason)
 
+    @_uses_files
     def index_problem(self):
         """None if both indexes pass their sanity checks against the log, else why not."""
+        return self._index_problem()
+
+    def _index_problem(self):
         if self.log.size and (self.offset_index.created or self.time_index.created):
             return f"an index file of {self.log.path} is missing"
         return (self.offset_index.sanity_problem(self.log.size)
@@ -421,16 +551,39 @@ class LogSegment:
     # --- lifecycle --------------------------------------------------------
 
     def flush(self):
-        self.log.flush()
-        self.offset_index.flush()
-        self.time_index.flush()
+        self.flush_log()
+        self.flush_indexes()
+
+    def flush_log(self):
+        """fsync the log file (no-op once closed)."""
+        if not self._closed:
+            with self.pinned():
+                self.log.flush()
+
+    def flush_indexes(self):
+        if not self._closed:
+            with self.pinned():
+                self.offset_index.flush()
+                self.time_index.flush()
+
+    def refresh_size(self):
+        """Read-only: the log file's length now (a writer may have appended)."""
+        with self.pinned():
+            return self.log.refresh_size()
 
     def close(self):
         """Write the final time-index entry, trim the indexes and close the files."""
-        if not self.readonly and not self.log.closed:
-            self._append_final_time_entry()
-        self.offset_index.close(trim=not self.readonly)
-        self.time_index.close(trim=not self.readonly)
+        if self._closed:
+            return
+        if not self.readonly and not self.log.closed and not self._sealed:
+            with self.pinned():
+                self._append_final_time_entry()
+                self.offset_index.trim_to_valid_size()
+                self.time_index.trim_to_valid_size()
+        self._closed = True
+        self._open_files_of.forget(self)
+        self.offset_index.close(trim=False)
+        self.time_index.close(trim=False)
         self.log.close()
 
     def rename_suffix(self, old_suffix, new_suffix):
@@ -445,6 +598,8 @@ class LogSegment:
 
     def delete(self):
         """Close and remove every file of the segment."""
+        self._closed = True
+        self._open_files_of.forget(self)
         self.offset_index.delete()
         self.time_index.delete()
         self.log.delete()

@@ -15,7 +15,8 @@ Invariants:
      writing, and is assumed to be exactly full of valid entries, because the
      log trims every index to its used size on roll and on close. After an
      unclean stop the loader rebuilds indexes instead of trusting them.
-  3. The writer maps the file read-write. A read-only process never maps an
+  3. The writer maps the file read-write and keeps no descriptor of its own
+     (the map holds one; resizing opens the file for the time it takes). A read-only process never maps an
      index: the writer may trim or rebuild the file under it, and touching a
      mapped page past the new end of file kills the process with SIGBUS.
      It loads a snapshot of the valid prefix instead (reading stops at the
@@ -35,6 +36,7 @@ import threading
 import numpy as np
 
 from ..errors import KafkaStorageError
+from .open_files import storage_error
 
 _SNAPSHOT_CHUNK_ENTRIES = 8192
 # A new index file reserves one page; each growth doubles it. Reserving the whole
@@ -48,7 +50,8 @@ class SparseIndex:
     DTYPE = None  # numpy structured dtype with big-endian fields, packed
     KEY = None    # name of the field entries are ordered by
 
-    def __init__(self, path, base_offset, max_index_size, readonly=False):
+    def __init__(self, path, base_offset, max_index_size, readonly=False, lazy=False):
+        """lazy: open nothing yet; open() does, on the segment's first use of the index."""
         self.path = path
         self.base_offset = base_offset
         self.readonly = readonly
@@ -56,55 +59,100 @@ class SparseIndex:
         self.max_index_size = max_index_size
         self._lock = threading.Lock()
         self._mm = None
-        self._fd = None
+        self._open = False    # writer: mapped (a map of length 0 is no map at all)
+        self._arr = np.zeros(0, dtype=self.DTYPE)
         self.entries = 0
+        self.max_entries = 0
+        self.length = 0
         self.created = False
-        if readonly:
-            self._arr = self._load_snapshot()
-            self.max_entries = self.entries
+        self._loaded = False  # whether entries / length are known (first open done)
+        if not lazy:
+            self.open()
+
+    def open(self):
+        """Map the file (writer) or load its snapshot (read-only) unless already done.
+
+        The writer's first open reads the file's length (assumed full of entries, see
+        invariant 2); a later one, after release(), maps the length it already knows.
+        """
+        if self.readonly:
+            if not self._loaded:
+                self._arr = self._load_snapshot()
+                self.max_entries = self.entries
+                self._loaded = True
             return
+        if self._open:
+            return
+        fd = None
         try:
-            # A missing file of a non-empty segment is a reason to rebuild (the loader checks).
-            self.created = not os.path.exists(path)
-            self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-            length = os.fstat(self._fd).st_size
-            if self.created:
-                length = min(self._round(_FIRST_RESERVATION_BYTES), self._round(max_index_size))
-            self._reserve(length)
-        except (OSError, KafkaStorageError) as exc:
-            self._close_fd()
-            if isinstance(exc, KafkaStorageError):
-                raise
-            raise KafkaStorageError(f"cannot open index file {path}: {exc}") from exc
-        self._map(length)
-        self.entries = 0 if self.created else length // self.entry_size
-        self.max_entries = max(self._round(max_index_size) // self.entry_size, self.entries)
+            if not self._loaded:
+                # A missing file of a non-empty segment is a reason to rebuild (see the loader).
+                self.created = not os.path.exists(self.path)
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            length = self.length
+            if not self._loaded:
+                length = os.fstat(fd).st_size
+                if self.created:
+                    length = min(self._round(_FIRST_RESERVATION_BYTES),
+                                 self._round(self.max_index_size))
+                self._reserve(fd, length)
+            self._map(fd, length)
+        except OSError as exc:
+            raise storage_error(exc, f"cannot open index file {self.path}") from exc
+        finally:
+            if fd is not None:
+                os.close(fd)  # the map holds the file (mmap keeps a descriptor of its own)
+        self._open = True
+        if not self._loaded:
+            self.entries = 0 if self.created else length // self.entry_size
+            self.max_entries = max(self._round(self.max_index_size) // self.entry_size,
+                                   self.entries)
+            self._loaded = True
+
+    def release(self):
+        """Give back the map, keeping what is known of the entries; the next open() maps
+        them again. The writer's dirty pages stay in the page cache."""
+        with self._lock:
+            self._unmap()
+            if self._open and self.length != self.entries * self.entry_size:
+                # Trimmed as on close: a file is always whole entries once nobody maps it.
+                try:
+                    os.truncate(self.path, self.entries * self.entry_size)
+                    self.length = self.entries * self.entry_size
+                    self.capacity = self.entries
+                except OSError:
+                    pass  # the reserved tail stays (zeros): the next open maps it as it was
+            self._open = False
+
+    @property
+    def is_open(self):
+        return self._loaded if self.readonly else self._open
 
     # --- mapping ---------------------------------------------------------
 
     def _round(self, size):
         return max(size, 0) // self.entry_size * self.entry_size
 
-    def _reserve(self, length):
+    def _reserve(self, fd, length):
         """Allocate the file's first `length` bytes for real (extending it), or raise."""
         if length <= 0:
             return
         try:
-            os.posix_fallocate(self._fd, 0, length)
+            os.posix_fallocate(fd, 0, length)
         except OSError as exc:
             full = exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
             raise KafkaStorageError(
                 f"cannot reserve {length} bytes for index file {self.path}"
                 f"{' (disk full)' if full else ''}: {exc}") from exc
 
-    def _map(self, length):
+    def _map(self, fd, length):
         self.length = length
         self.capacity = length // self.entry_size  # entries the map has room for
         if length == 0:
             self._mm = None
             self._arr = np.zeros(0, dtype=self.DTYPE)
         else:
-            self._mm = mmap.mmap(self._fd, length, access=mmap.ACCESS_WRITE)
+            self._mm = mmap.mmap(fd, length, access=mmap.ACCESS_WRITE)
             # A torn file may end inside an entry: view the whole entries only (the sanity
             # check then reports the odd length and the loader rebuilds the index).
             self._arr = np.frombuffer(self._mm, dtype=self.DTYPE, count=self.capacity)
@@ -224,19 +272,26 @@ class SparseIndex:
         reach the file like any write (durability is the flusher's fsync, not this).
         """
         with self._lock:
-            self._unmap()
             try:
-                if new_length < self.length:
-                    os.ftruncate(self._fd, new_length)
-                else:
-                    self._reserve(new_length)
+                fd = os.open(self.path, os.O_RDWR)
             except OSError as exc:
-                self._map(self.length)
-                raise KafkaStorageError(f"cannot resize index {self.path}: {exc}") from exc
-            except KafkaStorageError:
-                self._map(self.length)
-                raise
-            self._map(new_length)
+                raise storage_error(exc, f"cannot resize index {self.path}") from exc
+            try:
+                self._unmap()
+                try:
+                    if new_length < self.length:
+                        os.ftruncate(fd, new_length)
+                    else:
+                        self._reserve(fd, new_length)
+                except OSError as exc:
+                    self._map(fd, self.length)
+                    raise storage_error(exc, f"cannot resize index {self.path}") from exc
+                except KafkaStorageError:
+                    self._map(fd, self.length)
+                    raise
+                self._map(fd, new_length)
+            finally:
+                os.close(fd)
 
     def flush(self):
         if self._mm is not None:
@@ -244,19 +299,14 @@ class SparseIndex:
 
     def close(self, trim=True):
         """Trim (unless told not to), flush and release the file."""
-        if self._fd is None:
+        if not self._open:
             return
         if trim:
             self.trim_to_valid_size()
         self.flush()
         with self._lock:
             self._unmap()
-            self._close_fd()
-
-    def _close_fd(self):
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
+            self._open = False
 
     def delete(self):
         self.close(trim=False)

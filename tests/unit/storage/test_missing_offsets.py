@@ -48,18 +48,21 @@ def test_a_removed_middle_segment_is_an_error_not_a_skip(log_dir, readonly):
     log.close()
 
 
-def test_a_segment_cut_below_the_recovery_point_leaves_a_hole_that_reads_as_an_error(log_dir):
+def test_a_sealed_segment_cut_short_after_a_clean_stop_reads_as_an_error(log_dir):
+    """The open after a clean stop does not read sealed segments (they are lazy): the first
+    read of the cut one finds its index pointing past the log end, rebuilds the index, and
+    meets the batch cut in half: CorruptRecordError, never a skip to the next segment."""
     bases = written_log(log_dir)
     first = segment_files(log_dir)[0]
     with open(first, "r+b") as f:
         f.truncate(os.path.getsize(first) // 2 + 3)   # inside a batch, before index entries
-    # The index now points past the log end: the open recovers that segment and keeps the
-    # later ones, whose data is valid.
     log = PartitionLog(log_dir, config(**SETTINGS), clean_shutdown=True)
-    assert log.recovery_report.truncated_bytes
+    assert not log.recovery_report.dropped_data
     assert [s.base_offset for s in log.segments] == bases
-    with pytest.raises(CorruptRecordError, match="missing"):
+    with pytest.raises(CorruptRecordError, match="inside a record batch") as raised:
         read_all(log)
+    assert raised.value.path == first
+    assert read_all(log, bases[1])[0][0] == bases[1]   # the later segments are intact
     log.close()
 
 

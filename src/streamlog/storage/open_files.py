@@ -1,0 +1,145 @@
+"""The bound on open files: which segments hold descriptors and maps, and how many.
+
+Each log root owns one OpenSegments (log_directory.LogDirectory makes it,
+sized by the database's `max.open.files`); every LogSegment of the root's
+partitions goes through it. It does not close or open files itself: the
+segment does, when asked. A database of any number of partitions and
+segments then runs under any descriptor limit, as LevelDB's table cache
+does.
+
+How a segment is used (LogSegment.pinned):
+  pin    -> the segment's files are opened if they were not (this may push
+            the least recently used unpinned segments out: their files are
+            released, their state kept), and it cannot be pushed out;
+  unpin  -> it can be again.
+So a reader or appender never sees a file released under it, and a segment
+that is not in use costs no descriptor and no map once pushed out.
+
+Accounting: a writable segment holds up to three descriptors and three
+maps: the log's descriptor and one per index map, since Python's mmap keeps
+a duplicate of the descriptor it maps (the indexes keep none of their own;
+the log's read map holds none, see mapping.py). A read-only one holds one
+descriptor (its indexes are snapshots in memory) and no map. The bound
+counts descriptors; the maps of open segments follow from it, plus the
+log maps that fetched views keep alive until they are dropped. Pinned segments may exceed it for as long
+as they are pinned: a bound never fails an operation.
+
+Thread-safety: every method holds `_lock`; a segment's files are opened
+and released under it, so the bound and the LRU order never disagree.
+"""
+import errno
+import resource
+import threading
+from collections import OrderedDict
+
+from ..errors import KafkaStorageError
+
+UNBOUNDED = -1
+# Descriptors the default bound leaves to everything else in the process (sockets, the
+# user's files, Python's own): half the soft limit, capped where the maps the segments
+# may hold (about one per descriptor) stay well under Linux's vm.max_map_count (65,530).
+_DEFAULT_CAP = 20_000
+_DEFAULT_FLOOR = 32
+
+_OUT_OF = {errno.EMFILE: "the process's open file limit (RLIMIT_NOFILE)",
+           errno.ENFILE: "the system's open file limit",
+           errno.ENOMEM: "memory for mappings (vm.max_map_count or RAM)"}
+
+
+def default_max_open_files():
+    """Half of the soft RLIMIT_NOFILE, between 32 and 20,000."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return _DEFAULT_CAP
+    return max(_DEFAULT_FLOOR, min(soft // 2, _DEFAULT_CAP))
+
+
+def held_descriptors():
+    """How many descriptors this process holds now (Linux: /proc/self/fd), or None."""
+    import os
+    try:
+        return len(os.listdir("/proc/self/fd"))
+    except OSError:
+        return None
+
+
+def storage_error(exc, what, held=None, bound=None):
+    """A KafkaStorageError for an OSError met while `what`; running out of descriptors or
+    maps names the limit and the fix instead of a bare errno."""
+    limit = _OUT_OF.get(exc.errno)
+    if limit is None:
+        return KafkaStorageError(f"{what}: {exc}")
+    held = held_descriptors() if held is None else held
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return KafkaStorageError(
+        f"{what}: {exc}. The process ran out of {limit}: it holds {held} descriptors "
+        f"(soft limit {soft}; streamlog's bound max.open.files={bound}). Lower the database's "
+        "max.open.files, or raise the limit (ulimit -n)")
+
+
+class OpenSegments:
+    """An LRU of the segments whose files are open, holding at most `max_open_files`
+    descriptors among the unpinned ones (UNBOUNDED: no limit)."""
+
+    def __init__(self, max_open_files=UNBOUNDED):
+        if max_open_files != UNBOUNDED and max_open_files < 1:
+            raise ValueError(f"max.open.files must be -1 (unbounded) or at least 1, not "
+                             f"{max_open_files}")
+        self.max_open_files = max_open_files
+        self._lock = threading.Lock()
+        self._open = OrderedDict()  # segment -> descriptors it holds; oldest use first
+        self.held = 0               # descriptors held by the segments in _open
+        self.evictions = 0
+
+    def pin(self, segment):
+        """Open segment's files if they are not, and keep them open until unpin."""
+        with self._lock:
+            segment._pins += 1
+            cost = self._open.get(segment)
+            if cost is not None:
+                self._open.move_to_end(segment)
+                return
+            try:
+                # Room first: opening at the limit is what fails with EMFILE.
+                self._make_room_locked(segment.file_cost)
+                segment._open_files()
+            except BaseException:
+                segment._pins -= 1
+                raise
+            self._open[segment] = segment.file_cost
+            self.held += segment.file_cost
+
+    def unpin(self, segment):
+        with self._lock:
+            segment._pins -= 1
+
+    def forget(self, segment):
+        """segment closed its files itself (close, delete): stop counting them."""
+        with self._lock:
+            cost = self._open.pop(segment, None)
+            if cost is not None:
+                self.held -= cost
+
+    def is_open(self, segment):
+        with self._lock:
+            return segment in self._open
+
+    def _make_room_locked(self, needed):
+        if self.max_open_files == UNBOUNDED:
+            return
+        if self.held + needed <= self.max_open_files:
+            return
+        for segment in list(self._open):
+            if self.held + needed <= self.max_open_files:
+                break
+            if segment._pins:
+                continue
+            cost = self._open.pop(segment)
+            self.held -= cost
+            self.evictions += 1
+            segment._release_files()
+
+    def stats(self):
+        with self._lock:
+            return {"segments_open": len(self._open), "descriptors": self.held,
+                    "max_open_files": self.max_open_files, "evictions": self.evictions}

@@ -1,0 +1,139 @@
+"""The bound on open files (storage/open_files.py): segments release their descriptors and maps
+when pushed out of the root's LRU, reopen them at their next use, and never lose state."""
+import os
+import threading
+
+import pytest
+
+from streamlog.errors import KafkaStorageError
+from streamlog.storage import open_files
+from streamlog.storage.open_files import OpenSegments, storage_error
+from streamlog.storage.partition_log import PartitionLog
+
+from support import config, make_batch, read_all
+
+SETTINGS = dict(segment_bytes=2000, index_interval_bytes=150)
+
+
+def descriptors_under(directory):
+    """How many of this process's descriptors point into directory."""
+    count = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            if os.readlink(f"/proc/self/fd/{fd}").startswith(directory):
+                count += 1
+        except OSError:
+            pass
+    return count
+
+
+def maps_under(directory):
+    with open("/proc/self/maps") as f:
+        return sum(1 for line in f if directory in line)
+
+
+def test_a_bound_holds_across_many_logs_and_every_record_reads_back(tmp_path):
+    bound = OpenSegments(12)
+    logs = [PartitionLog(str(tmp_path / f"t-{p}"), config(**SETTINGS), open_files=bound)
+            for p in range(20)]
+    for i in range(30):
+        for log in logs:
+            log.append(make_batch(i, 5))
+    assert all(len(log.segments) >= 3 for log in logs)
+    assert bound.held <= 12 and bound.evictions > 0
+    assert descriptors_under(str(tmp_path)) <= 12
+    assert maps_under(str(tmp_path)) <= 12
+    for log in logs:
+        assert [r[0] for r in read_all(log)] == list(range(150))
+    assert descriptors_under(str(tmp_path)) <= 12
+    for log in logs:
+        log.close()
+    assert descriptors_under(str(tmp_path)) == 0 and bound.held == 0
+
+
+def test_an_evicted_active_segment_appends_and_recovers_as_if_it_never_closed(tmp_path):
+    bound = OpenSegments(3)   # one writable segment at a time
+    a = PartitionLog(str(tmp_path / "a-0"), config(**SETTINGS), open_files=bound)
+    b = PartitionLog(str(tmp_path / "b-0"), config(**SETTINGS), open_files=bound)
+    for i in range(8):       # alternate: each append pushes the other log's active segment out
+        a.append(make_batch(i, 5))
+        b.append(make_batch(100 + i, 5))
+    assert bound.evictions >= 14
+    assert [r[3] for r in read_all(a)] == [r[3] for r in read_all(a)]
+    index_entries = a.active_segment.offset_index.entries
+    assert index_entries > 0   # the index kept its entries through the releases
+    a.flush()
+    # A "crash": the next open recovers from the recovery point and finds the same log.
+    again = PartitionLog(str(tmp_path / "a-0"), config(**SETTINGS), recovery_point=0)
+    assert read_all(again) == read_all(a)
+    assert again.active_segment.offset_index.entries == index_entries
+    for log in (a, b, again):
+        log.close()
+
+
+def test_a_clean_open_opens_only_the_last_segment(tmp_path):
+    directory = str(tmp_path / "t-0")
+    log = PartitionLog(directory, config(**SETTINGS))
+    for i in range(40):
+        log.append(make_batch(i, 5))
+    segments = len(log.segments)
+    log.close()
+    bound = OpenSegments()
+    reopened = PartitionLog(directory, config(**SETTINGS), clean_shutdown=True, open_files=bound)
+    assert segments >= 4 and bound.stats()["segments_open"] == 1
+    assert descriptors_under(directory) == 3
+    assert len(read_all(reopened)) == 200
+    assert bound.stats()["segments_open"] == segments
+    reopened.close()
+
+
+def test_a_pinned_segment_is_never_released_under_its_user(tmp_path):
+    """Readers pin; eviction skips pinned segments, so threads reading many logs under a bound
+    of one segment all read every record."""
+    bound = OpenSegments(1)
+    logs = []
+    for p in range(6):
+        log = PartitionLog(str(tmp_path / f"t-{p}"), config(**SETTINGS), open_files=bound)
+        for i in range(20):
+            log.append(make_batch(i, 5))
+        logs.append(log)
+    errors = []
+
+    def reader(log):
+        try:
+            for _ in range(20):
+                assert len(read_all(log)) == 100
+        except Exception as exc:  # reported below
+            errors.append(exc)
+    threads = [threading.Thread(target=reader, args=(log,)) for log in logs for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    for log in logs:
+        log.close()
+
+
+def test_running_out_of_descriptors_is_a_typed_error_naming_the_limit_and_the_fix():
+    import errno
+    error = storage_error(OSError(errno.EMFILE, "Too many open files"), "cannot open log file x",
+                          held=250, bound=128)
+    assert isinstance(error, KafkaStorageError)
+    message = str(error)
+    assert "RLIMIT_NOFILE" in message and "250" in message and "max.open.files=128" in message
+    assert "ulimit -n" in message
+
+
+def test_the_default_bound_is_half_the_soft_limit_within_its_range(monkeypatch):
+    monkeypatch.setattr(open_files.resource, "getrlimit", lambda which: (1024, 4096))
+    assert open_files.default_max_open_files() == 512
+    monkeypatch.setattr(open_files.resource, "getrlimit", lambda which: (40, 4096))
+    assert open_files.default_max_open_files() == 32
+    monkeypatch.setattr(open_files.resource, "getrlimit", lambda which: (10**6, 10**6))
+    assert open_files.default_max_open_files() == 20_000
+
+
+def test_a_bound_below_one_is_refused():
+    with pytest.raises(ValueError, match="max.open.files"):
+        OpenSegments(0)
