@@ -263,8 +263,33 @@ class Broker:
             if name not in self.metadata.topics:
                 self._check_new_partition_dirs(name, 0, count)
             info = self.metadata.create(name, count, config, allow_internal=internal)
-            self._sync_partitions()
+            try:
+                self._sync_partitions()
+            except Exception as exc:
+                # All or nothing: a topic whose directories could not all be made (no
+                # descriptor, no space) is deleted again, its directories with it.
+                self._undo_create(info, exc)
+                if isinstance(exc, OSError):
+                    raise storage_error(self.root, exc, f"create topic {name!r} in") from exc
+                raise
             return info
+
+    def _undo_create(self, info, cause):
+        try:
+            self.metadata.delete(info.name, allow_internal=True)
+        except StreamlogError as exc:
+            # The record stays: the next open makes the missing directories.
+            log.warning("creating topic %r failed (%s) and so did deleting it again (%s): "
+                        "the next open completes it", info.name, cause, exc)
+            return
+        gone = [TopicPartition(info.name, p) for p in range(info.partitions)]
+        self.partitions = {tp: pl for tp, pl in self.partitions.items()
+                           if tp.topic != info.name}
+        try:
+            self.logs.delete_logs(gone)
+        except StreamlogError as exc:
+            log.warning("creating topic %r failed (%s); its directories are removed at the "
+                        "next open (%s)", info.name, cause, exc)
 
     # --- services (higher layers attach to the broker without it importing them) ------
 

@@ -93,6 +93,9 @@ def storage_error(root, exc, doing="open the database"):
         advice = "the file system is read-only: open the database read-only"
     elif exc.errno in (errno.ENOSPC, errno.EDQUOT):
         advice = "the disk is full: free space, or open the database read-only"
+    elif exc.errno in (errno.EMFILE, errno.ENFILE):
+        advice = ("the process ran out of file descriptors: lower the database's "
+                  "max.open.files, or raise the limit (ulimit -n)")
     else:
         advice = "check the path and the disk"
     return KafkaStorageError(f"cannot {doing} {root}: {reason} ({path}); {advice}")

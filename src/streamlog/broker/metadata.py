@@ -174,10 +174,10 @@ class TopicRegistry:
             if deleted:
                 self._write(name, None)
 
-    def delete(self, name):
+    def delete(self, name, allow_internal=False):
         with self._lock:
             info = self.get(name)
-            if info.internal:
+            if info.internal and not allow_internal:
                 raise InvalidTopicError(f"{name!r} is an internal topic and cannot be deleted")
             self._write(name, None)
             return info

@@ -56,20 +56,27 @@ def offset_prefix(offset):
     return f"{offset:020d}"
 
 
+def _in(directory, name):
+    # os.path.join without its checks: a partition directory has tens of thousands of
+    # segment files to name at open.
+    return f"{directory}{name}" if directory.endswith(os.sep) or not directory else \
+        f"{directory}{os.sep}{name}"
+
+
 def log_file(directory, base_offset, suffix=""):
-    return os.path.join(directory, offset_prefix(base_offset) + LOG_SUFFIX + suffix)
+    return _in(directory, f"{base_offset:020d}{LOG_SUFFIX}{suffix}")
 
 
 def offset_index_file(directory, base_offset, suffix=""):
-    return os.path.join(directory, offset_prefix(base_offset) + INDEX_SUFFIX + suffix)
+    return _in(directory, f"{base_offset:020d}{INDEX_SUFFIX}{suffix}")
 
 
 def time_index_file(directory, base_offset, suffix=""):
-    return os.path.join(directory, offset_prefix(base_offset) + TIME_INDEX_SUFFIX + suffix)
+    return _in(directory, f"{base_offset:020d}{TIME_INDEX_SUFFIX}{suffix}")
 
 
 def txn_index_file(directory, base_offset, suffix=""):
-    return os.path.join(directory, offset_prefix(base_offset) + TXN_INDEX_SUFFIX + suffix)
+    return _in(directory, f"{base_offset:020d}{TXN_INDEX_SUFFIX}{suffix}")
 
 
 def snapshot_file(directory, offset):
@@ -91,13 +98,15 @@ def partition_dir_name(topic, partition):
     return f"{topic}-{partition}"
 
 
-def is_leftover_file_name(name):
+def is_leftover_file_name(name, parsed=False):
     """True for a file of interrupted work that recovery removes: a segment file, snapshot,
     partition.metadata or topic.json left with a `.deleted`, `.cleaned` or `.tmp` suffix.
-    Only names this module makes qualify: a file the library did not make is never removed."""
+    Only names this module makes qualify: a file the library did not make is never removed.
+    parsed: parse_segment_file_name(name) when the caller has it."""
     if name in (PARTITION_METADATA_FILE + TMP_SUFFIX, TOPIC_CONFIG_FILE + TMP_SUFFIX):
         return True
-    parsed = parse_segment_file_name(name)
+    if parsed is False:
+        parsed = parse_segment_file_name(name)
     return parsed is not None and parsed[2] in (DELETED_SUFFIX, CLEANED_SUFFIX, TMP_SUFFIX)
 
 

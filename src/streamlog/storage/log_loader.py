@@ -99,11 +99,19 @@ def load_log(directory, config, *, recovery_point=0, log_start_offset=None, clea
     if readonly:
         return _load_readonly(directory, config, log_start_offset, now_ms, open_files)
     report = RecoveryReport(directory, clean_shutdown)
-    os.makedirs(directory, exist_ok=True)
-    _remove_leftovers(directory, report)
-    _complete_swaps(directory, config, report, now_ms)
-    bases = segment_bases(directory)
-    _remove_orphan_indexes(directory, bases, report)
+    # One listing serves steps 1 and 2 unless they change the directory (rare): opening
+    # thousands of partitions is mostly these listings.
+    try:
+        names = _parsed(os.listdir(directory))
+    except FileNotFoundError:
+        os.makedirs(directory, exist_ok=True)
+        names = []
+    if _remove_leftovers(directory, names, report):
+        names = _parsed(os.listdir(directory))
+    if _complete_swaps(directory, names, config, report, now_ms):
+        names = _parsed(os.listdir(directory))
+    bases = _bases_of(names)
+    _remove_orphan_indexes(directory, names, bases, report)
 
     segments = []
     try:
@@ -214,25 +222,36 @@ def _recover_from(segments, recovery_point, report):
 
 def segment_bases(directory, temp_suffix=""):
     """Sorted base offsets of the segments in a directory (with that temporary suffix)."""
-    bases = set()
-    for name in os.listdir(directory):
-        parsed = files.parse_segment_file_name(name)
-        if parsed and parsed[1] == files.LOG_SUFFIX and parsed[2] == temp_suffix:
-            bases.add(parsed[0])
-    return sorted(bases)
+    return _bases_of(_parsed(os.listdir(directory)), temp_suffix)
 
 
-def _remove_leftovers(directory, report):
-    for name in os.listdir(directory):
-        if files.is_leftover_file_name(name):
+def _parsed(names):
+    """[(name, parse_segment_file_name(name))]: each name parsed once per listing."""
+    return [(name, files.parse_segment_file_name(name)) for name in names]
+
+
+def _bases_of(parsed_names, temp_suffix=""):
+    """Sorted base offsets of the segment log files listed (with that temporary suffix)."""
+    return sorted({parsed[0] for _, parsed in parsed_names
+                   if parsed and parsed[1] == files.LOG_SUFFIX and parsed[2] == temp_suffix})
+
+
+def _remove_leftovers(directory, names, report):
+    """Step 1's deletions; True if it removed anything."""
+    removed = False
+    for name, parsed in names:
+        if files.is_leftover_file_name(name, parsed):
             os.unlink(os.path.join(directory, name))
             report.removed_files.append(name)
+            removed = True
+    return removed
 
 
-def _complete_swaps(directory, config, report, now_ms):
-    swap_bases = segment_bases(directory, files.SWAP_SUFFIX)
+def _complete_swaps(directory, names, config, report, now_ms):
+    """Step 1's swaps; True if there were any."""
+    swap_bases = _bases_of(names, files.SWAP_SUFFIX)
     if not swap_bases:
-        return
+        return False
     swapped = []
     for base in swap_bases:
         segment = LogSegment(directory, base, config, suffix=files.SWAP_SUFFIX, now_ms=now_ms)
@@ -250,6 +269,7 @@ def _complete_swaps(directory, config, report, now_ms):
     for segment in swapped:
         segment.rename_suffix(files.SWAP_SUFFIX, "")
         segment.close()
+    return True
 
 
 def _safe_next_offset(segment):
@@ -259,10 +279,9 @@ def _safe_next_offset(segment):
         return segment.base_offset
 
 
-def _remove_orphan_indexes(directory, bases, report):
+def _remove_orphan_indexes(directory, names, bases, report):
     base_set = set(bases)
-    for name in os.listdir(directory):
-        parsed = files.parse_segment_file_name(name)
+    for name, parsed in names:
         if parsed and parsed[2] == "" and parsed[1] in (files.INDEX_SUFFIX,
                                                          files.TIME_INDEX_SUFFIX,
                                                          files.TXN_INDEX_SUFFIX):

@@ -63,18 +63,19 @@ def held_descriptors():
         return None
 
 
-def storage_error(exc, what, held=None, bound=None):
+def storage_error(exc, what):
     """A KafkaStorageError for an OSError met while `what`; running out of descriptors or
     maps names the limit and the fix instead of a bare errno."""
     limit = _OUT_OF.get(exc.errno)
     if limit is None:
         return KafkaStorageError(f"{what}: {exc}")
-    held = held_descriptors() if held is None else held
+    held = held_descriptors()   # None when even listing them needs a descriptor
     soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    holding = f"it holds {held} descriptors, " if held is not None else ""
     return KafkaStorageError(
-        f"{what}: {exc}. The process ran out of {limit}: it holds {held} descriptors "
-        f"(soft limit {soft}; streamlog's bound max.open.files={bound}). Lower the database's "
-        "max.open.files, or raise the limit (ulimit -n)")
+        f"{what}: {exc}. The process ran out of {limit} ({holding}soft limit {soft}). Lower "
+        "the database's max.open.files (what its segments may hold), or raise the limit "
+        "(ulimit -n)")
 
 
 class OpenSegments:

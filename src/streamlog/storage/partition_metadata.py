@@ -95,10 +95,10 @@ def ensure_topic_config(directory, name, topic_id_hex, overrides, created_ms, ch
     """Write the directory's topic.json unless it already says this; check=False trusts any
     existing one (one stat instead of a read: what an open after a clean stop can afford)."""
     path = os.path.join(directory, TOPIC_CONFIG_FILE)
-    text = json.dumps({"version": VERSION, "name": name, "topic_id": kafka_uuid(topic_id_hex),
-                       "config": overrides, "created_ms": created_ms}, sort_keys=True) + "\n"
     if not check and os.path.exists(path):
         return
+    text = json.dumps({"version": VERSION, "name": name, "topic_id": kafka_uuid(topic_id_hex),
+                       "config": overrides, "created_ms": created_ms}, sort_keys=True) + "\n"
     if check:
         try:
             with open(path, encoding="ascii") as f:

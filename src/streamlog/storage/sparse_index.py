@@ -49,6 +49,18 @@ class SparseIndex:
 
     DTYPE = None  # numpy structured dtype with big-endian fields, packed
     KEY = None    # name of the field entries are ordered by
+    _EMPTY = None  # one read-only empty array per subclass (see _empty)
+
+    @classmethod
+    def _empty(cls):
+        """The array of an index with nothing mapped: shared, since a database of many
+        segments makes two indexes for each and maps few of them."""
+        empty = cls.__dict__.get("_EMPTY")
+        if empty is None:
+            empty = np.zeros(0, dtype=cls.DTYPE)
+            empty.flags.writeable = False
+            cls._EMPTY = empty
+        return empty
 
     def __init__(self, path, base_offset, max_index_size, readonly=False, lazy=False):
         """lazy: open nothing yet; open() does, on the segment's first use of the index."""
@@ -60,7 +72,7 @@ class SparseIndex:
         self._lock = threading.Lock()
         self._mm = None
         self._open = False    # writer: mapped (a map of length 0 is no map at all)
-        self._arr = np.zeros(0, dtype=self.DTYPE)
+        self._arr = self._empty()
         self.entries = 0
         self.max_entries = 0
         self.length = 0
@@ -150,7 +162,7 @@ class SparseIndex:
         self.capacity = length // self.entry_size  # entries the map has room for
         if length == 0:
             self._mm = None
-            self._arr = np.zeros(0, dtype=self.DTYPE)
+            self._arr = self._empty()
         else:
             self._mm = mmap.mmap(fd, length, access=mmap.ACCESS_WRITE)
             # A torn file may end inside an entry: view the whole entries only (the sanity
@@ -158,7 +170,7 @@ class SparseIndex:
             self._arr = np.frombuffer(self._mm, dtype=self.DTYPE, count=self.capacity)
 
     def _unmap(self):
-        self._arr = np.zeros(0, dtype=self.DTYPE)
+        self._arr = self._empty()
         if self._mm is not None:
             self._mm.close()
             self._mm = None

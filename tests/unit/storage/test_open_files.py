@@ -117,12 +117,14 @@ def test_a_pinned_segment_is_never_released_under_its_user(tmp_path):
 
 def test_running_out_of_descriptors_is_a_typed_error_naming_the_limit_and_the_fix():
     import errno
-    error = storage_error(OSError(errno.EMFILE, "Too many open files"), "cannot open log file x",
-                          held=250, bound=128)
+    error = storage_error(OSError(errno.EMFILE, "Too many open files"), "cannot open log file x")
     assert isinstance(error, KafkaStorageError)
     message = str(error)
-    assert "RLIMIT_NOFILE" in message and "250" in message and "max.open.files=128" in message
+    assert message.startswith("cannot open log file x: [Errno 24] Too many open files")
+    assert "RLIMIT_NOFILE" in message and "max.open.files" in message
     assert "ulimit -n" in message
+    other = storage_error(OSError(errno.EIO, "I/O error"), "cannot read y")
+    assert str(other) == "cannot read y: [Errno 5] I/O error"
 
 
 def test_the_default_bound_is_half_the_soft_limit_within_its_range(monkeypatch):
