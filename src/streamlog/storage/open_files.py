@@ -130,10 +130,14 @@ class OpenSegments:
             return
         if self.held + needed <= self.max_open_files:
             return
-        for segment in list(self._open):
+        # Oldest first; a pinned one is in use, so it counts as just used. Each segment is
+        # looked at once at most: all pinned means over the bound until they are unpinned.
+        for _ in range(len(self._open)):
             if self.held + needed <= self.max_open_files:
                 break
+            segment = next(iter(self._open))
             if segment._pins:
+                self._open.move_to_end(segment)
                 continue
             cost = self._open.pop(segment)
             self.held -= cost
