@@ -146,8 +146,12 @@ class LogSegment:
         self._check_lock = threading.Lock()
         self._closed = False
         if not lazy:
-            self.pin()
-            self.unpin()
+            with self.pinned():
+                # Made or recovered here: its index files exist from now on (verify and the
+                # next open expect them), and appends need their entry counts.
+                self.offset_index.open()
+                self.time_index.open()
+                self._load_timestamps()
 
     # --- open files (see open_files.py) -----------------------------------
 
@@ -175,16 +179,12 @@ class LogSegment:
             self.unpin()
 
     def _open_files(self):
-        """Called by OpenSegments, under its lock."""
-        opened = []
-        try:
-            for f in (self.log, self.offset_index, self.time_index):
-                f.open()
-                opened.append(f)
-        except BaseException:
-            for f in opened:
-                f.release()
-            raise
+        """Called by OpenSegments, under its lock. Only the log: each index maps itself at
+        its first use (an append that adds no index entry, a read from the segment's
+        start, never maps one), so a segment pushed out and back in costs one open."""
+        self.log.open()
+
+    def _load_timestamps(self):
         if not self._timestamps_loaded:
             self.max_timestamp_so_far, self.offset_of_max_timestamp_so_far = \
                 self.time_index.last_entry()
@@ -270,7 +270,7 @@ class LogSegment:
         """The largest record timestamp, or the file's mtime when there is none (for retention)."""
         if not self._timestamps_loaded:
             with self.pinned():
-                pass  # opening loads them
+                self._load_timestamps()
         if self.max_timestamp_so_far >= 0:
             return self.max_timestamp_so_far
         try:
@@ -342,6 +342,7 @@ class LogSegment:
         self._sealed = True
 
     def _append_final_time_entry(self):
+        self._load_timestamps()
         if self.max_timestamp_so_far >= 0 and not self.readonly:
             self.time_index.maybe_append(self.max_timestamp_so_far,
                                          self.offset_of_max_timestamp_so_far,
@@ -508,6 +509,7 @@ class LogSegment:
         self.time_index.reset()
         self.max_timestamp_so_far = NO_TIMESTAMP
         self.offset_of_max_timestamp_so_far = self.base_offset
+        self._timestamps_loaded = True
         self.bytes_since_last_index_entry = 0
         self._rolling_based_timestamp = None
         valid = batches = 0
@@ -543,6 +545,8 @@ class LogSegment:
         return self._index_problem()
 
     def _index_problem(self):
+        self.offset_index.open()   # a first open tells whether the file was there
+        self.time_index.open()
         if self.log.size and (self.offset_index.created or self.time_index.created):
             return f"an index file of {self.log.path} is missing"
         return (self.offset_index.sanity_problem(self.log.size)

@@ -78,22 +78,30 @@ class SparseIndex:
         self.length = 0
         self.created = False
         self._loaded = False  # whether entries / length are known (first open done)
+        self._dirty = False   # entries written since the last flush
+        self.capacity = 0
         if not lazy:
             self.open()
 
     def open(self):
         """Map the file (writer) or load its snapshot (read-only) unless already done.
+        Every use of the entries does this first, so a released index maps itself again
+        when it is next needed (a segment's appends that add no entry never map it)."""
+        if not self._open:
+            with self._lock:
+                if not self._open:
+                    self._open_locked()
 
-        The writer's first open reads the file's length (assumed full of entries, see
-        invariant 2); a later one, after release(), maps the length it already knows.
-        """
+    def _open_locked(self):
+        """open() under _lock. The writer's first open reads the file's length (assumed full
+        of entries, see invariant 2); a later one, after release(), maps the length it
+        already knows (the reserved tail included)."""
         if self.readonly:
             if not self._loaded:
                 self._arr = self._load_snapshot()
                 self.max_entries = self.entries
                 self._loaded = True
-            return
-        if self._open:
+            self._open = True
             return
         fd = None
         try:
@@ -122,18 +130,13 @@ class SparseIndex:
             self._loaded = True
 
     def release(self):
-        """Give back the map, keeping what is known of the entries; the next open() maps
-        them again. The writer's dirty pages stay in the page cache."""
+        """Give back the map, keeping what is known of the entries and the reserved length;
+        the next use maps them again. The writer's dirty pages stay in the page cache (flush
+        syncs them all the same). A read-only snapshot is memory: it stays."""
+        if self.readonly:
+            return
         with self._lock:
             self._unmap()
-            if self._open and self.length != self.entries * self.entry_size:
-                # Trimmed as on close: a file is always whole entries once nobody maps it.
-                try:
-                    os.truncate(self.path, self.entries * self.entry_size)
-                    self.length = self.entries * self.entry_size
-                    self.capacity = self.entries
-                except OSError:
-                    pass  # the reserved tail stays (zeros): the next open maps it as it was
             self._open = False
 
     @property
@@ -226,6 +229,7 @@ class SparseIndex:
 
     def _used(self):
         """The valid entries as a numpy view (a snapshot of the count at call time)."""
+        self.open()
         return self._arr[:self.entries]
 
     def _append_row(self, row):
@@ -237,14 +241,20 @@ class SparseIndex:
                 "have rolled")
         if self.entries >= self.capacity:
             self.reserve(1)
+        self.open()
         self._arr[self.entries] = row
         self.entries += 1
+        self._dirty = True
 
     def reserve(self, more_entries):
         """Make room for `more_entries` appends (as far as max_entries allows) before
         anything that depends on them is written; KafkaStorageError if the disk refuses."""
+        if self.readonly:
+            return
+        if not self._loaded:
+            self.open()
         wanted = min(self.entries + more_entries, self.max_entries)
-        if self.readonly or wanted <= self.capacity:
+        if wanted <= self.capacity:
             return
         length = max(self.length * 2, _FIRST_RESERVATION_BYTES, wanted * self.entry_size)
         self._remap(min(self._round(length),
@@ -252,9 +262,13 @@ class SparseIndex:
 
     def truncate_to_entries(self, n):
         """Keep the first n entries; zero the rest so no stale entry survives a crash."""
+        if not self._loaded:
+            self.open()   # the entries on file count: a first open after this would read them
         n = max(0, min(n, self.entries))
         if n < self.entries:
+            self.open()
             self._arr[n:self.entries] = 0
+            self._dirty = True
         self.entries = n
 
     def reset(self):
@@ -267,6 +281,8 @@ class SparseIndex:
         file shrinks to it at once if longer and otherwise grows as appends need room."""
         if self.readonly:
             return
+        if not self._loaded:
+            self.open()
         self.max_index_size = new_size
         self.max_entries = max(self._round(new_size) // self.entry_size, self.entries)
         if self.length > self.max_entries * self.entry_size:
@@ -274,8 +290,17 @@ class SparseIndex:
 
     def trim_to_valid_size(self):
         """Cut the file to the entries held (on roll and close); the maximum is kept."""
-        if not self.readonly and self.length != self.entries * self.entry_size:
+        if self.readonly or self.length == self.entries * self.entry_size:
+            return
+        if self._open:
             self._remap(self.entries * self.entry_size)
+            return
+        try:
+            os.truncate(self.path, self.entries * self.entry_size)
+        except OSError as exc:
+            raise storage_error(exc, f"cannot trim index {self.path}") from exc
+        self.length = self.entries * self.entry_size
+        self.capacity = self.entries
 
     def _remap(self, new_length):
         """Give the file new_length bytes, all reserved, and map them; keeps the entries.
@@ -302,16 +327,30 @@ class SparseIndex:
                     self._map(fd, self.length)
                     raise
                 self._map(fd, new_length)
+                self._open = True
             finally:
                 os.close(fd)
 
     def flush(self):
+        """Make the entries durable: msync of the map (it covers pages an earlier map of
+        the file dirtied too), or an fsync of the file when it is not mapped now."""
         if self._mm is not None:
             self._mm.flush()
+        elif self._dirty and not self.readonly:
+            try:
+                fd = os.open(self.path, os.O_RDONLY)
+                try:
+                    os.fdatasync(fd)
+                finally:
+                    os.close(fd)
+            except OSError as exc:
+                raise storage_error(exc, f"cannot fsync index {self.path}") from exc
+        self._dirty = False
 
     def close(self, trim=True):
         """Trim (unless told not to), flush and release the file."""
-        if not self._open:
+        if not self._loaded or self.readonly:
+            self._open = False
             return
         if trim:
             self.trim_to_valid_size()
@@ -336,6 +375,8 @@ class SparseIndex:
     def _largest_lower_bound(self, key, strict=False):
         """Slot of the largest entry with KEY <= key (< key if strict), or -1."""
         with self._lock:
+            if not self._open:
+                self._open_locked()
             keys = self._arr[self.KEY][:self.entries]
             slot = int(np.searchsorted(keys, key, side="left" if strict else "right")) - 1
             del keys  # drop the view of the map before the lock is released
@@ -344,4 +385,6 @@ class SparseIndex:
     def entry(self, slot):
         """Entry `slot` as a tuple of Python ints."""
         with self._lock:
+            if not self._open:
+                self._open_locked()
             return tuple(int(self._arr[name][slot]) for name in self.DTYPE.names)

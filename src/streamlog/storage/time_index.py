@@ -72,6 +72,8 @@ class TimeIndex(SparseIndex):
     def truncate_to(self, offset):
         """Remove every entry whose offset is >= offset."""
         with self._lock:
+            if not self._open:
+                self._open_locked()
             rel = self._arr["relative_offset"][:self.entries]
             keep = int(np.searchsorted(rel, offset - self.base_offset, side="left"))
             del rel
