@@ -118,6 +118,14 @@ def test_bad_database_config_is_refused(db_path):
     assert not os.path.exists(db_path)  # refused before anything was written
 
 
+def test_max_open_files_below_one_is_refused_and_minus_one_is_unbounded(db_path):
+    with pytest.raises(streamlog.InvalidConfigurationError,
+                       match="max.open.files must be -1 .unbounded. or at least 1, not 0"):
+        streamlog.open(db_path, config={"max.open.files": 0})
+    with streamlog.open(db_path, config={"max.open.files": -1}) as db:
+        assert db._broker.logs.open_files.max_open_files == -1
+
+
 def test_readonly_open_of_a_non_database_is_a_clear_error(tmp_path):
     with pytest.raises(streamlog.StreamlogError, match="not a streamlog database"):
         streamlog.open(str(tmp_path), readonly=True)

@@ -165,3 +165,20 @@ def test_verify_reports_offsets_no_segment_holds(tmp_path):
     assert any(f"{plain_logs[3]}: offsets" in p and f"..{third_base - 1} are missing" in p
                for p in problems), problems
     assert not any(keyed in p for p in problems), problems
+
+
+def test_verify_does_not_judge_holes_in_a_topic_compacted_by_the_database_default(tmp_path):
+    """topic.json records a topic's own overrides only: a topic compacted by the database's
+    default cleanup.policy sets none, and a hole between its segments is not reported."""
+    import streamlog
+    root = str(tmp_path / "db")
+    with streamlog.open(root, config={"cleanup.policy": "compact"}) as db:
+        db.create_topic("keyed", config={"segment.bytes": 400})
+        producer = db.producer(linger_ms=0)
+        for i in range(60):
+            producer.send("keyed", key=b"k%d" % i, value=b"v%03d" % i).result()
+    logs = segment_files(os.path.join(root, "keyed-0"))
+    assert len(logs) >= 3
+    os.unlink(logs[1])
+    result = run("verify", "--quiet", root)
+    assert result.returncode == 0, result.stdout

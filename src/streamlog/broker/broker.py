@@ -282,14 +282,21 @@ class Broker:
             log.warning("creating topic %r failed (%s) and so did deleting it again (%s): "
                         "the next open completes it", info.name, cause, exc)
             return
+        self._drop_partitions_locked(info)
+
+    def _drop_partitions_locked(self, info):
+        """After info's tombstone: forget its partitions and remove their directories."""
         gone = [TopicPartition(info.name, p) for p in range(info.partitions)]
         self.partitions = {tp: pl for tp, pl in self.partitions.items()
                            if tp.topic != info.name}
         try:
             self.logs.delete_logs(gone)
         except StreamlogError as exc:
-            log.warning("creating topic %r failed (%s); its directories are removed at the "
-                        "next open (%s)", info.name, cause, exc)
+            # The tombstone is written: the topic is gone. Its directories, marked by their
+            # partition.metadata, are removed by a later create or open.
+            log.warning("topic %r deleted; not all of its directories could be removed "
+                        "yet (%s): the next open removes them", info.name, exc)
+        return gone
 
     # --- services (higher layers attach to the broker without it importing them) ------
 
@@ -312,15 +319,7 @@ class Broker:
         self._check_writable()
         with self._lock:
             info = self.metadata.delete(name)
-            gone = [TopicPartition(name, p) for p in range(info.partitions)]
-            self.partitions = {tp: pl for tp, pl in self.partitions.items() if tp.topic != name}
-            try:
-                self.logs.delete_logs(gone)
-            except StreamlogError as exc:
-                # The tombstone is written: the topic is gone. Its directories, marked by their
-                # partition.metadata, are removed by a later create or open.
-                log.warning("topic %r deleted; not all of its directories could be removed "
-                            "yet (%s): the next open removes them", name, exc)
+            gone = self._drop_partitions_locked(info)
             for tp in gone:
                 self.fetch_purgatory.check_and_complete(tp)  # waiting fetches answer now
             return info

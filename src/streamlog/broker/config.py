@@ -10,6 +10,7 @@ from dataclasses import dataclass, replace
 from ..errors import InvalidConfigurationError
 from ..parsing import parse_bool, parse_int
 from ..storage.log_config import CONFIG_NAMES, LogConfig
+from ..storage.open_files import max_open_files_problem
 
 _BROKER_KEYS = {
     "auto.create.topics.enable": ("auto_create_topics_enable", bool),
@@ -76,11 +77,8 @@ class BrokerConfig:
         if config.group_max_session_timeout_ms < config.group_min_session_timeout_ms:
             raise InvalidConfigurationError(
                 "group.max.session.timeout.ms must be >= group.min.session.timeout.ms")
-        if config.max_open_files is not None and config.max_open_files != -1 and \
-                config.max_open_files < 1:
-            raise InvalidConfigurationError(
-                f"max.open.files must be -1 (unbounded) or at least 1, not "
-                f"{config.max_open_files}")
+        if config.max_open_files is not None and max_open_files_problem(config.max_open_files):
+            raise InvalidConfigurationError(max_open_files_problem(config.max_open_files))
         if config.group_initial_rebalance_delay_ms < 0:
             raise InvalidConfigurationError("group.initial.rebalance.delay.ms must be >= 0")
         return replace(config, topic_defaults=LogConfig.from_dict(topic))

@@ -21,6 +21,7 @@ import os
 
 from ..errors import KafkaStorageError, NotADatabaseError
 from ..storage.files import ROOT_FILES, partition_dir_name
+from ..storage.open_files import OUT_OF_FILES_FIX
 from .metadata import METADATA_PARTITION
 
 METADATA_DIR = partition_dir_name(*METADATA_PARTITION)
@@ -94,8 +95,7 @@ def storage_error(root, exc, doing="open the database"):
     elif exc.errno in (errno.ENOSPC, errno.EDQUOT):
         advice = "the disk is full: free space, or open the database read-only"
     elif exc.errno in (errno.EMFILE, errno.ENFILE):
-        advice = ("the process ran out of file descriptors: lower the database's "
-                  "max.open.files, or raise the limit (ulimit -n)")
+        advice = f"the process ran out of file descriptors: {OUT_OF_FILES_FIX}"
     else:
         advice = "check the path and the disk"
     return KafkaStorageError(f"cannot {doing} {root}: {reason} ({path}); {advice}")

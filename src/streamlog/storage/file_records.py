@@ -5,11 +5,13 @@ Invariants:
      that bounds itself by `size` never sees a batch being written.
   2. In the writer process `size` always ends on a batch boundary: an append
      that fails half way is cut back before the error is raised.
-  3. The writer process serves fetches from a read-only memory map of the
-     file (view(): no copy, mapping.py: no descriptor held), remapped when
-     the file has grown past it. Its
-     files are truncated only by recovery at open, before any reader exists,
-     so a mapped page never vanishes under a reader. A read-only process may
+  3. The writer process serves fetches of 256 KiB or more from a read-only
+     memory map of the file (view(): no copy; mapping.py: no descriptor
+     held), remapped when the file has grown past it, and smaller ones by
+     copy. Its files are truncated only by recovery at open, before any
+     reader exists, so a mapped page never vanishes under a reader (a lazy
+     segment's first-use check rebuilds indexes and never cuts the log).
+     A read-only process may
      see a file that another writer's recovery truncates, where touching a
      mapped page past the new end is a SIGBUS: it reads with pread, which just
      returns short. Scans (headers, batches) use pread in both.
@@ -52,7 +54,8 @@ class IncompleteBatch(Exception):
 
 class FileRecords:
     def __init__(self, path, readonly=False, lazy=False):
-        """lazy: only stat the file (it must exist); open() takes the descriptor."""
+        """lazy: only stat the file for its size (a writer's file may not exist yet: open()
+        creates it); open() takes the descriptor."""
         self.path = path
         self.readonly = readonly
         self._fd = None
@@ -94,10 +97,6 @@ class FileRecords:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
-
-    @property
-    def is_open(self):
-        return self._fd is not None
 
     # --- writing -----------------------------------------------------------
 

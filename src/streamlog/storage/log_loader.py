@@ -115,8 +115,8 @@ def load_log(directory, config, *, recovery_point=0, log_start_offset=None, clea
 
     segments = []
     try:
-        # After an unclean stop, step 4 recovers everything from the recovery point's
-        # segment anyway (rebuilding its indexes), so step 3 checks only what lies before.
+        # Step 3 checks the last segment's indexes unless step 4 recovers it (rebuilding
+        # them); the lazy ones check theirs at first use.
         recover_from = None if clean_shutdown else _segment_holding(bases, recovery_point)
         for i, base in enumerate(bases):
             last = i == len(bases) - 1
@@ -167,9 +167,10 @@ def load_log(directory, config, *, recovery_point=0, log_start_offset=None, clea
 
 def _log_start(checkpointed, segments, report):
     first_base = segments[0].base_offset
-    if checkpointed is None or checkpointed >= first_base:
-        return first_base if checkpointed is None else checkpointed
-    report.missing_head = (checkpointed, first_base)
+    if checkpointed is None:
+        return first_base
+    if checkpointed < first_base:
+        report.missing_head = (checkpointed, first_base)
     return checkpointed
 
 

@@ -28,8 +28,6 @@ try:
 except Exception:  # no libffi, no libc symbols: Python's mmap below
     _libc = None
 
-DESCRIPTOR_FREE = _libc is not None
-
 
 def map_readonly(fd, size):
     """A read-only memoryview of the file's first `size` bytes (size > 0); OSError on failure."""

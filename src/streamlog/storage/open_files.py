@@ -28,6 +28,7 @@ Thread-safety: every method holds `_lock`; a segment's files are opened
 and released under it, so the bound and the LRU order never disagree.
 """
 import errno
+import os
 import resource
 import threading
 from collections import OrderedDict
@@ -41,9 +42,20 @@ UNBOUNDED = -1
 _DEFAULT_CAP = 20_000
 _DEFAULT_FLOOR = 32
 
+# What to do about running out, in every error that says so (here and the broker's).
+OUT_OF_FILES_FIX = ("lower the database's max.open.files (what its segments may hold), or "
+                    "raise the limit (ulimit -n)")
+
 _OUT_OF = {errno.EMFILE: "the process's open file limit (RLIMIT_NOFILE)",
            errno.ENFILE: "the system's open file limit",
            errno.ENOMEM: "memory for mappings (vm.max_map_count or RAM)"}
+
+
+def max_open_files_problem(value):
+    """Why value cannot be max.open.files, or None (the rule, for configs and OpenSegments)."""
+    if value != UNBOUNDED and value < 1:
+        return f"max.open.files must be -1 (unbounded) or at least 1, not {value}"
+    return None
 
 
 def default_max_open_files():
@@ -56,7 +68,6 @@ def default_max_open_files():
 
 def held_descriptors():
     """How many descriptors this process holds now (Linux: /proc/self/fd), or None."""
-    import os
     try:
         return len(os.listdir("/proc/self/fd"))
     except OSError:
@@ -73,9 +84,8 @@ def storage_error(exc, what):
     soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
     holding = f"it holds {held} descriptors, " if held is not None else ""
     return KafkaStorageError(
-        f"{what}: {exc}. The process ran out of {limit} ({holding}soft limit {soft}). Lower "
-        "the database's max.open.files (what its segments may hold), or raise the limit "
-        "(ulimit -n)")
+        f"{what}: {exc}. The process ran out of {limit} ({holding}soft limit {soft}): "
+        f"{OUT_OF_FILES_FIX}")
 
 
 class OpenSegments:
@@ -83,9 +93,9 @@ class OpenSegments:
     descriptors among the unpinned ones (UNBOUNDED: no limit)."""
 
     def __init__(self, max_open_files=UNBOUNDED):
-        if max_open_files != UNBOUNDED and max_open_files < 1:
-            raise ValueError(f"max.open.files must be -1 (unbounded) or at least 1, not "
-                             f"{max_open_files}")
+        problem = max_open_files_problem(max_open_files)
+        if problem:
+            raise ValueError(problem)
         self.max_open_files = max_open_files
         self._lock = threading.Lock()
         self._open = OrderedDict()  # segment -> descriptors it holds; oldest use first
@@ -120,10 +130,6 @@ class OpenSegments:
             cost = self._open.pop(segment, None)
             if cost is not None:
                 self.held -= cost
-
-    def is_open(self, segment):
-        with self._lock:
-            return segment in self._open
 
     def _make_room_locked(self, needed):
         if self.max_open_files == UNBOUNDED:

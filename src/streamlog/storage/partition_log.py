@@ -108,9 +108,9 @@ class PartitionLog:
         self.log_start_offset = loaded.log_start_offset
         self.recovery_point = loaded.recovery_point
         self.recovery_report = loaded.report
-        if readonly and loaded.report.missing_head and log_start_checkpoint is not None:
+        if readonly and loaded.report.missing_head:
             # The writer's retention may have moved the start since this view read it.
-            self.log_start_offset = max(self.log_start_offset, log_start_checkpoint.read() or 0)
+            self.log_start_offset = max(self.log_start_offset, self._writer_log_start(False))
             if self.log_start_offset >= self._bases[0]:
                 loaded.report.missing_head = None
         self._pending_deletes = []  # (deadline_ms, segment)
@@ -518,9 +518,13 @@ class PartitionLog:
         """Read-only: the log start the writer has moved to, as far as this view can prove it.
 
         A segment that left this view went by the writer's retention, which checkpointed the
-        new start first; a segment absent since the open says nothing (see load_log)."""
+        new start first; a segment absent since the open says nothing (see load_log). The
+        checkpoint is read only when a segment left or the view starts below its first
+        segment: a caught-up reader refreshes on every poll, and the file lists every
+        partition of the database."""
         checkpointed = None
-        if self._log_start_checkpoint is not None:
+        if self._log_start_checkpoint is not None and (
+                removed or self.log_start_offset < self._segments[0].base_offset):
             checkpointed = self._log_start_checkpoint.read()
         if removed:
             return max(self._segments[0].base_offset, checkpointed or 0)

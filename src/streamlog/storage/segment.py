@@ -280,7 +280,6 @@ class LogSegment:
 
     # --- appending --------------------------------------------------------
 
-    @_uses_files
     def should_roll(self, incoming_bytes, max_timestamp, last_offset, now_ms, segment_bytes,
                     max_segment_ms, jitter_ms=0):
         """Whether the next append must go to a new segment (Kafka's four reasons)."""

@@ -16,9 +16,11 @@ Invariants:
      log trims every index to its used size on roll and on close. After an
      unclean stop the loader rebuilds indexes instead of trusting them.
   3. The writer maps the file read-write and keeps no descriptor of its own
-     (the map holds one; resizing opens the file for the time it takes). A read-only process never maps an
-     index: the writer may trim or rebuild the file under it, and touching a
-     mapped page past the new end of file kills the process with SIGBUS.
+     (the map holds one; resizing opens the file for the time it takes), and
+     maps it only while the index is used (release, then open on next use).
+     A read-only process never maps an index: the writer may trim or rebuild
+     the file under it, and touching a mapped page past the new end of file
+     kills the process with SIGBUS.
      It loads a snapshot of the valid prefix instead (reading stops at the
      first entry that breaks the ordering: the zero-filled reserved tail).
   4. A stale or short snapshot is harmless: a lookup then returns an earlier
@@ -138,10 +140,6 @@ class SparseIndex:
         with self._lock:
             self._unmap()
             self._open = False
-
-    @property
-    def is_open(self):
-        return self._loaded if self.readonly else self._open
 
     # --- mapping ---------------------------------------------------------
 

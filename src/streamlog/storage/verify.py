@@ -5,18 +5,19 @@ changing anything: batch headers and CRCs, record framing (every record is
 decoded), offsets increasing within and across segments, no offsets missing
 (below the first segment, against the log start offset checkpoint, or between
 two segments of a topic whose topic.json says it is not compacted), and that
-every offset-index and time-index entry says what the log says. A live writer may be
-appending: a partial batch at the very end of a partition is reported as a
-note, not a problem.
+every offset-index and time-index entry says what the log says. A live writer
+may be appending: a partial batch at the very end of a partition is reported
+as a note, not a problem.
 """
 import os
 from dataclasses import dataclass, field
 
-from ..errors import CorruptRecordError
+from ..errors import CorruptRecordError, StreamlogError
 from ..structs import TopicPartition
 from . import files, partition_metadata
 from .checkpoint import CorruptCheckpointError, OffsetCheckpointFile
 from .file_records import FileRecords, IncompleteBatch
+from .log_config import LogConfig
 from .log_loader import segment_bases
 from .offset_index import OffsetIndex
 from .time_index import TimeIndex
@@ -123,16 +124,21 @@ def verify_partition(directory, report, advance=lambda n, p: None, log_start=Non
 
 
 def _is_dense(directory, report):
-    """True when topic.json says the topic is not compacted: only compaction leaves holes."""
+    """True when topic.json sets a cleanup.policy without compaction: only compaction leaves
+    holes. topic.json holds the topic's own overrides; a topic that sets none follows the
+    database's default, which no file records and may be compact, so it is not judged."""
     try:
         doc = partition_metadata.read_topic_config(directory)
     except partition_metadata.CorruptPartitionMetadataError as exc:
         report.problems.append(Finding(os.path.join(directory, files.TOPIC_CONFIG_FILE), None,
                                        str(exc)))
         return False
-    if doc is None:
+    if doc is None or "cleanup.policy" not in doc["config"]:
         return False
-    return "compact" not in str(doc["config"].get("cleanup.policy", "delete"))
+    try:
+        return not LogConfig.from_dict({"cleanup.policy": doc["config"]["cleanup.policy"]}).compact
+    except StreamlogError:
+        return False   # a policy the library would refuse: not ours to judge here
 
 
 def _verify_segment(directory, base, previous_last, is_last, report, advance):
