@@ -94,6 +94,29 @@ def test_a_partial_batch_longer_than_any_batch_is_corruption_not_a_wait(closed_d
                 consumer.poll(timeout=0.2)
 
 
+def test_a_batch_below_the_proved_end_that_runs_past_the_file_is_corruption_not_a_wait(
+        closed_db):
+    """The view's tail scan starts at the last index entry and proves batches whole up to the
+    end; a batch below that end whose length now runs past the file cannot be one a writer is
+    appending. It was taken for one, and a reader polled at offset 10 forever (file fuzz, seed
+    3596520554, iteration 9)."""
+    path = segment_file(closed_db, ".log")
+    start = batch_starts(closed_db)[10]
+    size = os.path.getsize(path)
+    with open(path, "r+b") as f:  # batch 10 now claims to end 100 bytes past the file
+        f.seek(start + 8)
+        f.write(struct.pack(">i", size - start - 12 + 100))
+    with streamlog.open(closed_db, readonly=True) as ro:
+        assert ro.describe_topic("t").partitions[0].high_watermark == RECORDS
+        consumer = ro.consumer(auto_offset_reset="earliest")
+        consumer.assign([TP])
+        consumer.seek(TP, 10)
+        with pytest.raises(streamlog.CorruptRecordError, match="inside a record batch") as raised:
+            for _ in range(3):
+                consumer.poll(timeout=0.2)
+        assert raised.value.path == path
+
+
 def test_a_segment_retention_removes_between_listing_and_opening_is_skipped(tmp_path,
                                                                            monkeypatch):
     """A read-only open lists the segments, then opens each: retention may rename the oldest

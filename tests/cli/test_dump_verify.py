@@ -182,3 +182,26 @@ def test_verify_does_not_judge_holes_in_a_topic_compacted_by_the_database_defaul
     os.unlink(logs[1])
     result = run("verify", "--quiet", root)
     assert result.returncode == 0, result.stdout
+
+
+def test_verify_reports_a_batch_whose_base_offset_skips_offsets(tmp_path):
+    """baseOffset is outside the batch CRC: a flip that moves it up leaves a valid batch, and
+    only the density of a log that is not compacted shows the damage."""
+    import streamlog
+    root = str(tmp_path / "db")
+    with streamlog.open(root) as db:
+        db.create_topic("plain", config={"cleanup.policy": "delete"})
+        producer = db.producer(linger_ms=0)
+        for i in range(10):
+            producer.send("plain", value=b"v%03d" % i).result()
+    path = segment_files(os.path.join(root, "plain-0"))[0]
+    data = bytearray(open(path, "rb").read())
+    position = 0
+    for _ in range(4):   # to the fifth batch (offset 4)
+        position += 12 + int.from_bytes(data[position + 8:position + 12], "big")
+    assert int.from_bytes(data[position:position + 8], "big") == 4
+    data[position:position + 8] = (4 + 256).to_bytes(8, "big")
+    open(path, "wb").write(data)
+    result = run("verify", "--quiet", root)
+    assert result.returncode == 1
+    assert f"{path} at byte {position}: offsets 4..259 are missing" in result.stdout, result.stdout

@@ -29,7 +29,8 @@ This process keeps the model and checks the reader's report against it:
 - high watermark = log end offset = records read; seeks and timestamp lookups land right;
 - `streamlog verify` finds the directory sound (every index entry says what the log says).
 
-STREAMLOG_CRASH_SEED picks the seed (printed, and named in every failure), STREAMLOG_CRASH_CYCLES
+STREAMLOG_CRASH_SEED picks the seed (fixed by default, `random` draws one; printed, and named
+in every failure), STREAMLOG_CRASH_CYCLES
 the number of cycles.
 """
 import json
@@ -44,6 +45,7 @@ from streamlog import TopicPartition
 from streamlog.storage.verify import verify_directory
 
 from support import kill9_cycles_child as child
+from support import seeds
 from support.child import run_py
 
 # Measured on the 2-core VM: ~0.5 s a cycle (two interpreter starts, ~30 acked fsynced sends, two
@@ -176,9 +178,7 @@ def parse_reader(lines):
 
 
 def crash_seed():
-    seed = int(os.environ.get("STREAMLOG_CRASH_SEED") or random.randrange(1 << 32))
-    print(f"STREAMLOG_CRASH_SEED={seed}")
-    return seed
+    return seeds.master_seed("STREAMLOG_CRASH_SEED")
 
 
 def test_acknowledged_records_survive_kill_9_cycles_of_recreates_config_changes_and_reopens(

@@ -9,12 +9,11 @@ fix), never a bare OSError. Then, with the limit back, the database must open an
     one whose create_topic returned is there with all of them (unless deleted after);
   - every record whose send() completed is read back at its offset, byte for byte.
 
-STREAMLOG_EMFILE_SEED fixes the seed (else a random one, printed), STREAMLOG_EMFILE_RUNS sets
+STREAMLOG_EMFILE_SEED sets the seed (fixed by default, `random` draws one; printed), STREAMLOG_EMFILE_RUNS sets
 how many children (default 6).
 """
 import json
 import os
-import random
 
 import pytest
 
@@ -22,6 +21,7 @@ import streamlog
 from streamlog import TopicPartition
 from streamlog.storage.verify import verify_directory
 
+from support import seeds
 from support.child import run_py
 
 CHILD = r"""
@@ -104,10 +104,8 @@ def run_child(seed, root):
 
 
 def test_emfile_anywhere_is_a_typed_error_and_leaves_a_database_that_opens(tmp_path):
-    env_seed = os.environ.get("STREAMLOG_EMFILE_SEED")
-    master = int(env_seed) if env_seed else random.SystemRandom().randrange(2**32)
+    master = seeds.master_seed("STREAMLOG_EMFILE_SEED")
     runs = int(os.environ.get("STREAMLOG_EMFILE_RUNS", 6))
-    print(f"STREAMLOG_EMFILE_SEED={master}")
     struck = 0
     for run in range(runs):
         seed = master + run

@@ -27,7 +27,8 @@ Anything else fails the test: a record with other bytes, a record missing from t
 records beyond the copy's, a cut or an error in a partition whose files were not damaged, an
 untyped exception, a stall, death by a signal, a file changed by the read-only open.
 
-Seeds: STREAMLOG_FUZZ_SEED fixes the master seed (else a random one, printed); each iteration's
+Seeds: STREAMLOG_FUZZ_SEED sets the master seed (fixed by default, `random` draws one; see
+support/seeds.py); each iteration's
 seed derives from it and its number, so STREAMLOG_FUZZ_ONLY=<iteration> reruns one case alone.
 STREAMLOG_FUZZ_ITERATIONS sets how many (default: every file kind with every mutation once);
 STREAMLOG_FUZZ_TABLE=<path> writes the outcome table as markdown.
@@ -35,13 +36,12 @@ STREAMLOG_FUZZ_TABLE=<path> writes the outcome table as markdown.
 import hashlib
 import itertools
 import os
-import random
 import shutil
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from support import file_fuzz
+from support import file_fuzz, seeds
 from support.file_fuzz import FILE_KINDS, MUTATIONS, Reference
 
 COMBINATIONS = list(itertools.product(FILE_KINDS, MUTATIONS))
@@ -82,8 +82,7 @@ def reference(tmp_path_factory):
 
 def test_damaged_files_are_read_intact_cut_or_as_a_typed_error(reference, tmp_path):
     root, ref = reference
-    env_seed = os.environ.get("STREAMLOG_FUZZ_SEED")
-    master_seed = int(env_seed) if env_seed else random.SystemRandom().randrange(2**32)
+    master_seed = seeds.master_seed("STREAMLOG_FUZZ_SEED")
     iterations = int(os.environ.get("STREAMLOG_FUZZ_ITERATIONS", DEFAULT_ITERATIONS))
     only = os.environ.get("STREAMLOG_FUZZ_ONLY")
     numbers = [int(only)] if only else range(iterations)

@@ -214,6 +214,12 @@ class PartitionLog:
                 if base < next_offset:
                     raise InvalidRecordError(
                         f"batch offset {base} is below the log end offset {next_offset}")
+                if base > next_offset and not self.config.compact:
+                    # Density is how a flipped baseOffset is told from a real one (segment.py,
+                    # invariant 1): only a compacted log may skip offsets.
+                    raise InvalidRecordError(
+                        f"batch offset {base} would leave offsets {next_offset}..{base - 1} of "
+                        f"{self.name} empty, and only a compacted log may skip offsets")
             last = base + batch.last_offset_delta
             piece = batch.view()
             if self.config.log_append_time:

@@ -2,7 +2,11 @@
 
 Invariants:
   1. Batches in the file have strictly increasing offsets, all >= base_offset
-     and within int32 of it (so relative offsets fit the indexes).
+     and within int32 of it (so relative offsets fit the indexes). In a log
+     that is not compacted they are dense too: the first batch starts at
+     base_offset and each next one just past the last offset of the one
+     before. baseOffset is outside the CRC, so density is what tells a flipped
+     one from a real one (a jump up reads as records at offsets never written).
   2. Index rule, per batch, identical on append and on recovery so a rebuilt
      index equals the original: once more than index_interval_bytes have been
      appended since the last entry, the batch's last offset is indexed at the
@@ -115,6 +119,9 @@ class LogSegment:
         self.index_interval_bytes = config.index_interval_bytes
         # No batch being written can be longer: a partial batch that claims more is corruption.
         self.max_batch_bytes = max(config.segment_bytes, config.max_message_bytes)
+        # Only the cleaner leaves gaps between offsets (invariant 1); a segment keeps the
+        # policy it was opened under, as it keeps index.interval.bytes.
+        self.dense = not config.compact
         self._open_files_of = open_files if open_files is not None else OpenSegments()
         self._pins = 0
         self.file_cost = 1 if readonly else 3  # descriptors while open (see open_files.py)
@@ -381,7 +388,7 @@ class LogSegment:
         if self.readonly and position and not self._plausible_batch_start(position, offset):
             index_offset, position = self.base_offset, 0  # the snapshot no longer matches
         expect_last = index_offset if position else None
-        prev_last = None
+        prev_last = None if position else self.base_offset - 1
         try:
             for header in self.log.headers(position):
                 self._check_offsets(header, prev_last, upper_offset)
@@ -394,20 +401,37 @@ class LogSegment:
                     return header.file_position, prev_last
                 prev_last = header.last_offset
         except IncompleteBatch as exc:
-            if not self.readonly or sealed:
+            if not self.readonly or self._proved_whole(offset, upper_offset, sealed):
                 raise CorruptRecordError("log ends inside a record batch", self.log.path,
                                          self.log.size) from None
             self.check_partial_tail(exc)
         return None
 
+    @staticmethod
+    def _proved_whole(offset, upper_offset, sealed):
+        """Read-only: whether the batch holding offset must lie whole in the file.
+
+        A file ending inside a batch is a batch being written only in the newest segment and
+        only past the end the view's tail scan proved whole (upper_offset, when given):
+        waiting on a batch below that end would stall a reader on damage forever."""
+        return sealed or (upper_offset is not None and offset < upper_offset)
+
     def _check_offsets(self, header, prev_last, upper_offset):
         if header.base_offset < self.base_offset or \
                 header.last_offset - self.base_offset > _INT32_MAX or \
-                (prev_last is not None and header.base_offset <= prev_last) or \
+                self._out_of_sequence(header.base_offset, prev_last) or \
                 (upper_offset is not None and header.last_offset >= upper_offset):
             raise CorruptRecordError(
                 f"record batch offsets {header.base_offset}..{header.last_offset} are out of "
-                f"order for segment {self.base_offset}", self.log.path, header.file_position)
+                f"order for segment {self.base_offset}"
+                + ("" if prev_last is None else f" after offset {prev_last}"),
+                self.log.path, header.file_position)
+
+    def _out_of_sequence(self, base_offset, prev_last):
+        """Whether a batch at base_offset cannot follow one ending at prev_last (invariant 1)."""
+        if prev_last is None:
+            return False
+        return base_offset != prev_last + 1 if self.dense else base_offset <= prev_last
 
     def _plausible_batch_start(self, position, offset):
         try:
@@ -445,7 +469,8 @@ class LogSegment:
             if needed > len(buf):
                 # The first batch alone is larger than max_size: read exactly that batch.
                 if start + needed > limit:
-                    if self.readonly:
+                    if self.readonly and not self._proved_whole(start_offset, upper_offset,
+                                                                sealed):
                         return FetchSlice([], start, 0)  # still being written
                     raise CorruptRecordError("record batch runs past the end of the log",
                                              self.log.path, start)
@@ -463,7 +488,7 @@ class LogSegment:
         if batches and len(buf) - pos >= LOG_OVERHEAD:
             # The header of the batch after the last one returned is at hand: check it too.
             next_base = int.from_bytes(bytes(buf[pos:pos + 8]), "big", signed=True)
-            if next_base <= prev_last:
+            if self._out_of_sequence(next_base, prev_last):
                 raise CorruptRecordError(
                     f"record batch at offset {next_base} follows one ending at {prev_last}",
                     self.log.path, start + pos)
@@ -480,8 +505,10 @@ class LogSegment:
             _, ts_offset = self.time_index.lookup(timestamp)
         position = self.translate_offset(max(ts_offset, starting_offset), upper_offset,
                                          sealed) or 0
+        scanned_to = max(ts_offset, starting_offset)
         try:
             for header in self.log.headers(position):
+                scanned_to = header.next_offset
                 if header.max_timestamp < timestamp or header.last_offset < starting_offset:
                     continue
                 batch = next(self.log.batches(header.file_position,
@@ -491,7 +518,7 @@ class LogSegment:
                     if ts >= timestamp and off >= starting_offset:
                         return off, ts
         except IncompleteBatch:
-            if not self.readonly or sealed:
+            if not self.readonly or self._proved_whole(scanned_to, upper_offset, sealed):
                 raise CorruptRecordError("log ends inside a record batch", self.log.path,
                                          self.log.size) from None
         return None
@@ -517,10 +544,10 @@ class LogSegment:
         try:
             for batch in self.log.batches():
                 batch.ensure_valid()
-                if batch.base_offset < next_offset:
+                if self._out_of_sequence(batch.base_offset, next_offset - 1):
                     raise CorruptRecordError(
-                        f"record batch offset {batch.base_offset} is not above the previous "
-                        f"batch's {next_offset - 1}", self.log.path, valid)
+                        f"record batch offset {batch.base_offset} cannot follow offset "
+                        f"{next_offset - 1}", self.log.path, valid)
                 if batch.last_offset - self.base_offset > _INT32_MAX:
                     raise CorruptRecordError("record batch offset out of the segment's range",
                                              self.log.path, valid)

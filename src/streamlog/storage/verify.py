@@ -4,8 +4,8 @@ Reads every segment of every partition read-only and checks, without
 changing anything: batch headers and CRCs, record framing (every record is
 decoded), offsets increasing within and across segments, no offsets missing
 (below the first segment, against the log start offset checkpoint, or between
-two segments of a topic whose topic.json says it is not compacted), and that
-every offset-index and time-index entry says what the log says. A live writer
+segments or batches of a topic whose topic.json says it is not compacted), and
+that every offset-index and time-index entry says what the log says. A live writer
 may be appending: a partial batch at the very end of a partition is reported
 as a note, not a problem.
 """
@@ -120,7 +120,8 @@ def verify_partition(directory, report, advance=lambda n, p: None, log_start=Non
                 files.log_file(directory, base), None,
                 f"offsets {previous_last + 1}..{base - 1} are missing: the segment before "
                 f"ends at {previous_last}"))
-        previous_last = _verify_segment(directory, base, previous_last, is_last, report, advance)
+        previous_last = _verify_segment(directory, base, previous_last, is_last, report, advance,
+                                        dense)
 
 
 def _is_dense(directory, report):
@@ -141,7 +142,7 @@ def _is_dense(directory, report):
         return False   # a policy the library would refuse: not ours to judge here
 
 
-def _verify_segment(directory, base, previous_last, is_last, report, advance):
+def _verify_segment(directory, base, previous_last, is_last, report, advance, dense):
     path = files.log_file(directory, base)
     log = FileRecords(path, readonly=True)
     batch_ends = {}      # last offset -> (position, running max timestamp)
@@ -162,6 +163,11 @@ def _verify_segment(directory, base, previous_last, is_last, report, advance):
                     report.problems.append(Finding(
                         path, pos, f"batch offset {batch.base_offset} does not follow "
                                    f"{previous_last}"))
+                elif dense and batch.base_offset > (
+                        expected := base if previous_last is None else max(base, previous_last + 1)):
+                    report.problems.append(Finding(
+                        path, pos, f"offsets {expected}..{batch.base_offset - 1} are missing: "
+                                   f"the batch at byte {pos} starts at {batch.base_offset}"))
                 if len(recs) and (recs.offsets[0] < batch.base_offset or
                                   recs.offsets[-1] > batch.last_offset):
                     report.problems.append(Finding(path, pos, "record offsets outside their batch"))

@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from streamlog.errors import CorruptRecordError
+from streamlog.errors import CorruptRecordError, InvalidRecordError
 from streamlog.storage import files
 from streamlog.storage.partition_log import PartitionLog
 
@@ -175,3 +175,67 @@ def test_a_log_directory_checkpoints_retention_before_the_segments_go(tmp_path):
     assert read_all(reopened)[0][0] == bases[1]
     again.close()
     log.close(flush=False)
+
+
+def batch_positions(path):
+    """(position, base offset) of every batch of a segment file."""
+    data, out, position = open(path, "rb").read(), [], 0
+    while position + 12 <= len(data):
+        out.append((position, int.from_bytes(data[position:position + 8], "big")))
+        position += 12 + int.from_bytes(data[position + 8:position + 12], "big")
+    return out
+
+
+def flip_last_base_offset(log_dir, delta):
+    """Move the active segment's last batch's baseOffset (outside the CRC) up by delta."""
+    path = segment_files(log_dir)[-1]
+    position, base = batch_positions(path)[-1]
+    with open(path, "r+b") as f:
+        f.seek(position)
+        f.write((base + delta).to_bytes(8, "big"))
+    return path, base
+
+
+@pytest.mark.parametrize("readonly", [False, True])
+def test_a_base_offset_flipped_upward_is_an_error_not_records_at_new_offsets(log_dir,
+                                                                           readonly):
+    """baseOffset is outside the batch CRC. A flip that moved it up kept the batch valid, and
+    its records read back at offsets never written, the log end with them (file fuzz, seed
+    52327143, iteration 8). A log that is not compacted is dense, so the gap is the damage."""
+    written_log(log_dir)
+    path, base = flip_last_base_offset(log_dir, 13568)
+    log = PartitionLog(log_dir, config(**SETTINGS), clean_shutdown=True, readonly=readonly)
+    with pytest.raises(CorruptRecordError, match=f"out of order .* after offset {base - 1}") \
+            as raised:
+        read_all(log)
+    assert raised.value.path == path
+    log.close()
+
+
+def test_recovery_cuts_the_log_at_a_base_offset_that_skips(log_dir):
+    written_log(log_dir)
+    _, base = flip_last_base_offset(log_dir, 1)
+    log = PartitionLog(log_dir, config(**SETTINGS), clean_shutdown=False)
+    assert log.log_end_offset == base and log.recovery_report.dropped_data
+    assert [r[0] for r in read_all(log)] == list(range(base))
+    log.close()
+
+
+def test_a_compacted_log_may_skip_offsets_inside_a_segment(log_dir):
+    log = PartitionLog(log_dir, config(**SETTINGS, cleanup_policy="compact"))
+    log.append(make_batch(0, 5))
+    log.append(make_batch(1, 5, base_offset=9), assign_offsets=False)
+    log.close()
+    log = PartitionLog(log_dir, config(**SETTINGS, cleanup_policy="compact"))
+    assert [r[0] for r in read_all(log)] == [0, 1, 2, 3, 4, 9, 10, 11, 12, 13]
+    log.close()
+
+
+def test_an_append_that_would_skip_offsets_is_refused_unless_compacted(log_dir):
+    log = PartitionLog(log_dir, config(**SETTINGS))
+    log.append(make_batch(0, 5))
+    with pytest.raises(InvalidRecordError, match="5..8 of .* empty"):
+        log.append(make_batch(1, 5, base_offset=9), assign_offsets=False)
+    log.append(make_batch(1, 5, base_offset=5), assign_offsets=False)
+    assert log.log_end_offset == 10
+    log.close()
