@@ -49,6 +49,15 @@ class OffsetIndex(SparseIndex):
         relative, position = self.entry(slot)
         return self.base_offset + relative, position
 
+    def last_entry(self):
+        """(offset, position) of the last entry, or (base_offset, 0) when empty."""
+        if not self._loaded:
+            self.open()   # the entry count is known once the file has been looked at
+        if self.entries == 0:
+            return self.base_offset, 0
+        relative, position = self.entry(self.entries - 1)
+        return self.base_offset + relative, position
+
     def last_offset(self):
         """Offset of the last entry, or base_offset when empty."""
         if self.entries == 0:

@@ -156,8 +156,7 @@ class LogSegment:
             with self.pinned():
                 # Made or recovered here: its index files exist from now on (verify and the
                 # next open expect them), and appends need their entry counts.
-                self.offset_index.open()
-                self.time_index.open()
+                self._load_indexes()
                 self._load_timestamps()
 
     # --- open files (see open_files.py) -----------------------------------
@@ -250,7 +249,7 @@ class LogSegment:
         """Where a scan for the segment's end may start: the last index entry's position if a
         batch really starts there, else 0. An index never decides what a reader sees: a
         read-only view's index may be garbled, swapped, or point past a torn tail."""
-        _, position = self.offset_index.lookup(2**62)
+        _, position = self.offset_index.last_entry()
         if position and not self._plausible_batch_start(position, 2**62):
             return 0
         return position
@@ -571,12 +570,19 @@ class LogSegment:
         return self._index_problem()
 
     def _index_problem(self):
-        self.offset_index.open()   # a first open tells whether the file was there
-        self.time_index.open()
+        self._load_indexes()
         if self.log.size and (self.offset_index.created or self.time_index.created):
             return f"an index file of {self.log.path} is missing"
         return (self.offset_index.sanity_problem(self.log.size)
                 or self.time_index.sanity_problem(self.base_offset + _INT32_MAX))
+
+    def _load_indexes(self):
+        """Learn both indexes' entries, creating a missing file (and saying so: created).
+        Read, not mapped: most segments loaded here (the active one of an idle log, a lazy one
+        reopened for a seek) are never appended to or searched at length."""
+        for index in (self.offset_index, self.time_index):
+            if not index.load_unmapped():
+                index.open()
 
     # --- lifecycle --------------------------------------------------------
 

@@ -82,6 +82,9 @@ class SparseIndex:
         self._loaded = False  # whether entries / length are known (first open done)
         self._dirty = False   # entries written since the last flush
         self.capacity = 0
+        # The entries as load_unmapped read them, while the file is not mapped and they have
+        # not changed: checks and tail lookups use them instead of mapping the file.
+        self._read = None
         if not lazy:
             self.open()
 
@@ -131,6 +134,33 @@ class SparseIndex:
                                    self.entries)
             self._loaded = True
 
+    def load_unmapped(self):
+        """Writer, first use: learn the entries by reading the file, and leave it unmapped
+        as release() would. True when the entries are known (read now or before), False
+        when the file is missing (open() then creates it and says so) or this is read-only
+        (open() loads the snapshot).
+
+        The open of a log after a clean stop checks its active segment's indexes and reads
+        their last entries: one read each, where mapping would reserve, map and later unmap
+        thousands of files the log may never append to."""
+        if self.readonly or self._loaded:
+            return self._loaded and not self.readonly
+        with self._lock:
+            try:
+                with open(self.path, "rb") as f:
+                    raw = f.read()
+            except FileNotFoundError:
+                return False
+            except OSError as exc:
+                raise storage_error(exc, f"cannot read index file {self.path}") from exc
+            whole = len(raw) // self.entry_size
+            self._read = np.frombuffer(raw, dtype=self.DTYPE, count=whole)
+            self.length = len(raw)
+            self.capacity = self.entries = whole
+            self.max_entries = max(self._round(self.max_index_size) // self.entry_size, whole)
+            self._loaded = True
+        return True
+
     def release(self):
         """Give back the map, keeping what is known of the entries and the reserved length;
         the next use maps them again. The writer's dirty pages stay in the page cache (flush
@@ -159,6 +189,7 @@ class SparseIndex:
                 f"{' (disk full)' if full else ''}: {exc}") from exc
 
     def _map(self, fd, length):
+        self._read = None   # the map is the entries from now on
         self.length = length
         self.capacity = length // self.entry_size  # entries the map has room for
         if length == 0:
@@ -227,6 +258,9 @@ class SparseIndex:
 
     def _used(self):
         """The valid entries as a numpy view (a snapshot of the count at call time)."""
+        read = self._read
+        if read is not None:
+            return read[:self.entries]
         self.open()
         return self._arr[:self.entries]
 
@@ -382,6 +416,9 @@ class SparseIndex:
 
     def entry(self, slot):
         """Entry `slot` as a tuple of Python ints."""
+        read = self._read
+        if read is not None:
+            return tuple(int(v) for v in read[slot])
         with self._lock:
             if not self._open:
                 self._open_locked()

@@ -161,3 +161,25 @@ def test_time_index_is_monotonic_and_lookup_matches_model(appends, target):
         below = [m for m in model if m[0] < target]
         assert idx.lookup(target) == (below[-1] if below else (-1, 0))
         idx.close()
+
+
+def test_an_index_read_unmapped_answers_checks_and_its_tail_then_maps_to_append(tmp_path):
+    """The open of a log after a clean stop reads its active segment's indexes instead of
+    mapping them: the check and the last entry need no map, and an append maps as before."""
+    path = str(tmp_path / "00000000000000000100.index")
+    idx = OffsetIndex(path, 100, 8 * 100)
+    for i in range(1, 6):
+        idx.append(100 + 10 * i, 1000 * i)
+    idx.close()
+    again = OffsetIndex(path, 100, 8 * 100, lazy=True)
+    assert again.load_unmapped() and again._mm is None
+    assert again.entries == 5 and again.last_entry() == (150, 5000)
+    assert again.sanity_problem(6000) is None and again._mm is None
+    assert again.sanity_problem(5000) is not None            # the check reads the entries
+    assert again.load_unmapped()                              # known: nothing read twice
+    again.append(160, 6000)
+    assert again._mm is not None and again.last_entry() == (160, 6000)
+    assert again.lookup(155) == (150, 5000)
+    again.close()
+    assert os.path.getsize(path) == 6 * 8
+    assert not OffsetIndex(str(tmp_path / "missing.index"), 0, 80, lazy=True).load_unmapped()
