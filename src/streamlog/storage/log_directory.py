@@ -133,7 +133,7 @@ class LogDirectory:
                 # not apply to it, now or after a crash.
                 self._write_checkpoints_locked()
             if topic_id is not None:
-                self._check_topic_id(tp, directory, topic_id)
+                self._check_topic_id(tp, directory, topic_id, exists)
             partition_log = PartitionLog(
                 directory, config, recovery_point=self._recovery_points.get(tp, 0),
                 log_start_offset=self._log_starts.get(tp),
@@ -146,8 +146,8 @@ class LogDirectory:
                 self.reports.append(partition_log.recovery_report)
             return partition_log
 
-    def _check_topic_id(self, tp, directory, topic_id):
-        on_disk = self.topic_id_on_disk(tp) if os.path.isdir(directory) else None
+    def _check_topic_id(self, tp, directory, topic_id, exists):
+        on_disk = self.topic_id_on_disk(tp) if exists else None
         if on_disk is not None and on_disk != topic_id:
             raise InconsistentTopicIdError(
                 f"{directory} belongs to topic id {partition_metadata.kafka_uuid(on_disk)}, not "
