@@ -51,18 +51,10 @@ class OffsetIndex(SparseIndex):
 
     def last_entry(self):
         """(offset, position) of the last entry, or (base_offset, 0) when empty."""
-        if not self._loaded:
-            self.open()   # the entry count is known once the file has been looked at
-        if self.entries == 0:
+        row = self._last_row()
+        if row is None:
             return self.base_offset, 0
-        relative, position = self.entry(self.entries - 1)
-        return self.base_offset + relative, position
-
-    def last_offset(self):
-        """Offset of the last entry, or base_offset when empty."""
-        if self.entries == 0:
-            return self.base_offset
-        return self.base_offset + self.entry(self.entries - 1)[0]
+        return self.base_offset + row[0], row[1]
 
     def truncate_to(self, offset):
         """Remove every entry whose offset is >= offset."""

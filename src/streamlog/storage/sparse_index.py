@@ -414,6 +414,13 @@ class SparseIndex:
             del keys  # drop the view of the map before the lock is released
         return slot
 
+    def _last_row(self):
+        """The last entry as a tuple of Python ints, or None when there is none. A lazy
+        index knows its entry count only once the file has been looked at: this looks."""
+        if not self._loaded:
+            self.open()
+        return self.entry(self.entries - 1) if self.entries else None
+
     def entry(self, slot):
         """Entry `slot` as a tuple of Python ints."""
         read = self._read

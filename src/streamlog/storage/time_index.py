@@ -31,13 +31,13 @@ class TimeIndex(SparseIndex):
 
     def last_entry(self):
         """(timestamp, offset) of the last entry, or (-1, base_offset) when empty."""
-        if self.entries == 0:
-            return -1, self.base_offset
         cache = self._last_cache
         if cache is not None and cache[0] == self.entries:
             return cache[1]
-        ts, relative = self.entry(self.entries - 1)
-        return ts, self.base_offset + relative
+        row = self._last_row()
+        if row is None:
+            return -1, self.base_offset
+        return row[0], self.base_offset + row[1]
 
     def maybe_append(self, timestamp, offset, skip_full_check=False):
         """Append (timestamp, offset) if timestamp is above the last entry's."""

@@ -122,6 +122,25 @@ def test_find_offset_by_timestamp_matches_a_scan_of_every_record(log_dir):
     log.close()
 
 
+def test_a_read_only_view_knows_its_lazy_sealed_segments_largest_timestamps(log_dir):
+    """A read-only view's sealed segments are lazy: their time index is read at first use.
+    largest_timestamp read the entry count before that first look, found none, and fell back
+    to the file's mtime; records stamped after their write time (a producer's clock, a
+    replayed stream) then hid whole segments from a timestamp lookup."""
+    log = small_log(log_dir)
+    future = 4_102_444_800_000   # 2100-01-01, past any file's mtime
+    for b in range(50):
+        log.append(build_batch([b"v"] * 4, timestamps=[future + 4 * b + i for i in range(4)]))
+    writer_largest = [s.largest_timestamp for s in log.segments]
+    log.close()
+    assert len(writer_largest) > 2
+    view = PartitionLog(log_dir, config(segment_bytes=2000, index_interval_bytes=150),
+                        clean_shutdown=True, readonly=True)
+    assert [s.largest_timestamp for s in view.segments] == writer_largest
+    assert view.find_offset_by_timestamp(future + 5) == (5, future + 5)
+    view.close()
+
+
 def test_roll_on_segment_bytes_index_full_and_segment_ms(log_dir):
     clock = FakeClock()
     log = small_log(log_dir, clock, segment_bytes=10**6, segment_index_bytes=8 * 3,
