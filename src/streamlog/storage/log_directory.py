@@ -141,8 +141,7 @@ class LogDirectory:
                 clock_ms=self.clock_ms, log_start_checkpoint=_LogStartCheckpoint(self, tp),
                 open_files=self.open_files)
             self.logs[tp] = partition_log
-            report = partition_log.recovery_report
-            if report.dropped_data or report.rebuilt_indexes or report.missing_head:
+            if partition_log.recovery_report.noteworthy:
                 self.reports.append(partition_log.recovery_report)
             return partition_log
 

@@ -51,6 +51,11 @@ class RecoveryReport:
     missing_head: tuple = None  # (log start, first segment base): the offsets between are gone
 
     @property
+    def noteworthy(self):
+        """Whether the user should hear of this recovery (logged, and kept in the reports)."""
+        return bool(self.dropped_data or self.rebuilt_indexes or self.missing_head)
+
+    @property
     def dropped_data(self):
         return self.truncated_bytes > 0 or bool(self.deleted_segments)
 
@@ -160,7 +165,7 @@ def load_log(directory, config, *, recovery_point=0, log_start_offset=None, clea
 
     log_start_offset = _log_start(log_start_offset, segments, report)
     recovery_point = next_offset if clean_shutdown else min(recovery_point, next_offset)
-    if report.dropped_data or report.rebuilt_indexes or report.missing_head:
+    if report.noteworthy:
         log.warning("recovery: %s", report.summary())
     return LoadedLog(segments, next_offset, recovery_point, log_start_offset, report)
 

@@ -340,7 +340,10 @@ class LogSegment:
 
     @_uses_files
     def on_become_inactive(self):
-        """Seal: record the final time-index entry and trim the indexes (invariant 3)."""
+        self._seal()
+
+    def _seal(self):
+        """Record the final time-index entry and trim the indexes (invariant 3)."""
         self._append_final_time_entry()
         self.offset_index.trim_to_valid_size()
         self.time_index.trim_to_valid_size()
@@ -502,9 +505,8 @@ class LogSegment:
             ts_offset = self.base_offset  # the snapshot may not match the file any more: scan
         else:
             _, ts_offset = self.time_index.lookup(timestamp)
-        position = self.translate_offset(max(ts_offset, starting_offset), upper_offset,
-                                         sealed) or 0
         scanned_to = max(ts_offset, starting_offset)
+        position = self.translate_offset(scanned_to, upper_offset, sealed) or 0
         try:
             for header in self.log.headers(position):
                 scanned_to = header.next_offset
@@ -558,10 +560,7 @@ class LogSegment:
         except (CorruptRecordError, IncompleteBatch) as exc:
             reason = getattr(exc, "reason", str(exc))
         truncated = self.log.truncate_to(valid) if truncate else 0
-        self._append_final_time_entry()
-        self.offset_index.trim_to_valid_size()
-        self.time_index.trim_to_valid_size()
-        self._sealed = True
+        self._seal()
         return RecoveryResult(valid, truncated, next_offset, batches, reason)
 
     @_uses_files
@@ -613,9 +612,7 @@ class LogSegment:
             return
         if not self.readonly and not self.log.closed and not self._sealed:
             with self.pinned():
-                self._append_final_time_entry()
-                self.offset_index.trim_to_valid_size()
-                self.time_index.trim_to_valid_size()
+                self._seal()
         self._closed = True
         self._open_files_of.forget(self)
         self.offset_index.close(trim=False)

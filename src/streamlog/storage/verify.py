@@ -159,12 +159,12 @@ def _verify_segment(directory, base, previous_last, is_last, report, advance, de
                 if batch.base_offset < base:
                     report.problems.append(Finding(path, pos, f"batch offset {batch.base_offset} "
                                                               f"is below the segment's {base}"))
+                expected = base if previous_last is None else max(base, previous_last + 1)
                 if previous_last is not None and batch.base_offset <= previous_last:
                     report.problems.append(Finding(
                         path, pos, f"batch offset {batch.base_offset} does not follow "
                                    f"{previous_last}"))
-                elif dense and batch.base_offset > (
-                        expected := base if previous_last is None else max(base, previous_last + 1)):
+                elif dense and batch.base_offset > expected:
                     report.problems.append(Finding(
                         path, pos, f"offsets {expected}..{batch.base_offset - 1} are missing: "
                                    f"the batch at byte {pos} starts at {batch.base_offset}"))
