@@ -214,9 +214,10 @@ class PartitionLog:
                 if base < next_offset:
                     raise InvalidRecordError(
                         f"batch offset {base} is below the log end offset {next_offset}")
-                if base > next_offset and not self.config.compact:
+                if base > next_offset and self.active_segment.dense:
                     # Density is how a flipped baseOffset is told from a real one (segment.py,
-                    # invariant 1): only a compacted log may skip offsets.
+                    # invariant 1): only a compacted log may skip offsets. The active segment
+                    # decides, as its reads will judge what is written here.
                     raise InvalidRecordError(
                         f"batch offset {base} would leave offsets {next_offset}..{base - 1} of "
                         f"{self.name} empty, and only a compacted log may skip offsets")
