@@ -144,3 +144,22 @@ def test_public_api_is_exactly_all():
     assert {"open", "TopicPartition", "Record", "RecordMetadata", "DatabaseLockedError",
             "OffsetOutOfRangeError", "RecordTooLargeError"} <= set(streamlog.__all__)
     assert TopicPartition("a", 1) == ("a", 1)
+
+
+def test_closing_lets_go_of_the_logs_without_waiting_for_the_garbage_collector(tmp_path):
+    """The broker and its threads refer to each other, so a closed database is freed by the
+    cyclic collector; its logs (tens of objects per partition) are let go at close instead,
+    or a later full collection walks every one of them, in whatever the program does next."""
+    import gc
+    import weakref
+    db = streamlog.open(str(tmp_path / "db"))
+    db.create_topic("t", partitions=3)
+    logs = [weakref.ref(db._broker.partition_log(streamlog.TopicPartition("t", p)))
+            for p in range(3)]
+    gc.disable()
+    try:
+        db.close()
+        del db
+        assert [ref() for ref in logs] == [None, None, None]
+    finally:
+        gc.enable()

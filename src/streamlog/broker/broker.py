@@ -110,7 +110,8 @@ class Broker:
                 self._dir_lock = DirectoryLock(self.root)
                 self._dir_lock.acquire()
             self.logs = LogDirectory(self.root, readonly, clock_ms,
-                                     max_open_files=self.config.max_open_files)
+                                     max_open_files=self.config.max_open_files,
+                                     descriptors_elsewhere=0 if readonly else 1)  # the LOCK
             metadata_log = self.logs.open_log(METADATA_PARTITION, METADATA_LOG_CONFIG)
             self.metadata = TopicRegistry(metadata_log, self.config.topic_defaults, clock_ms,
                                           readonly)
@@ -550,6 +551,7 @@ class Broker:
         self.timer.close()
         try:
             self.logs.close()  # on a full disk this fails; the stop is then an unclean one
+            self.partitions = {}  # closed: see LogDirectory.close
         finally:
             if self._dir_lock is not None:
                 self._dir_lock.release()

@@ -47,7 +47,7 @@ class BrokerConfig:
     offsets_retention_minutes: int = 7 * 24 * 60
     offsets_retention_check_interval_ms: int = 600_000
     # Descriptors the segments of the database may hold (storage/open_files.py): None is
-    # half the soft RLIMIT_NOFILE (32..20,000) at open, -1 unbounded (as RocksDB's).
+    # half the soft RLIMIT_NOFILE (32..16,000) at open, -1 unbounded (as RocksDB's).
     max_open_files: int = None
     topic_defaults: LogConfig = LogConfig()
 

@@ -46,12 +46,14 @@ log = logging.getLogger("streamlog.storage")
 
 
 class LogDirectory:
-    def __init__(self, root, readonly=False, clock_ms=wall_clock_ms, max_open_files=None):
+    def __init__(self, root, readonly=False, clock_ms=wall_clock_ms, max_open_files=None,
+                 descriptors_elsewhere=0):
         """max_open_files: the bound on the descriptors the segments hold (open_files.py);
-        None derives it from RLIMIT_NOFILE, -1 is unbounded."""
+        None derives it from RLIMIT_NOFILE, -1 is unbounded. descriptors_elsewhere: what the
+        owner holds besides (its lock file), counted against the same bound."""
         self.root = os.path.abspath(root)
         self.open_files = OpenSegments(default_max_open_files() if max_open_files is None
-                                       else max_open_files)
+                                       else max_open_files, descriptors_elsewhere)
         self.readonly = readonly
         self.clock_ms = clock_ms
         self._lock = threading.Lock()
@@ -104,10 +106,11 @@ class LogDirectory:
                 out.append(TopicPartition(*parsed))
         return sorted(out)
 
-    def topic_id_on_disk(self, tp):
-        """The topic id in tp's partition.metadata; None when it has none (or it is damaged)."""
+    def topic_id_on_disk(self, tp, expected=None):
+        """The topic id in tp's partition.metadata; None when it has none (or it is damaged).
+        expected: the id the caller expects (a shortcut, see partition_metadata.read)."""
         try:
-            return partition_metadata.read(self.partition_dir(tp))
+            return partition_metadata.read(self.partition_dir(tp), expected)
         except partition_metadata.CorruptPartitionMetadataError as exc:
             log.warning("%s", exc)
             return None
@@ -146,7 +149,7 @@ class LogDirectory:
             return partition_log
 
     def _check_topic_id(self, tp, directory, topic_id, exists):
-        on_disk = self.topic_id_on_disk(tp) if exists else None
+        on_disk = self.topic_id_on_disk(tp, topic_id) if exists else None
         if on_disk is not None and on_disk != topic_id:
             raise InconsistentTopicIdError(
                 f"{directory} belongs to topic id {partition_metadata.kafka_uuid(on_disk)}, not "
@@ -170,9 +173,15 @@ class LogDirectory:
         """
         failures = []
         with self._lock:
+            # Every log closed before any directory goes: removing one takes descriptors,
+            # which a process at its limit has only once the logs gave theirs back.
+            for tp in tps:
+                partition_log = self.logs.pop(tp, None)
+                if partition_log is not None:
+                    partition_log.close(flush=False, seal=False)
             for tp in tps:
                 try:
-                    self._delete_log_locked(tp)
+                    self._remove_dir_locked(tp)
                 except KafkaStorageError as exc:
                     failures.append(exc)
             if self._forget_locked(tps):
@@ -191,11 +200,8 @@ class LogDirectory:
             found |= self._log_starts.pop(tp, None) is not None
         return found
 
-    def _delete_log_locked(self, tp):
-        """Close tp's log and remove its directory (renamed first, so a crash cannot half-keep it)."""
-        partition_log = self.logs.pop(tp, None)
-        if partition_log is not None:
-            partition_log.close(flush=False)
+    def _remove_dir_locked(self, tp):
+        """Remove tp's directory (renamed first, so a crash cannot half-keep it)."""
         directory = self.partition_dir(tp)
         if not os.path.isdir(directory):
             return
@@ -255,11 +261,15 @@ class LogDirectory:
                 failures.append(exc)  # close the others: each holds files and maps
         if failures:
             raise failures[0]  # no clean-shutdown marker: the next open recovers
-        if self.readonly:
-            return
-        self.checkpoint()
-        if mark_clean:
-            write_atomically(os.path.join(self.root, files.CLEAN_SHUTDOWN_MARKER), b"")
+        if not self.readonly:
+            self.checkpoint()
+            if mark_clean:
+                write_atomically(os.path.join(self.root, files.CLEAN_SHUTDOWN_MARKER), b"")
+        # Let go of the closed logs now: the owner is typically part of a reference cycle
+        # (a broker and its threads), and hundreds of thousands of objects left hanging
+        # from one would wait for, and slow, a full collection somewhere later.
+        with self._lock:
+            self.logs = {}
 
 
 def _log_removal_failure(_function, path, exc_info):

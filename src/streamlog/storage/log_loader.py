@@ -107,16 +107,16 @@ def load_log(directory, config, *, recovery_point=0, log_start_offset=None, clea
     # One listing serves steps 1 and 2 unless they change the directory (rare): opening
     # thousands of partitions is mostly these listings.
     try:
-        names = _parsed(os.listdir(directory))
+        listing = files.list_segments(os.listdir(directory))
     except FileNotFoundError:
         os.makedirs(directory, exist_ok=True)
-        names = []
-    if _remove_leftovers(directory, names, report):
-        names = _parsed(os.listdir(directory))
-    if _complete_swaps(directory, names, config, report, now_ms):
-        names = _parsed(os.listdir(directory))
-    bases = _bases_of(names)
-    _remove_orphan_indexes(directory, names, bases, report)
+        listing = files.list_segments([])
+    if _remove(directory, listing.leftovers, report):
+        listing = files.list_segments(os.listdir(directory))
+    if _complete_swaps(directory, listing.swap_bases, config, report, now_ms):
+        listing = files.list_segments(os.listdir(directory))
+    bases = listing.bases
+    _remove(directory, listing.orphan_indexes, report)
 
     segments = []
     try:
@@ -226,36 +226,21 @@ def _recover_from(segments, recovery_point, report):
     return next_offset
 
 
-def segment_bases(directory, temp_suffix=""):
-    """Sorted base offsets of the segments in a directory (with that temporary suffix)."""
-    return _bases_of(_parsed(os.listdir(directory)), temp_suffix)
+def segment_bases(directory):
+    """Sorted base offsets of the ordinary segments in a directory."""
+    return files.list_segments(os.listdir(directory)).bases
 
 
-def _parsed(names):
-    """[(name, parse_segment_file_name(name))]: each name parsed once per listing."""
-    return [(name, files.parse_segment_file_name(name)) for name in names]
+def _remove(directory, names, report):
+    """Steps 1 and 2's deletions (names list_segments picked); True if it removed any."""
+    for name in names:
+        os.unlink(os.path.join(directory, name))
+        report.removed_files.append(name)
+    return bool(names)
 
 
-def _bases_of(parsed_names, temp_suffix=""):
-    """Sorted base offsets of the segment log files listed (with that temporary suffix)."""
-    return sorted({parsed[0] for _, parsed in parsed_names
-                   if parsed and parsed[1] == files.LOG_SUFFIX and parsed[2] == temp_suffix})
-
-
-def _remove_leftovers(directory, names, report):
-    """Step 1's deletions; True if it removed anything."""
-    removed = False
-    for name, parsed in names:
-        if files.is_leftover_file_name(name, parsed):
-            os.unlink(os.path.join(directory, name))
-            report.removed_files.append(name)
-            removed = True
-    return removed
-
-
-def _complete_swaps(directory, names, config, report, now_ms):
+def _complete_swaps(directory, swap_bases, config, report, now_ms):
     """Step 1's swaps; True if there were any."""
-    swap_bases = _bases_of(names, files.SWAP_SUFFIX)
     if not swap_bases:
         return False
     swapped = []
@@ -283,17 +268,6 @@ def _safe_next_offset(segment):
         return segment.read_next_offset()
     except (IncompleteBatch, CorruptRecordError):
         return segment.base_offset
-
-
-def _remove_orphan_indexes(directory, names, bases, report):
-    base_set = set(bases)
-    for name, parsed in names:
-        if parsed and parsed[2] == "" and parsed[1] in (files.INDEX_SUFFIX,
-                                                         files.TIME_INDEX_SUFFIX,
-                                                         files.TXN_INDEX_SUFFIX):
-            if parsed[0] not in base_set:
-                os.unlink(os.path.join(directory, name))
-                report.removed_files.append(name)
 
 
 def _load_readonly(directory, config, log_start_offset, now_ms, open_files):

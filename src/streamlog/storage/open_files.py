@@ -15,14 +15,16 @@ How a segment is used (LogSegment.pinned):
 So a reader or appender never sees a file released under it, and a segment
 that is not in use costs no descriptor and no map once pushed out.
 
-Accounting: a writable segment holds up to three descriptors and three
-maps: the log's descriptor and one per index map, since Python's mmap keeps
-a duplicate of the descriptor it maps (the indexes keep none of their own;
-the log's read map holds none, see mapping.py). A read-only one holds one
-descriptor (its indexes are snapshots in memory) and no map. The bound
-counts descriptors; the maps of open segments follow from it, plus the
-log maps that fetched views keep alive until they are dropped. Pinned segments may exceed it for as long
-as they are pinned: a bound never fails an operation.
+Accounting: an open segment holds one descriptor, its log's, and up to
+three maps (the log's read map and one per index), none of which holds a
+descriptor (mapping.py). A read-only one holds one descriptor and no index
+map (its indexes are snapshots in memory). Where maps must come from
+Python's mmap, which keeps a duplicate of the descriptor it maps, a writable
+segment counts three (LogSegment.file_cost). The bound counts descriptors;
+the maps of open segments follow from it (three per segment at most), plus
+the log maps that fetched views keep alive until they are dropped. Pinned
+segments may exceed it for as long as they are pinned: a bound never fails
+an operation.
 
 Thread-safety: every method holds `_lock`; a segment's files are opened
 and released under it, so the bound and the LRU order never disagree.
@@ -34,12 +36,16 @@ import threading
 from collections import OrderedDict
 
 from ..errors import KafkaStorageError
+from .mapping import MAPS_HOLD_NO_DESCRIPTOR
 
 UNBOUNDED = -1
 # Descriptors the default bound leaves to everything else in the process (sockets, the
 # user's files, Python's own): half the soft limit, capped where the maps the segments
-# may hold (about one per descriptor) stay well under Linux's vm.max_map_count (65,530).
-_DEFAULT_CAP = 20_000
+# may hold (three per open segment, see max_maps) stay well under Linux's vm.max_map_count
+# (65,530), with room for the process's own and for views still alive.
+_DEFAULT_CAP = 16_000
+# An open segment maps its log (for reads) and each of its two indexes at most.
+MAPS_PER_SEGMENT = 3
 _DEFAULT_FLOOR = 32
 
 # What to do about running out, in every error that says so (here and the broker's).
@@ -59,7 +65,7 @@ def max_open_files_problem(value):
 
 
 def default_max_open_files():
-    """Half of the soft RLIMIT_NOFILE, between 32 and 20,000."""
+    """Half of the soft RLIMIT_NOFILE, between 32 and 16,000."""
     soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft == resource.RLIM_INFINITY:
         return _DEFAULT_CAP
@@ -92,14 +98,20 @@ class OpenSegments:
     """An LRU of the segments whose files are open, holding at most `max_open_files`
     descriptors among the unpinned ones (UNBOUNDED: no limit)."""
 
-    def __init__(self, max_open_files=UNBOUNDED):
+    def __init__(self, max_open_files=UNBOUNDED, descriptors_elsewhere=0):
+        """descriptors_elsewhere: what the owner holds for as long as the bound lives (the
+        database's LOCK file), counted against the bound with the segments'."""
         problem = max_open_files_problem(max_open_files)
         if problem:
             raise ValueError(problem)
         self.max_open_files = max_open_files
+        # The maps the open segments may hold: one descriptor counted per segment (or three
+        # where each index map holds one, see LogSegment.file_cost), three maps each.
+        self.max_maps = UNBOUNDED if max_open_files == UNBOUNDED else \
+            max_open_files * (MAPS_PER_SEGMENT if MAPS_HOLD_NO_DESCRIPTOR else 1)
         self._lock = threading.Lock()
         self._open = OrderedDict()  # segment -> descriptors it holds; oldest use first
-        self.held = 0               # descriptors held by the segments in _open
+        self.held = descriptors_elsewhere  # + the descriptors of the segments in _open
         self.evictions = 0
 
     def pin(self, segment):
@@ -153,4 +165,5 @@ class OpenSegments:
     def stats(self):
         with self._lock:
             return {"segments_open": len(self._open), "descriptors": self.held,
-                    "max_open_files": self.max_open_files, "evictions": self.evictions}
+                    "max_open_files": self.max_open_files, "max_maps": self.max_maps,
+                    "evictions": self.evictions}

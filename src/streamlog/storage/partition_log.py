@@ -561,8 +561,10 @@ class PartitionLog:
 
     # --- lifecycle -------------------------------------------------------------
 
-    def close(self, flush=True):
-        """Flush (unless told not to), seal the indexes and close every file."""
+    def close(self, flush=True, seal=True):
+        """Flush (unless told not to), seal the indexes and close every file. flush=False,
+        seal=False: only close, writing nothing (the directory is about to be removed, and
+        writing could need a descriptor the caller has run out of)."""
         if self._closed:
             return
         if flush and not self.readonly:
@@ -570,12 +572,12 @@ class PartitionLog:
         with self._lock:
             self._closed = True
             for segment in self._segments:
-                segment.close()
+                segment.close(seal)
         self.delete_pending_files(force=True)
 
     def delete(self):
         """Close and remove the whole partition directory."""
-        self.close(flush=False)
+        self.close(flush=False, seal=False)
         for name in os.listdir(self.directory):
             os.unlink(os.path.join(self.directory, name))
         os.rmdir(self.directory)

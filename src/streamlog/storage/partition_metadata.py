@@ -33,6 +33,7 @@ rewrites (its topic still exists) or keeps (it does not): never one removed
 on a guess.
 """
 import base64
+import functools
 import json
 import os
 
@@ -67,17 +68,27 @@ def _replace(path, text):
         raise KafkaStorageError(f"cannot write {path}: {exc}") from exc
 
 
+@functools.lru_cache(maxsize=1024)
+def _text_of(topic_id_hex):
+    """The file's text for a topic id (one per topic, asked for once per partition)."""
+    return f"version: {VERSION}\ntopic_id: {kafka_uuid(topic_id_hex)}\n"
+
+
 def write(directory, topic_id_hex):
-    _replace(os.path.join(directory, PARTITION_METADATA_FILE),
-             f"version: {VERSION}\ntopic_id: {kafka_uuid(topic_id_hex)}\n")
+    _replace(os.path.join(directory, PARTITION_METADATA_FILE), _text_of(topic_id_hex))
 
 
-def read(directory):
-    """The topic id (32 hex digits) the directory's file names; None when it has none."""
+def read(directory, expected=None):
+    """The topic id (32 hex digits) the directory's file names; None when it has none.
+    expected: the id the caller expects; a file that is exactly what write() makes of it
+    is answered without parsing (an open reads one per partition)."""
     path = os.path.join(directory, PARTITION_METADATA_FILE)
     try:
-        with open(path, encoding="ascii") as f:
-            text = f.read()
+        with open(path, "rb") as f:
+            raw = f.read()
+        if expected is not None and raw == _text_of(expected).encode("ascii"):
+            return expected
+        text = raw.decode("ascii")
     except FileNotFoundError:
         return None
     except (OSError, UnicodeDecodeError) as exc:

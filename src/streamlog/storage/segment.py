@@ -26,7 +26,9 @@ in use may have them released at any time, keeping its size, index entry
 counts and timestamps. A segment made `lazy` (an existing one the loader did
 not need to read) opens nothing until its first use, and checks its indexes
 then: an index that fails the check is rebuilt from the log, as the loader
-would have done.
+would have done. Until then it is not even made: it holds its identity only,
+and the first touch of anything else makes the rest (_make_state), since a
+database of 10,000 partitions x 20 segments makes 200,000 at open.
 
 On a crash: bytes written after the last fsync may be missing or torn, and
 the indexes may disagree with the log; recover() rebuilds both indexes from
@@ -44,6 +46,7 @@ from typing import NamedTuple
 from ..errors import CorruptRecordError, KafkaStorageError
 from . import files
 from .file_records import FileRecords, IncompleteBatch
+from .mapping import MAPS_HOLD_NO_DESCRIPTOR
 from .offset_index import OffsetIndex
 from .open_files import OpenSegments
 from .record_batch import LOG_OVERHEAD, NO_TIMESTAMP, iter_batches
@@ -54,6 +57,8 @@ _logger = logging.getLogger("streamlog.storage")
 _INT32_MAX = 2**31 - 1
 # How many recently appended batches a segment remembers exactly (see _recent).
 _RECENT_BATCHES = 1024
+# Held while a lazy segment makes its state (LogSegment.__getattr__): rare and short.
+_MAKING_STATE = threading.Lock()
 
 
 class BatchInfo(NamedTuple):
@@ -112,26 +117,55 @@ class LogSegment:
     def __init__(self, directory, base_offset, config, readonly=False, suffix="", now_ms=None,
                  open_files=None, lazy=False):
         """open_files: the root's OpenSegments (None: a bound of its own, unbounded).
-        lazy: the segment's files exist and need not be opened (nor checked) until used."""
+        lazy: the segment's files exist and need not be looked at (nor their indexes
+        checked) until used: only the identity below is made now, the rest by
+        _make_state at the first touch of any of it (a database of many segments makes
+        hundreds of thousands of these at open and uses few)."""
         self.directory = directory
         self.base_offset = base_offset
         self.readonly = readonly
+        self._config = config
+        self._suffix = suffix
+        self._open_files_of = open_files if open_files is not None else OpenSegments()
+        self._pins = 0
+        # Descriptors while open (see open_files.py): the log's, plus one per index map
+        # where maps hold one.
+        self.file_cost = 1 if readonly or MAPS_HOLD_NO_DESCRIPTOR else 3
+        self.created_ms = now_ms if now_ms is not None else int(time.time() * 1000)
+        # A lazy segment's indexes are checked at its first use (see the module doc).
+        self._unchecked = lazy and not readonly
+        # Sealed: the final time entry is written and the indexes trimmed (a lazy segment is
+        # one the loader found below the last, sealed by the run that rolled it).
+        self._sealed = lazy
+        self._closed = False
+        if readonly or not lazy:
+            # Read-only: the file must exist now (open_readonly_segments skips one that
+            # retention removed). Writer, not lazy: made or recovered here.
+            self._make_state()
+        if not lazy:
+            with self.pinned():
+                # Its index files exist from now on (verify and the next open expect them),
+                # and appends need their entry counts.
+                self._load_indexes()
+                self._load_timestamps()
+
+    def _make_state(self):
+        """The file objects and the append and read state; once, before any use of them."""
+        config = self._config
+        directory, base_offset, suffix = self.directory, self.base_offset, self._suffix
         self.index_interval_bytes = config.index_interval_bytes
         # No batch being written can be longer: a partial batch that claims more is corruption.
         self.max_batch_bytes = max(config.segment_bytes, config.max_message_bytes)
         # Only the cleaner leaves gaps between offsets (invariant 1); a segment keeps the
         # policy it was opened under, as it keeps index.interval.bytes.
         self.dense = not config.compact
-        self._open_files_of = open_files if open_files is not None else OpenSegments()
-        self._pins = 0
-        self.file_cost = 1 if readonly else 3  # descriptors while open (see open_files.py)
-        self.log = FileRecords(files.log_file(directory, base_offset, suffix), readonly,
+        self.log = FileRecords(files.log_file(directory, base_offset, suffix), self.readonly,
                                lazy=True)
         self.offset_index = OffsetIndex(files.offset_index_file(directory, base_offset, suffix),
-                                        base_offset, config.segment_index_bytes, readonly,
+                                        base_offset, config.segment_index_bytes, self.readonly,
                                         lazy=True)
         self.time_index = TimeIndex(files.time_index_file(directory, base_offset, suffix),
-                                    base_offset, config.segment_index_bytes, readonly,
+                                    base_offset, config.segment_index_bytes, self.readonly,
                                     lazy=True)
         self.bytes_since_last_index_entry = 0
         # (base offset, position) of the batches appended in this process, newest last: a
@@ -139,25 +173,25 @@ class LogSegment:
         # from the last sparse index entry. Replaced (never shrunk in place) so lock-free
         # readers always see a consistent list.
         self._recent = []
-        self.created_ms = now_ms if now_ms is not None else int(time.time() * 1000)
         # The first append's largest timestamp decides time-based rolling; loaded lazily.
         self._rolling_based_timestamp = None
         self._timestamps_loaded = False
         self.max_timestamp_so_far = NO_TIMESTAMP
         self.offset_of_max_timestamp_so_far = base_offset
-        # A lazy segment's indexes are checked at its first use (see the module doc).
-        self._unchecked = lazy and not readonly
-        # Sealed: the final time entry is written and the indexes trimmed (a lazy segment is
-        # one the loader found below the last, sealed by the run that rolled it).
-        self._sealed = lazy
         self._check_lock = threading.Lock()
-        self._closed = False
-        if not lazy:
-            with self.pinned():
-                # Made or recovered here: its index files exist from now on (verify and the
-                # next open expect them), and appends need their entry counts.
-                self._load_indexes()
-                self._load_timestamps()
+        self._state_made = True  # last: a reader that sees it sees everything above
+
+    def __getattr__(self, name):
+        """Only for what a lazy segment has not made yet (see __init__): make it, once, under
+        a lock shared by all segments (two threads must not make two sets of file objects,
+        one of which would leak its descriptor)."""
+        if name.startswith("__") or "_state_made" in self.__dict__ \
+                or "_config" not in self.__dict__:
+            raise AttributeError(name)
+        with _MAKING_STATE:
+            if "_state_made" not in self.__dict__:
+                self._make_state()
+        return object.__getattribute__(self, name)
 
     # --- open files (see open_files.py) -----------------------------------
 
@@ -606,18 +640,26 @@ class LogSegment:
         with self.pinned():
             return self.log.refresh_size()
 
-    def close(self):
-        """Write the final time-index entry, trim the indexes and close the files."""
+    def close(self, seal=True):
+        """Write the final time-index entry, trim the indexes and close the files.
+        seal=False: only close (the segment is about to be removed)."""
         if self._closed:
             return
-        if not self.readonly and not self.log.closed and not self._sealed:
-            with self.pinned():
-                self._seal()
-        self._closed = True
-        self._open_files_of.forget(self)
-        self.offset_index.close(trim=False)
-        self.time_index.close(trim=False)
-        self.log.close()
+        if "_state_made" not in self.__dict__:
+            self._closed = True  # a lazy segment never used: nothing was opened
+            return
+        try:
+            if seal and not self.readonly and not self.log.closed and not self._sealed:
+                with self.pinned():
+                    self._seal()
+        finally:
+            # Sealing may fail (a full disk, no descriptor left to trim with): the files are
+            # let go all the same, and the next open finds the segment unsealed and reseals it.
+            self._closed = True
+            self._open_files_of.forget(self)
+            self.offset_index.close(trim=False)
+            self.time_index.close(trim=False)
+            self.log.close()
 
     def rename_suffix(self, old_suffix, new_suffix):
         """Rename all of the segment's files from one temporary suffix to another."""

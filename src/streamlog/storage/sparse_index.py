@@ -15,8 +15,9 @@ Invariants:
      writing, and is assumed to be exactly full of valid entries, because the
      log trims every index to its used size on roll and on close. After an
      unclean stop the loader rebuilds indexes instead of trusting them.
-  3. The writer maps the file read-write and keeps no descriptor of its own
-     (the map holds one; resizing opens the file for the time it takes), and
+  3. The writer maps the file read-write and keeps no descriptor (nor does
+     the map, see mapping.SharedMap; resizing opens the file for the time it
+     takes), and
      maps it only while the index is used (release, then open on next use).
      A read-only process never maps an index: the writer may trim or rebuild
      the file under it, and touching a mapped page past the new end of file
@@ -31,13 +32,13 @@ resize, close) is serialised by the owning segment's append lock. The mapping
 is swapped under `_lock` so a lookup never sees a closed map.
 """
 import errno
-import mmap
 import os
 import threading
 
 import numpy as np
 
 from ..errors import KafkaStorageError
+from .mapping import SharedMap
 from .open_files import storage_error
 
 _SNAPSHOT_CHUNK_ENTRIES = 8192
@@ -196,10 +197,10 @@ class SparseIndex:
             self._mm = None
             self._arr = self._empty()
         else:
-            self._mm = mmap.mmap(fd, length, access=mmap.ACCESS_WRITE)
+            self._mm = SharedMap(fd, length)
             # A torn file may end inside an entry: view the whole entries only (the sanity
             # check then reports the odd length and the loader rebuilds the index).
-            self._arr = np.frombuffer(self._mm, dtype=self.DTYPE, count=self.capacity)
+            self._arr = np.frombuffer(self._mm.view, dtype=self.DTYPE, count=self.capacity)
 
     def _unmap(self):
         self._arr = self._empty()

@@ -42,7 +42,7 @@ def test_a_bound_holds_across_many_logs_and_every_record_reads_back(tmp_path):
     assert all(len(log.segments) >= 3 for log in logs)
     assert bound.held <= 12 and bound.evictions > 0
     assert descriptors_under(str(tmp_path)) <= 12
-    assert maps_under(str(tmp_path)) <= 12
+    assert maps_under(str(tmp_path)) <= bound.max_maps
     for log in logs:
         assert [r[0] for r in read_all(log)] == list(range(150))
     assert descriptors_under(str(tmp_path)) <= 12
@@ -52,7 +52,7 @@ def test_a_bound_holds_across_many_logs_and_every_record_reads_back(tmp_path):
 
 
 def test_an_evicted_active_segment_appends_and_recovers_as_if_it_never_closed(tmp_path):
-    bound = OpenSegments(3)   # one writable segment at a time
+    bound = OpenSegments(1)   # one segment at a time
     a = PartitionLog(str(tmp_path / "a-0"), config(**SETTINGS), open_files=bound)
     b = PartitionLog(str(tmp_path / "b-0"), config(**SETTINGS), open_files=bound)
     for i in range(8):       # alternate: each append pushes the other log's active segment out
@@ -82,8 +82,8 @@ def test_a_clean_open_opens_only_the_last_segment(tmp_path):
     reopened = PartitionLog(directory, config(**SETTINGS), clean_shutdown=True, open_files=bound)
     assert segments >= 4 and bound.stats()["segments_open"] == 1
     # The last segment's log only: its indexes were read for the check and the tail, not
-    # mapped (a map holds a descriptor), as nothing has appended yet.
-    assert descriptors_under(directory) == 1
+    # mapped, as nothing has appended yet.
+    assert descriptors_under(directory) == 1 and maps_under(directory) == 0
     reopened.append(make_batch(40, 5))   # the unmapped indexes take appends
     assert len(read_all(reopened)) == 205
     assert bound.stats()["segments_open"] == segments
@@ -136,9 +136,84 @@ def test_the_default_bound_is_half_the_soft_limit_within_its_range(monkeypatch):
     monkeypatch.setattr(open_files.resource, "getrlimit", lambda which: (40, 4096))
     assert open_files.default_max_open_files() == 32
     monkeypatch.setattr(open_files.resource, "getrlimit", lambda which: (10**6, 10**6))
-    assert open_files.default_max_open_files() == 20_000
+    assert open_files.default_max_open_files() == 16_000
+    # The maps the default allows stay under Linux's default vm.max_map_count (65,530).
+    assert OpenSegments(16_000).max_maps <= 48_000
+
+
+@pytest.mark.skipif(not open_files.MAPS_HOLD_NO_DESCRIPTOR, reason="maps through Python's mmap")
+def test_a_writable_segment_holds_one_descriptor_whatever_it_maps(tmp_path):
+    """The bound counts one descriptor per open segment: the index maps (made through libc,
+    storage/mapping.py) hold none, where Python's mmap would keep a duplicate of each."""
+    directory = str(tmp_path / "t-0")
+    bound = OpenSegments()
+    log = PartitionLog(directory, config(**SETTINGS), open_files=bound)
+    for i in range(6):
+        log.append(make_batch(i, 5))   # past index_interval_bytes: both indexes mapped
+    assert log.active_segment.offset_index.entries > 0
+    assert maps_under(directory) >= 2
+    assert descriptors_under(directory) == 1 == bound.stats()["descriptors"]
+    log.close()
 
 
 def test_a_bound_below_one_is_refused():
     with pytest.raises(ValueError, match="max.open.files"):
         OpenSegments(0)
+
+
+def test_a_clean_open_looks_at_no_sealed_segment_until_it_is_used(tmp_path, monkeypatch):
+    """A sealed segment is made from the directory listing alone (no stat, no file object),
+    so opening 200,000 of them costs what listing them costs; its first use makes the rest."""
+    from streamlog.storage import file_records
+    directory = str(tmp_path / "t-0")
+    log = PartitionLog(directory, config(**SETTINGS))
+    for i in range(40):
+        log.append(make_batch(i, 5))
+    expected = read_all(log)
+    segments = len(log.segments)
+    log.close()
+    made = []
+    real_init = file_records.FileRecords.__init__
+
+    def counting_init(self, path, *args, **kwargs):
+        made.append(path)
+        real_init(self, path, *args, **kwargs)
+
+    monkeypatch.setattr(file_records.FileRecords, "__init__", counting_init)
+    reopened = PartitionLog(directory, config(**SETTINGS), clean_shutdown=True)
+    assert segments >= 4 and made == [reopened.active_segment.path]
+    assert read_all(reopened) == expected     # every sealed segment made at its first read
+    assert len(made) == segments
+    reopened.close()
+
+
+def test_threads_making_lazy_segments_at_once_share_one_set_of_files(tmp_path):
+    """Many readers touch the same lazy segments first at the same time: each segment makes
+    its file objects once (no descriptor is left behind by a losing twin)."""
+    directory = str(tmp_path / "t-0")
+    log = PartitionLog(directory, config(**SETTINGS))
+    for i in range(40):
+        log.append(make_batch(i, 5))
+    expected = read_all(log)
+    log.close()
+    bound = OpenSegments()
+    reopened = PartitionLog(directory, config(**SETTINGS), clean_shutdown=True, open_files=bound)
+    results, errors = [], []
+    start = threading.Barrier(8)
+
+    def reader():
+        try:
+            start.wait()
+            results.append(read_all(reopened))
+        except Exception as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=reader) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == [] and results == [expected] * 8
+    assert descriptors_under(directory) == bound.stats()["descriptors"] == len(reopened.segments)
+    reopened.close()
+    assert descriptors_under(directory) == 0

@@ -1,0 +1,46 @@
+"""files.list_segments: one pass over a partition directory's names gives what parsing each
+name gives (the loader's steps 1 and 2 act on it)."""
+from hypothesis import given
+from hypothesis import strategies as st
+
+from streamlog.storage import files
+
+SUFFIXES = [".log", ".index", ".timeindex", ".txnindex", ".snapshot", ".log.swap",
+            ".index.swap", ".log.deleted", ".index.cleaned", ".log.tmp", ".weird", ""]
+names = st.one_of(
+    st.builds(lambda base, suffix: f"{base:020d}{suffix}",
+              st.integers(0, 50), st.sampled_from(SUFFIXES)),
+    st.sampled_from(["partition.metadata", "topic.json", "partition.metadata.tmp",
+                     "topic.json.tmp", "leader-epoch-checkpoint", "abcdefghijklmnopqrst.log",
+                     "٠٠٠٠٠٠٠٠٠٠٠٠٠٠٠٠٠٠٠١.log", "1.log", ".log"]),
+    st.text(max_size=30))
+
+
+def by_parsing_each(listing):
+    parsed = [(name, files.parse_segment_file_name(name)) for name in listing]
+    logs = {p[0] for _, p in parsed if p and p[1] == files.LOG_SUFFIX and p[2] == ""}
+    return files.SegmentListing(
+        sorted(logs),
+        sorted({p[0] for _, p in parsed if p and p[1] == files.LOG_SUFFIX
+                and p[2] == files.SWAP_SUFFIX}),
+        [name for name, p in parsed if files.is_leftover_file_name(name, p)],
+        [name for name, p in parsed if p and p[2] == "" and p[0] not in logs
+         and p[1] in (files.INDEX_SUFFIX, files.TIME_INDEX_SUFFIX, files.TXN_INDEX_SUFFIX)])
+
+
+@given(st.lists(names, max_size=40, unique=True))
+def test_one_pass_agrees_with_parsing_every_name(listing):
+    assert files.list_segments(listing) == by_parsing_each(listing)
+
+
+def test_a_typical_directory():
+    listing = files.list_segments([
+        "00000000000000000000.log", "00000000000000000000.index",
+        "00000000000000000000.timeindex", "00000000000000000100.log",
+        "00000000000000000100.index", "00000000000000000200.index",     # orphan
+        "00000000000000000300.log.swap", "00000000000000000000.log.deleted",
+        "partition.metadata", "topic.json", "topic.json.tmp"])
+    assert listing.bases == [0, 100]
+    assert listing.swap_bases == [300]
+    assert listing.leftovers == ["00000000000000000000.log.deleted", "topic.json.tmp"]
+    assert listing.orphan_indexes == ["00000000000000000200.index"]
