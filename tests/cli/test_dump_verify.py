@@ -205,3 +205,29 @@ def test_verify_reports_a_batch_whose_base_offset_skips_offsets(tmp_path):
     result = run("verify", "--quiet", root)
     assert result.returncode == 1
     assert f"{path} at byte {position}: offsets 4..259 are missing" in result.stdout, result.stdout
+
+
+def test_verify_of_a_live_writer_accepts_an_active_segment_without_index_files(tmp_path):
+    """A writer makes a new segment's index files at its first entry or at its seal: verify,
+    run while the writer is open, must not call the active segment's missing ones damage; a
+    sealed segment without them still is."""
+    root = str(tmp_path / "db")
+    d = LogDirectory(root)
+    log = d.open_log(TopicPartition("orders", 0), config(segment_bytes=3000,
+                                                         index_interval_bytes=100))
+    for b in range(30):
+        log.append(make_batch(b, 4))
+    log.roll()
+    log.append(make_batch(30, 4))       # below index_interval_bytes: no index file yet
+    active = log.active_segment
+    assert not os.path.exists(active.offset_index.path)
+    try:
+        result = run("verify", "--quiet", root)
+        assert result.returncode == 0, result.stdout + result.stderr
+        sealed = log.segments[0].offset_index.path
+        os.rename(sealed, sealed + ".away")
+        result = run("verify", "--quiet", root)
+        assert result.returncode == 1 and "index file is missing" in result.stdout
+        os.rename(sealed + ".away", sealed)
+    finally:
+        d.close()

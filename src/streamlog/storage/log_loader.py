@@ -155,7 +155,7 @@ def load_log(directory, config, *, recovery_point=0, log_start_offset=None, clea
                 report.deleted_segments.append(segment.base_offset)
                 segment.delete()
             segments = [LogSegment(directory, log_start_offset, config, now_ms=now_ms,
-                                   open_files=open_files)]
+                                   open_files=open_files, new=True)]
             next_offset = log_start_offset
         segments[-1].resize_indexes(config.segment_index_bytes)
     except BaseException:

@@ -272,7 +272,7 @@ class PartitionLog:
             raise KafkaStorageError(
                 f"cannot roll {self.name}: a segment file for offset {new_base} already exists")
         segment = LogSegment(self.directory, new_base, self.config, now_ms=now_ms,
-                             open_files=self._open_files)
+                             open_files=self._open_files, new=True)
         # Copy-on-write: readers iterate the old lists without a lock.
         self._segments = self._segments + [segment]
         self._bases = self._bases + [new_base]

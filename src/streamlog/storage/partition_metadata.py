@@ -39,6 +39,7 @@ import os
 
 from ..errors import KafkaStorageError
 from .files import PARTITION_METADATA_FILE, TMP_SUFFIX, TOPIC_CONFIG_FILE
+from .open_files import storage_error
 
 VERSION = 0
 
@@ -65,7 +66,7 @@ def _replace(path, text):
             f.write(text)
         os.replace(path + TMP_SUFFIX, path)
     except OSError as exc:
-        raise KafkaStorageError(f"cannot write {path}: {exc}") from exc
+        raise storage_error(exc, f"cannot write {path}") from exc
 
 
 @functools.lru_cache(maxsize=1024)

@@ -115,8 +115,11 @@ def _uses_files(method):
 
 class LogSegment:
     def __init__(self, directory, base_offset, config, readonly=False, suffix="", now_ms=None,
-                 open_files=None, lazy=False):
+                 open_files=None, lazy=False, new=False):
         """open_files: the root's OpenSegments (None: a bound of its own, unbounded).
+        new: made just now, with no file at its offset yet (a roll, a new partition): only
+        the log is created; each index file when its first entry needs room, or empty at
+        the seal (sparse_index.start_new).
         lazy: the segment's files exist and need not be looked at (nor their indexes
         checked) until used: only the identity below is made now, the rest by
         _make_state at the first touch of any of it (a database of many segments makes
@@ -142,7 +145,13 @@ class LogSegment:
             # Read-only: the file must exist now (open_readonly_segments skips one that
             # retention removed). Writer, not lazy: made or recovered here.
             self._make_state()
-        if not lazy:
+        if new:
+            self.offset_index.start_new()
+            self.time_index.start_new()
+            self._timestamps_loaded = True
+            with self.pinned():
+                pass   # creates the log file: the roll's one file creation
+        elif not lazy:
             with self.pinned():
                 # Its index files exist from now on (verify and the next open expect them),
                 # and appends need their entry counts.
@@ -341,10 +350,17 @@ class LogSegment:
         """Write validated batches (pieces of bytes) and index them (invariant 2)."""
         # Room for the entries these batches may add (plus the final time entry of a roll),
         # reserved before the log grows: a full disk refuses here, with nothing written,
-        # rather than after the batches are in the log but not in its index.
-        self.offset_index.reserve(len(batch_infos))
-        self.time_index.reserve(len(batch_infos) + 1)
+        # rather than after the batches are in the log but not in its index. Batches that
+        # cannot reach index_interval_bytes (invariant 2: the last one's size never counts)
+        # add none, and reserve nothing: a new segment's index files wait for an entry.
+        if self.bytes_since_last_index_entry + sum(b.size for b in batch_infos[:-1]) > \
+                self.index_interval_bytes:
+            self.offset_index.reserve(len(batch_infos))
+            self.time_index.reserve(len(batch_infos) + 1)
         position = self.log.append(pieces)
+        # Appended to, so no longer sealed: the close must write the final time entry again
+        # (recovery seals the segment it rebuilt, and the log appends to it afterwards).
+        self._sealed = False
         if position == 0 and batch_infos:
             self._rolling_based_timestamp = max(b.max_timestamp for b in batch_infos)
         recent = self._recent

@@ -11,7 +11,9 @@ Invariants:
      of a sparse file touched through a map on a full file system kills the
      process with SIGBUS; an allocation refused up front is a KafkaStorageError
      ("disk full") before any log byte is written (LogSegment.append reserves
-     first). An existing file is reserved the same way when it is opened for
+     first). The index of a segment made just now has no file until its first
+     entry needs room, or until the segment is sealed (start_new): then it is
+     made with exactly its entries, so a roll creates one file, not three. An existing file is reserved the same way when it is opened for
      writing, and is assumed to be exactly full of valid entries, because the
      log trims every index to its used size on roll and on close. After an
      unclean stop the loader rebuilds indexes instead of trusting them.
@@ -45,6 +47,9 @@ _SNAPSHOT_CHUNK_ENTRIES = 8192
 # A new index file reserves one page; each growth doubles it. Reserving the whole
 # segment.index.bytes (10 MiB) up front would cost 20 MiB of disk per partition.
 _FIRST_RESERVATION_BYTES = 4096
+# The first file of an index start_new() made: a file left at its name by an earlier segment
+# of the same base (long deleted) holds nothing of this one.
+_CREATE_NEW = os.O_RDWR | os.O_CREAT | os.O_TRUNC
 
 
 class SparseIndex:
@@ -81,6 +86,9 @@ class SparseIndex:
         self.length = 0
         self.created = False
         self._loaded = False  # whether entries / length are known (first open done)
+        # False only for an index start_new() made: its file is created when the first
+        # entry needs room, or empty when the segment is sealed (trim_to_valid_size).
+        self._on_disk = True
         self._dirty = False   # entries written since the last flush
         self.capacity = 0
         # The entries as load_unmapped read them, while the file is not mapped and they have
@@ -108,6 +116,9 @@ class SparseIndex:
                 self.max_entries = self.entries
                 self._loaded = True
             self._open = True
+            return
+        if not self._on_disk:
+            self._open = True   # nothing to map: the entries are none, the file is not made
             return
         fd = None
         try:
@@ -161,6 +172,16 @@ class SparseIndex:
             self.max_entries = max(self._round(self.max_index_size) // self.entry_size, whole)
             self._loaded = True
         return True
+
+    def start_new(self):
+        """Writer: the index of a segment made just now, with no entries and no file yet.
+        A roll then creates one file (the log) instead of three, and a segment sealed
+        before its first entry never reserves a page it trims back."""
+        with self._lock:
+            self._loaded = True
+            self._on_disk = False
+            self.entries = self.length = self.capacity = 0
+            self.max_entries = self._round(self.max_index_size) // self.entry_size
 
     def release(self):
         """Give back the map, keeping what is known of the entries and the reserved length;
@@ -265,7 +286,7 @@ class SparseIndex:
         self.open()
         return self._arr[:self.entries]
 
-    def _append_row(self, row):
+    def _append_row(self, row, exact=False):
         if self.readonly:
             raise KafkaStorageError(f"index {self.path} is open read-only")
         if self.entries >= self.max_entries:
@@ -273,15 +294,16 @@ class SparseIndex:
                 f"index {self.path} is full ({self.entries} entries); the segment should "
                 "have rolled")
         if self.entries >= self.capacity:
-            self.reserve(1)
+            self.reserve(1, exact)
         self.open()
         self._arr[self.entries] = row
         self.entries += 1
         self._dirty = True
 
-    def reserve(self, more_entries):
+    def reserve(self, more_entries, exact=False):
         """Make room for `more_entries` appends (as far as max_entries allows) before
-        anything that depends on them is written; KafkaStorageError if the disk refuses."""
+        anything that depends on them is written; KafkaStorageError if the disk refuses.
+        exact: reserve just that (the last entries of a segment being sealed), not a page."""
         if self.readonly:
             return
         if not self._loaded:
@@ -289,7 +311,8 @@ class SparseIndex:
         wanted = min(self.entries + more_entries, self.max_entries)
         if wanted <= self.capacity:
             return
-        length = max(self.length * 2, _FIRST_RESERVATION_BYTES, wanted * self.entry_size)
+        length = wanted * self.entry_size if exact else \
+            max(self.length * 2, _FIRST_RESERVATION_BYTES, wanted * self.entry_size)
         self._remap(min(self._round(length),
                         self.max_entries * self.entry_size))
 
@@ -322,8 +345,14 @@ class SparseIndex:
             self._remap(self.max_entries * self.entry_size)
 
     def trim_to_valid_size(self):
-        """Cut the file to the entries held (on roll and close); the maximum is kept."""
-        if self.readonly or self.length == self.entries * self.entry_size:
+        """Cut the file to the entries held (on roll and close); the maximum is kept. An
+        index start_new() made gets its (empty) file now: a sealed segment has both."""
+        if self.readonly:
+            return
+        if not self._on_disk:
+            self._create_empty()
+            return
+        if self.length == self.entries * self.entry_size:
             return
         if self._open:
             self._remap(self.entries * self.entry_size)
@@ -343,9 +372,10 @@ class SparseIndex:
         """
         with self._lock:
             try:
-                fd = os.open(self.path, os.O_RDWR)
+                fd = os.open(self.path, os.O_RDWR if self._on_disk else _CREATE_NEW, 0o644)
             except OSError as exc:
                 raise storage_error(exc, f"cannot resize index {self.path}") from exc
+            self._on_disk = True
             try:
                 self._unmap()
                 try:
@@ -363,6 +393,14 @@ class SparseIndex:
                 self._open = True
             finally:
                 os.close(fd)
+
+    def _create_empty(self):
+        """The file of an index with no entries that start_new() made (see trim_to_valid_size)."""
+        try:
+            os.close(os.open(self.path, _CREATE_NEW, 0o644))
+        except OSError as exc:
+            raise storage_error(exc, f"cannot create index {self.path}") from exc
+        self._on_disk = True
 
     def flush(self):
         """Make the entries durable: msync of the map (it covers pages an earlier map of

@@ -53,7 +53,8 @@ class TimeIndex(SparseIndex):
             return False
         if not skip_full_check and self.is_full():
             raise KafkaStorageError(f"time index {self.path} is full")
-        self._append_row((timestamp, relative))
+        # The final entry of a segment being sealed (skip_full_check) reserves just itself.
+        self._append_row((timestamp, relative), exact=skip_full_check)
         self._last_cache = (self.entries, (timestamp, offset))
         return True
 

@@ -201,7 +201,9 @@ def _verify_indexes(directory, base, batch_ends, is_last, report):
     time_path = files.time_index_file(directory, base)
     for path in (index_path, time_path):
         if not os.path.exists(path):
-            if batch_ends:
+            # A live writer's active segment makes its index files at its first entry (or
+            # its seal); any other segment with batches has them.
+            if batch_ends and not is_last:
                 report.problems.append(Finding(path, None, "index file is missing"))
             return
     offsets = OffsetIndex(index_path, base, 0, readonly=True)

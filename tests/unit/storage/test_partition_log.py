@@ -174,6 +174,70 @@ def test_roll_keeps_the_sealed_segments_indexes_trimmed(log_dir):
     log.close()
 
 
+def test_a_roll_creates_only_the_new_log_and_each_index_file_waits_for_its_first_entry(log_dir):
+    """A roll creates one file, the new `.log`. An index file is made when its first entry needs
+    room (a page reserved), or at the seal with exactly its entries: before, every roll made
+    three files and reserved two pages that the next roll trimmed back."""
+    log = small_log(log_dir, index_interval_bytes=1 << 20)   # no entry is ever due
+    log.append(make_batch(0, 5))
+    log.roll()
+    new = log.active_segment
+    assert os.path.exists(new.path)
+    assert not os.path.exists(new.offset_index.path) and not os.path.exists(new.time_index.path)
+    log.append(make_batch(1, 5))
+    assert not os.path.exists(new.offset_index.path)    # an append that adds no entry
+    sealed = log.segments[0]
+    assert os.path.getsize(sealed.offset_index.path) == 0
+    assert os.path.getsize(sealed.time_index.path) == 12   # the final time entry alone
+    assert sealed.time_index.last_entry()[0] == sealed.largest_timestamp
+    expected = read_all(log)
+    log.close()                                          # the seal makes the active's files
+    assert os.path.getsize(new.offset_index.path) == 0
+    assert os.path.getsize(new.time_index.path) == 12
+    again = small_log(log_dir, index_interval_bytes=1 << 20)
+    assert read_all(again) == expected and again.recovery_report.rebuilt_indexes == []
+    again.close()
+
+
+def test_a_crash_before_a_new_segments_first_index_entry_recovers_every_record(log_dir):
+    log = small_log(log_dir)
+    fill(log, 12)
+    log.roll()
+    log.append(make_batch(99, 5))                        # in a segment with no index file yet
+    assert not os.path.exists(log.active_segment.offset_index.path)
+    expected = read_all(log)
+    log.flush()
+    # No close: as after kill -9, the next open recovers from the recovery point.
+    reopened = PartitionLog(log_dir, config(segment_bytes=2000, index_interval_bytes=150),
+                            recovery_point=0)
+    assert read_all(reopened) == expected
+    assert os.path.exists(reopened.active_segment.offset_index.path)
+    reopened.close()
+    log.close()
+
+
+def test_appends_after_a_recovery_reach_the_time_index_at_close(log_dir):
+    """Recovery rebuilds and seals the active segment; the log then appends to it. Its close
+    must write the final time entry again, or the next clean open takes the segment's largest
+    timestamp from before those appends and a timestamp lookup skips them (found by the kill -9
+    cycles: offsets_for_times answered 106 for records from 92 on)."""
+    log = small_log(log_dir, index_interval_bytes=1 << 20)
+    for b in range(3):
+        log.append(make_batch(b, 5, timestamp=1_000 + b))
+    log.flush()
+    log.close()
+    recovered = PartitionLog(log_dir, config(segment_bytes=2000, index_interval_bytes=1 << 20),
+                             recovery_point=0)           # unclean: rebuilt, then appended to
+    for b in range(3, 6):
+        recovered.append(make_batch(b, 5, timestamp=1_000 + b))
+    recovered.close()
+    again = PartitionLog(log_dir, config(segment_bytes=2000, index_interval_bytes=1 << 20),
+                         clean_shutdown=True)
+    assert again.active_segment.largest_timestamp == 1_005
+    assert again.find_offset_by_timestamp(1_004)[0] == 20
+    again.close()
+
+
 def test_retention_ms_deletes_only_whole_expired_segments(log_dir):
     clock = FakeClock(now_ms=10_000_000)
     log = small_log(log_dir, clock, retention_ms=5000)
