@@ -280,6 +280,22 @@ def test_topic_json_follows_config_changes_and_a_crash_cannot_leave_it_stale(tmp
         {"retention.ms": 5000}
 
 
+def test_a_clean_open_writes_a_missing_topic_json_and_reads_no_present_one(tmp_path):
+    """After a clean stop the open trusts an existing topic.json, and learns that it exists
+    from the partition's own listing (no stat each); one that is missing (a directory made
+    before the file existed) is written."""
+    root = str(tmp_path / "db")
+    with streamlog.open(root) as db:
+        db.create_topic("t", partitions=2)
+        topic_id = db.describe_topic("t").topic_id
+    os.unlink(os.path.join(root, "t-0", files.TOPIC_CONFIG_FILE))
+    kept = os.path.join(root, "t-1", files.TOPIC_CONFIG_FILE)
+    before = os.stat(kept).st_mtime_ns
+    streamlog.open(root).close()
+    assert partition_metadata.read_topic_config(os.path.join(root, "t-0"))["topic_id"] == topic_id
+    assert os.stat(kept).st_mtime_ns == before
+
+
 KILLED_WRITER = """
     import os, signal, sys, streamlog
     db = streamlog.open(sys.argv[1])

@@ -34,7 +34,7 @@ from typing import NamedTuple
 
 from ..errors import (KafkaStorageError, LogClosedError, OffsetOutOfRangeError, ReadOnlyError,
                       StreamlogError, UnknownTopicOrPartitionError)
-from ..storage import partition_metadata
+from ..storage import files, partition_metadata
 from ..storage.log_directory import LogDirectory
 from ..storage.partition_log import wall_clock_ms
 from ..structs import TopicPartition
@@ -168,8 +168,13 @@ class Broker:
         for tp, topic in wanted.items():
             if tp not in partitions and (not self.readonly or
                                          os.path.isdir(self.logs.partition_dir(tp))):
-                partitions[tp] = self.logs.open_log(tp, topic.config, topic.topic_id)
-                if not self.readonly:
+                partition_log = partitions[tp] = self.logs.open_log(tp, topic.config,
+                                                                    topic.topic_id)
+                # After a clean stop an existing topic.json is current: the open's own listing
+                # says whether there is one (a stat each would slow the open).
+                if not self.readonly and not (
+                        self.logs.clean_shutdown and
+                        files.TOPIC_CONFIG_FILE in partition_log.other_files_at_open):
                     self._write_topic_config(tp, topic, check=not self.logs.clean_shutdown)
 
     def _write_topic_config(self, tp, topic, check=True):

@@ -85,6 +85,7 @@ class LoadedLog(NamedTuple):
     recovery_point: int
     log_start_offset: int
     report: RecoveryReport
+    other_names: frozenset = frozenset()  # the directory's non-segment files at open
 
 
 def load_log(directory, config, *, recovery_point=0, log_start_offset=None, clean_shutdown=False,
@@ -167,7 +168,8 @@ def load_log(directory, config, *, recovery_point=0, log_start_offset=None, clea
     recovery_point = next_offset if clean_shutdown else min(recovery_point, next_offset)
     if report.noteworthy:
         log.warning("recovery: %s", report.summary())
-    return LoadedLog(segments, next_offset, recovery_point, log_start_offset, report)
+    return LoadedLog(segments, next_offset, recovery_point, log_start_offset, report,
+                     frozenset(listing.other_names))
 
 
 def _log_start(checkpointed, segments, report):

@@ -108,6 +108,9 @@ class PartitionLog:
         self.log_start_offset = loaded.log_start_offset
         self.recovery_point = loaded.recovery_point
         self.recovery_report = loaded.report
+        # The directory's files besides segments when it was opened (writer): what the
+        # broker needs to know of them at open, without a stat each (topic.json).
+        self.other_files_at_open = loaded.other_names
         if readonly and loaded.report.missing_head:
             # The writer's retention may have moved the start since this view read it.
             self.log_start_offset = max(self.log_start_offset, self._writer_log_start(False))

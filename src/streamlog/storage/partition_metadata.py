@@ -38,6 +38,7 @@ import json
 import os
 
 from ..errors import KafkaStorageError
+from .durable import read_whole
 from .files import PARTITION_METADATA_FILE, TMP_SUFFIX, TOPIC_CONFIG_FILE
 from .open_files import storage_error
 
@@ -85,8 +86,7 @@ def read(directory, expected=None):
     is answered without parsing (an open reads one per partition)."""
     path = os.path.join(directory, PARTITION_METADATA_FILE)
     try:
-        with open(path, "rb") as f:
-            raw = f.read()
+        raw = read_whole(path)
         if expected is not None and raw == _text_of(expected).encode("ascii"):
             return expected
         text = raw.decode("ascii")

@@ -40,6 +40,7 @@ import threading
 import numpy as np
 
 from ..errors import KafkaStorageError
+from .durable import read_whole
 from .mapping import SharedMap
 from .open_files import storage_error
 
@@ -159,8 +160,7 @@ class SparseIndex:
             return self._loaded and not self.readonly
         with self._lock:
             try:
-                with open(self.path, "rb") as f:
-                    raw = f.read()
+                raw = read_whole(self.path)
             except FileNotFoundError:
                 return False
             except OSError as exc:

@@ -25,7 +25,8 @@ def by_parsing_each(listing):
                 and p[2] == files.SWAP_SUFFIX}),
         [name for name, p in parsed if files.is_leftover_file_name(name, p)],
         [name for name, p in parsed if p and p[2] == "" and p[0] not in logs
-         and p[1] in (files.INDEX_SUFFIX, files.TIME_INDEX_SUFFIX, files.TXN_INDEX_SUFFIX)])
+         and p[1] in (files.INDEX_SUFFIX, files.TIME_INDEX_SUFFIX, files.TXN_INDEX_SUFFIX)],
+        [name for name, p in parsed if p is None and not files.is_leftover_file_name(name, p)])
 
 
 @given(st.lists(names, max_size=40, unique=True))
@@ -44,3 +45,4 @@ def test_a_typical_directory():
     assert listing.swap_bases == [300]
     assert listing.leftovers == ["00000000000000000000.log.deleted", "topic.json.tmp"]
     assert listing.orphan_indexes == ["00000000000000000200.index"]
+    assert listing.other_names == ["partition.metadata", "topic.json"]
