@@ -11,7 +11,9 @@ Steps (writer), in order:
      An index that fails its sanity check is rebuilt, at open for the ones
      opened here, at first use for the lazy ones.
   4. Unclean stop: recover every segment from the one holding the recovery
-     point to the end (re-validate each batch, rebuild its indexes). At the
+     point to the end (re-validate each batch, rebuild its indexes; the last
+     stays unsealed, its index files made only when an entry or its close
+     needs them, as a new segment's are). At the
      first invalid byte the log is cut, the cut is reported, and every later
      segment is deleted (its data follows a hole, so it cannot be kept).
   5. No segment left, or the log ends below the checkpointed log start
@@ -128,7 +130,7 @@ def load_log(directory, config, *, recovery_point=0, log_start_offset=None, clea
             last = i == len(bases) - 1
             recovered = recover_from is not None and base >= recover_from
             segment = LogSegment(directory, base, config, now_ms=now_ms, open_files=open_files,
-                                 lazy=not (last or recovered))
+                                 lazy=not (last or recovered), recovering=recovered)
             segments.append(segment)
             if recovered or not last:
                 continue
@@ -210,7 +212,7 @@ def _recover_from(segments, recovery_point, report):
     next_offset = segments[start].base_offset
     for i in range(start, len(segments)):
         segment = segments[i]
-        result = segment.recover()
+        result = segment.recover(seal=i + 1 < len(segments))   # the last stays active
         report.recovered_segments.append((segment.base_offset, result))
         next_offset = result.next_offset if result.batches else max(next_offset,
                                                                      segment.base_offset)

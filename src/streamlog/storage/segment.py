@@ -115,11 +115,13 @@ def _uses_files(method):
 
 class LogSegment:
     def __init__(self, directory, base_offset, config, readonly=False, suffix="", now_ms=None,
-                 open_files=None, lazy=False, new=False):
+                 open_files=None, lazy=False, new=False, recovering=False):
         """open_files: the root's OpenSegments (None: a bound of its own, unbounded).
         new: made just now, with no file at its offset yet (a roll, a new partition): only
         the log is created; each index file when its first entry needs room, or empty at
-        the seal (sparse_index.start_new).
+        the seal (sparse_index.start_new). recovering: recover() rebuilds its indexes
+        next, so a missing index file is not made now (only if an entry or the seal needs
+        it), nor are the indexes' last entries read.
         lazy: the segment's files exist and need not be looked at (nor their indexes
         checked) until used: only the identity below is made now, the rest by
         _make_state at the first touch of any of it (a database of many segments makes
@@ -145,12 +147,13 @@ class LogSegment:
             # Read-only: the file must exist now (open_readonly_segments skips one that
             # retention removed). Writer, not lazy: made or recovered here.
             self._make_state()
-        if new:
-            self.offset_index.start_new()
-            self.time_index.start_new()
+        if new or recovering:
+            for index in (self.offset_index, self.time_index):
+                if new or not index.load_unmapped():
+                    index.start_new()
             self._timestamps_loaded = True
             with self.pinned():
-                pass   # creates the log file: the roll's one file creation
+                pass   # new: creates the log file, the roll's one file creation
         elif not lazy:
             with self.pinned():
                 # Its index files exist from now on (verify and the next open expect them),
@@ -577,11 +580,12 @@ class LogSegment:
     # --- recovery ---------------------------------------------------------
 
     @_uses_files
-    def recover(self):
-        """Re-validate every batch, rebuild both indexes, cut the log after the last valid batch."""
-        return self._rebuild_indexes(truncate=True)
+    def recover(self, seal=True):
+        """Re-validate every batch, rebuild both indexes, cut the log after the last valid batch.
+        seal=False: the segment stays the active one (its close seals it)."""
+        return self._rebuild_indexes(truncate=True, seal=seal)
 
-    def _rebuild_indexes(self, truncate):
+    def _rebuild_indexes(self, truncate, seal=True):
         self.offset_index.reset()
         self.time_index.reset()
         self.max_timestamp_so_far = NO_TIMESTAMP
@@ -610,7 +614,8 @@ class LogSegment:
         except (CorruptRecordError, IncompleteBatch) as exc:
             reason = getattr(exc, "reason", str(exc))
         truncated = self.log.truncate_to(valid) if truncate else 0
-        self._seal()
+        if seal:
+            self._seal()
         return RecoveryResult(valid, truncated, next_offset, batches, reason)
 
     @_uses_files
