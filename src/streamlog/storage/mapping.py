@@ -10,8 +10,8 @@ kernel keeps the file referenced by the mapping itself), so the views cost
 address space only.
 
 map_readonly(fd, size) returns a memoryview over such a map, unmapped when
-the last view of it goes (cffi's ffi.gc); map_shared(fd, size) a SharedMap,
-the same for writing, with flush(). An index's map then costs no descriptor
+the last view of it goes (cffi's ffi.gc); SharedMap(fd, size) is the same
+for writing, with flush(). An index's map then costs no descriptor
 either, so a writable segment holds one (its log's) whatever it maps
 (MAPS_HOLD_NO_DESCRIPTOR). libc is reached through cffi's ABI mode (no
 compiler needed, so the pure-Python install has it too); where that fails,

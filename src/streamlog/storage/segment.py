@@ -152,8 +152,9 @@ class LogSegment:
                 if new or not index.load_unmapped():
                     index.start_new()
             self._timestamps_loaded = True
+        if new:
             with self.pinned():
-                pass   # new: creates the log file, the roll's one file creation
+                pass   # creates the log file: the roll's one file creation
         elif not lazy:
             with self.pinned():
                 # Its index files exist from now on (verify and the next open expect them),

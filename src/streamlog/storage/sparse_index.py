@@ -13,14 +13,15 @@ Invariants:
      ("disk full") before any log byte is written (LogSegment.append reserves
      first). The index of a segment made just now has no file until its first
      entry needs room, or until the segment is sealed (start_new): then it is
-     made with exactly its entries, so a roll creates one file, not three. An existing file is reserved the same way when it is opened for
-     writing, and is assumed to be exactly full of valid entries, because the
-     log trims every index to its used size on roll and on close. After an
-     unclean stop the loader rebuilds indexes instead of trusting them.
+     made with exactly its entries, so a roll creates one file, not three. An
+     existing file is reserved the same way when it is opened for writing,
+     and is assumed to be exactly full of valid entries, because the log trims
+     every index to its used size on roll and on close. After an unclean stop
+     the loader rebuilds indexes instead of trusting them.
   3. The writer maps the file read-write and keeps no descriptor (nor does
      the map, see mapping.SharedMap; resizing opens the file for the time it
-     takes), and
-     maps it only while the index is used (release, then open on next use).
+     takes), and maps it only while the index is used (release, then open on
+     next use).
      A read-only process never maps an index: the writer may trim or rebuild
      the file under it, and touching a mapped page past the new end of file
      kills the process with SIGBUS.
