@@ -219,10 +219,7 @@ def main():
         bench_spread(results, tmp, 1_000 if args.quick else 10_000,
                      20_000 if args.quick else 200_000, args.repeats)
         bench_roll(results, tmp, 500 if args.quick else 5_000)
-    if args.quick:
-        print("(--quick: sizes too small for the targets, which are judged on full runs only)")
-    results.write_json(args.json)
-    return harness.exit_code(results, args.quick)
+    return harness.finish(results, args)
 
 
 if __name__ == "__main__":

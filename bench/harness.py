@@ -85,6 +85,14 @@ class Results:
         return all(r["met"] is not False for r in self.rows)
 
 
+def finish(results, args):
+    """The end of a bench's main(): the quick-mode note, the JSON file, the exit code."""
+    if args.quick:
+        print("(--quick: sizes too small for the targets, which are judged on full runs only)")
+    results.write_json(args.json)
+    return exit_code(results, args.quick)
+
+
 def exit_code(results, quick):
     """0 unless a target was missed in a full run (quick runs only check that it works)."""
     return 0 if quick or results.all_met() else 1

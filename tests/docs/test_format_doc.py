@@ -97,6 +97,28 @@ def test_control_record_table_matches_the_structs():
     assert (record_batch.CONTROL_ABORT, record_batch.CONTROL_COMMIT) == (0, 1)
 
 
+def test_producer_snapshot_tables_match_the_structs():
+    from streamlog.storage import producer_state
+    header = table_after("Producer snapshot (`.snapshot`)")
+    text = open(DOC, encoding="utf-8").read()
+    section = text.split("## Producer snapshot (`.snapshot`)\n", 1)[1]
+    table = section.split("Each entry:", 1)[1].strip().split("\n\n", 1)[0]
+    entry_rows = [[c.strip() for c in line.strip("|").split("|")]
+                  for line in table.splitlines()][2:]
+    for rows, layout in ((header, producer_state._HEADER), (entry_rows, producer_state._ENTRY)):
+        position = 0
+        for row in rows:
+            assert int(row[0]) == position
+            position += int(row[1])
+        assert position == layout.size
+        sizes = [int(r[1]) for r in rows]
+        codes = {"h": 2, "i": 4, "I": 4, "q": 8}
+        assert sizes == [codes[c] for c in layout.format.lstrip(">")]
+    assert producer_state._CRC_FROM == int(header[2][0])
+    assert f"from offset {producer_state._CRC_FROM}" in header[1][3]
+    assert producer_state.SNAPSHOT_VERSION == 1 and header[0][3] == "int16, 1"
+
+
 def test_file_names_in_the_doc_match_the_code():
     text = open(DOC, encoding="utf-8").read()
     for name in (files.RECOVERY_POINT_CHECKPOINT, files.LOG_START_OFFSET_CHECKPOINT,

@@ -43,7 +43,7 @@ from .appender import Appender
 from .config import BrokerConfig
 from .database_root import check_root, storage_error
 from .delayed_fetch import DelayedFetch
-from .flusher import CHECKPOINT, FLUSH_MS, RETENTION, LogFlusher
+from .flusher import CHECKPOINT, FLUSH_MS, PRODUCER_EXPIRATION, RETENTION, LogFlusher
 from .lock import DirectoryLock
 from .metadata import (METADATA_LOG_CONFIG, METADATA_PARTITION, METADATA_TOPIC, TopicRegistry,
                        validate_partitions, validate_topic_name)
@@ -100,6 +100,7 @@ class Broker:
         # Appends a timer task hands off (the producer's linger sweep): see appender.py.
         self.appender = Appender()
         self._services = []  # (name, object with close()): see attach_service
+        self._producer_ids = iter(())  # what is left of the block init_producer_id hands out
         self.partitions = {}  # TopicPartition -> PartitionLog, replaced on change
         # Directories named like partitions that the metadata log cannot explain: kept as they
         # are, listed here and logged (see _remove_deleted_leftovers).
@@ -111,7 +112,9 @@ class Broker:
                 self._dir_lock.acquire()
             self.logs = LogDirectory(self.root, readonly, clock_ms,
                                      max_open_files=self.config.max_open_files,
-                                     descriptors_elsewhere=0 if readonly else 1)  # the LOCK
+                                     descriptors_elsewhere=0 if readonly else 1,  # the LOCK
+                                     producer_id_expiration_ms=(
+                                         self.config.producer_id_expiration_ms))
             metadata_log = self.logs.open_log(METADATA_PARTITION, METADATA_LOG_CONFIG)
             self.metadata = TopicRegistry(metadata_log, self.config.topic_defaults, clock_ms,
                                           readonly)
@@ -122,7 +125,8 @@ class Broker:
                 self.flusher = LogFlusher(self, self.timer, {
                     RETENTION: self.config.log_retention_check_interval_ms,
                     CHECKPOINT: self.config.log_flush_offset_checkpoint_interval_ms,
-                    FLUSH_MS: self.config.log_flush_scheduler_interval_ms})
+                    FLUSH_MS: self.config.log_flush_scheduler_interval_ms,
+                    PRODUCER_EXPIRATION: self.config.producer_id_expiration_check_interval_ms})
         except OSError as exc:
             self._abandon()
             raise storage_error(self.root, exc) from exc
@@ -408,6 +412,17 @@ class Broker:
             time.sleep(0)
         return info
 
+    def init_producer_id(self):
+        """(producer id, epoch) for an idempotent producer: a fresh id, epoch 0 (Kafka's
+        InitProducerId without a transactional id)."""
+        self._check_writable()
+        with self._lock:
+            producer_id = next(self._producer_ids, None)
+            if producer_id is None:
+                self._producer_ids = iter(self.metadata.allocate_producer_ids())
+                producer_id = next(self._producer_ids)
+            return producer_id, 0
+
     def when_durable(self, tp, offset, callback):
         """callback(error or None) once tp is fsynced below `offset` (acks="all")."""
         self._check_writable()
@@ -523,6 +538,13 @@ class Broker:
 
     def write_checkpoints(self):
         self.logs.checkpoint()
+
+    def expire_producers(self):
+        """Forget producer ids idle past producer.id.expiration.ms (KAFKA_REFERENCE §5)."""
+        now_ms = self.clock_ms()
+        for partition_log in list(self.partitions.values()):
+            if not partition_log.closed:
+                partition_log.expire_producers(now_ms)
 
     def flush_on_time(self):
         for partition_log in list(self.partitions.values()):

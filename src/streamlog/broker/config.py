@@ -25,6 +25,8 @@ _BROKER_KEYS = {
     "offsets.retention.minutes": ("offsets_retention_minutes", int),
     "offsets.retention.check.interval.ms": ("offsets_retention_check_interval_ms", int),
     "max.open.files": ("max_open_files", int),
+    "producer.id.expiration.ms": ("producer_id_expiration_ms", int),
+    "producer.id.expiration.check.interval.ms": ("producer_id_expiration_check_interval_ms", int),
 }
 
 
@@ -49,6 +51,10 @@ class BrokerConfig:
     # Descriptors the segments of the database may hold (storage/open_files.py): None is
     # half the soft RLIMIT_NOFILE (32..16,000) at open, -1 unbounded (as RocksDB's).
     max_open_files: int = None
+    # Idempotence: how long a producer id's state outlives its last write, and how often
+    # that is checked (Kafka's defaults).
+    producer_id_expiration_ms: int = 86_400_000
+    producer_id_expiration_check_interval_ms: int = 600_000
     topic_defaults: LogConfig = LogConfig()
 
     @classmethod
@@ -71,7 +77,8 @@ class BrokerConfig:
         for attr in ("log_retention_check_interval_ms", "log_flush_offset_checkpoint_interval_ms",
                      "log_flush_scheduler_interval_ms", "group_min_session_timeout_ms",
                      "offsets_topic_num_partitions", "offsets_retention_minutes",
-                     "offsets_retention_check_interval_ms"):
+                     "offsets_retention_check_interval_ms", "producer_id_expiration_ms",
+                     "producer_id_expiration_check_interval_ms"):
             if getattr(config, attr) < 1:
                 raise InvalidConfigurationError(f"{attr.replace('_', '.')} must be >= 1")
         if config.group_max_session_timeout_ms < config.group_min_session_timeout_ms:

@@ -21,6 +21,7 @@ import threading
 log = logging.getLogger("streamlog.broker")
 
 RETENTION, CHECKPOINT, FLUSH_MS = "retention", "checkpoint", "flush.ms"
+PRODUCER_EXPIRATION = "producer.id.expiration"
 
 
 class LogFlusher:
@@ -107,6 +108,8 @@ class LogFlusher:
                 self._broker.write_checkpoints()
             elif kind == FLUSH_MS:
                 self._broker.flush_on_time()
+            elif kind == PRODUCER_EXPIRATION:
+                self._broker.expire_producers()
         except Exception:
             log.exception("periodic %s job failed", kind)
 

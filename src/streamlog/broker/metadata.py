@@ -2,7 +2,9 @@
 
 Every change is one record, keyed by topic name, valued with msgpack:
 `{"v": 1, "name", "id", "partitions", "config": {overrides}, "created_ms"}`;
-a deletion is a tombstone (null value). Opening replays the log: the last
+a deletion is a tombstone (null value). One more key, which no topic name can
+spell, holds the producer ids handed out so far (Kafka's ProducerIdsRecord):
+`{"v": 1, "next": first id of the next block}`. Opening replays the log: the last
 record of each topic wins. The record is appended and fsynced *before* any
 partition directory is made or removed, so it is the commit point: a stop
 between the two is finished by the next open (missing directories are
@@ -38,6 +40,9 @@ CONSUMER_OFFSETS_TOPIC = "__consumer_offsets"
 TRANSACTION_STATE_TOPIC = "__transaction_state"
 INTERNAL_TOPICS = frozenset({METADATA_TOPIC, CONSUMER_OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC})
 MAX_PARTITIONS = 10_000  # a directory each; far beyond any embedded use
+# '!' is not a topic name character: this key never collides with a topic's.
+PRODUCER_IDS_KEY = b"!producer-ids"
+PRODUCER_ID_BLOCK_SIZE = 1000  # ids taken per durable record, as Kafka's blocks
 
 # The metadata log itself: never deleted by retention, small segments.
 METADATA_LOG_CONFIG = LogConfig.from_dict({"retention.ms": -1, "segment.bytes": 1 << 20,
@@ -84,6 +89,7 @@ class TopicRegistry:
         self.topics = {}
         self.deleted_topic_ids = set()  # ids of every topic a tombstone in the log deleted
         self.version = 0  # bumped on every change: clients cache metadata per version
+        self.next_producer_id_block = 0  # no id at or above it has been handed out
         self._replayed_to = 0
         self.refresh()
 
@@ -107,6 +113,11 @@ class TopicRegistry:
         """Apply one record as read from the log: a record that is not one this module writes
         (CRC-valid but malformed) is CorruptRecordError naming the log, never msgpack's or a
         KeyError from deep inside every open."""
+        if key == PRODUCER_IDS_KEY:
+            self.next_producer_id_block = max(self.next_producer_id_block,
+                                              parse_producer_ids(key, value,
+                                                                 self._log.directory))
+            return
         try:
             name, doc = parse_topic_record(key, value)
             self._apply(topics, name, doc)
@@ -145,6 +156,30 @@ class TopicRegistry:
         self.topics = topics
         self.version += 1
         return topics.get(name)
+
+    def allocate_producer_ids(self, count=PRODUCER_ID_BLOCK_SIZE):
+        """A block of producer ids never handed out before, in this process or any earlier
+        one: the record saying so is durable before any id of it is used."""
+        if self.readonly:
+            raise ReadOnlyError("the database was opened read-only; it has no producer ids "
+                                "to give")
+        with self._lock:
+            first = self.next_producer_id_block
+            self._write_producer_ids(first + count)
+            return range(first, first + count)
+
+    def restore_producer_ids(self, next_block):
+        """Write the producer id mark as it was (`streamlog repair`)."""
+        with self._lock:
+            self._write_producer_ids(max(next_block, self.next_producer_id_block))
+
+    def _write_producer_ids(self, next_block):
+        doc = {"v": 1, "next": next_block}
+        self._log.append(encode_changes(
+            [(PRODUCER_IDS_KEY, msgpack.packb(doc, use_bin_type=True))], self._clock_ms()))
+        self._log.flush()
+        self.next_producer_id_block = next_block
+        self._replayed_to = self._log.log_end_offset
 
     def create(self, name, partitions, overrides=None, allow_internal=False):
         validate_topic_name(name, allow_internal)
@@ -221,6 +256,18 @@ def parse_topic_record(key, value):
     except (AttributeError, UnicodeDecodeError, ValueError, TypeError, KeyError,
             msgpack.UnpackException, InvalidConfigurationError) as exc:
         raise MalformedTopicRecord(str(exc)) from None
+
+
+def parse_producer_ids(key, value, directory=None):
+    """The `next` of a producer id record; CorruptRecordError if it is not one."""
+    try:
+        doc = msgpack.unpackb(value, raw=False)
+        if isinstance(doc, dict) and type(doc.get("next")) is int and doc["next"] >= 0:
+            return doc["next"]
+    except (TypeError, ValueError, msgpack.UnpackException):
+        pass
+    raise CorruptRecordError(f"the metadata log holds a malformed record for key {key!r}",
+                             directory)
 
 
 def _doc(info):

@@ -42,8 +42,8 @@ from .config import BrokerConfig
 from .database_root import METADATA_DIR
 from .lock import DirectoryLock
 from .metadata import (METADATA_LOG_CONFIG, METADATA_PARTITION, METADATA_TOPIC,
-                       MalformedTopicRecord, TopicRegistry, normalized_overrides,
-                       parse_topic_record)
+                       PRODUCER_IDS_KEY, MalformedTopicRecord, TopicRegistry,
+                       normalized_overrides, parse_producer_ids, parse_topic_record)
 
 log = logging.getLogger("streamlog.repair")
 
@@ -107,9 +107,17 @@ class _History:
         self.deleted = []   # record dicts of deleted topics, in log order
         self.malformed = []
         self.records = 0
+        self.next_producer_id = 0  # the producer id mark: ids below it were handed out
 
     def apply(self, key, value, _timestamp):
         self.records += 1
+        if key == PRODUCER_IDS_KEY:
+            try:
+                self.next_producer_id = max(self.next_producer_id,
+                                            parse_producer_ids(key, value))
+            except CorruptRecordError as exc:
+                self.malformed.append(f"key {key!r}: {exc.reason}")
+            return
         try:
             name, doc = parse_topic_record(key, value)
         except MalformedTopicRecord as exc:
@@ -284,6 +292,10 @@ def _rewrite(root, history, report, clock_ms):
         for t in grown.values():
             registry.restore(t.name, t.topic_id, t.partitions, t.overrides, t.created_ms)
             log.info("recovered topic %r with %d partition(s)", t.name, t.partitions)
+        if history.next_producer_id:
+            # Ids handed out before must never be handed out again: a partition may still
+            # hold an old producer's state under one.
+            registry.restore_producer_ids(history.next_producer_id)
         report.topics_written = len(registry.topics)
     finally:
         # The other partitions were not opened: a stop that was not clean must still be

@@ -88,13 +88,13 @@ def _bad(name, value, rule):
 
 
 PRODUCER = {
-    "acks": (1, _acks),
+    "acks": (None, _acks),  # None: 1, or "all" for a transactional producer (Producer)
     "linger.ms": (0, _int(0)),
     "batch.size": (16384, _int32(0)),
     "compression.type": ("none", _choice("none", "gzip", "snappy", "lz4", "zstd")),
     "partitioner": ("default", _any),  # a name or a callable; checked by the producer
     "partitioner.ignore.keys": (False, _bool),
-    "enable.idempotence": (True, _bool),
+    "enable.idempotence": (None, _bool),  # None: as acks allows (Producer)
     "transactional.id": (None, _optional_str),
     "key.serializer": (None, _callable_or_none),
     "value.serializer": (None, _callable_or_none),

@@ -37,8 +37,16 @@ Invariants:
   3. Buffered bytes stay under buffer.memory: send() blocks up to max.block.ms
      for batches to drain, then raises KafkaTimeoutError.
 
-In-process there is no network to retry over, so a batch is appended at most
-once: enable.idempotence=True (the default) holds by construction, and
+Idempotence (KAFKA_REFERENCE §5): with acks="all" (or enable_idempotence=True,
+which requires it, as Kafka's producer does) the producer takes a producer id
+from the broker and numbers each partition's batches as it appends them, under
+the partition's drain lock, so the numbers follow the log's order. The log
+refuses a gap or an older epoch and answers a repeated batch with its first
+offsets. In-process there is no network to retry over; a failed append (which
+may or may not have reached the log) makes the producer take a fresh id, so
+sequences restart at 0 and no later batch is refused for the one that failed.
+With the default acks=1, idempotence is off, as Kafka's producer turns it off
+when acks is not "all" and idempotence was not asked for.
 delivery.timeout.ms / request.timeout.ms have nothing to bound.
 """
 import logging
@@ -51,7 +59,9 @@ import numpy as np
 from ..errors import (InvalidConfigurationError, InvalidRequestError, KafkaTimeoutError,
                       ProducerClosedError, RecordTooLargeError, StreamlogError)
 from ..storage import compression
-from ..storage.record_batch import RECORD_BATCH_OVERHEAD, _column, build_batch, encode_headers
+from ..storage.record_batch import (NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE,
+                                    RECORD_BATCH_OVERHEAD, _column, build_batch, encode_headers,
+                                    set_producer)
 from ..structs import TopicPartition
 from .config import PRODUCER, resolve
 from .futures import BatchResult, BatchSendFuture, make_future
@@ -68,6 +78,7 @@ _now = time.time
 # during a burst a batch waits at most _IDLE_SWEEP_MS for more records.
 _IDLE_S = 50e-6
 _IDLE_SWEEP_MS = 1
+_INT32_MAX = 2**31 - 1  # sequences wrap to 0 past it
 
 
 class _Batch:
@@ -96,13 +107,17 @@ class _Batch:
 class _Partition:
     """Per-partition producer state: the open batch, the sealed FIFO, the drain lock."""
 
-    __slots__ = ("tp", "open", "sealed", "drain_lock")
+    __slots__ = ("tp", "open", "sealed", "drain_lock", "producer_id", "next_sequence")
 
     def __init__(self, tp):
         self.tp = tp
         self.open = None
         self.sealed = deque()
         self.drain_lock = threading.Lock()
+        # Idempotence: the producer id the partition's sequence counts under (a new id
+        # starts it again at 0), and the sequence of the next batch. Under drain_lock.
+        self.producer_id = NO_PRODUCER_ID
+        self.next_sequence = 0
 
 
 class Producer:
@@ -112,7 +127,11 @@ class Producer:
             raise InvalidConfigurationError(
                 "transactional producers are not available in this version of streamlog; "
                 "leave transactional_id unset")
+        s["acks"], s["enable.idempotence"] = _acks_and_idempotence(s["acks"],
+                                                                   s["enable.idempotence"])
         self._broker = broker
+        # (producer id, epoch) of an idempotent producer, replaced whole (see _append).
+        self._producer = broker.init_producer_id() if s["enable.idempotence"] else None
         self._timer = broker.timer
         self._acks = s["acks"]
         self._report_offsets = s["acks"] != 0
@@ -410,7 +429,7 @@ class Producer:
                     if not state.sealed:
                         return
                     batch = state.sealed.popleft()
-                self._append(batch)
+                self._append(batch, state)
 
     # --- send_batch ----------------------------------------------------------------
 
@@ -519,7 +538,14 @@ class Producer:
 
     # --- appending ---------------------------------------------------------------------
 
-    def _append(self, batch):
+    def _append(self, batch, state):
+        """Encode and append one batch (the caller holds state.drain_lock)."""
+        producer_id, epoch, sequence = NO_PRODUCER_ID, NO_PRODUCER_EPOCH, NO_SEQUENCE
+        if self._producer is not None:
+            producer_id, epoch = self._producer
+            if state.producer_id != producer_id:
+                state.producer_id, state.next_sequence = producer_id, 0
+            sequence = state.next_sequence
         try:
             data = batch.encoded
             if data is None:
@@ -530,25 +556,43 @@ class Producer:
                                    headers=batch.headers,
                                    timestamps=None if batch.uniform_ts else batch.timestamps,
                                    timestamp=batch.timestamp, compression_type=self._codec,
-                                   buffer=buffer)
+                                   producer_id=producer_id, producer_epoch=epoch,
+                                   base_sequence=sequence, buffer=buffer)
+            elif sequence != NO_SEQUENCE:
+                set_producer(data, 0, producer_id, epoch, sequence)
             try:
                 info = self._broker.produce(batch.tp, data)
             finally:
                 if isinstance(data, memoryview):
                     data.release()  # the encode buffer is reused by the next batch
-        except StreamlogError as exc:
+        except Exception as exc:
+            if not isinstance(exc, StreamlogError):  # a bug or an OS error: say so, keep going
+                log.exception("appending a batch to %s failed", batch.tp)
+            if sequence != NO_SEQUENCE:
+                self._renew_producer_id(producer_id)
             self._finish(batch, -1, -1, exc)
             return
-        except Exception as exc:  # a bug or an OS error: fail the batch, keep going
-            log.exception("appending a batch to %s failed", batch.tp)
-            self._finish(batch, -1, -1, exc)
-            return
+        if sequence != NO_SEQUENCE:
+            state.next_sequence = (sequence + batch.count) & _INT32_MAX
         if self._acks == "all":
             first, append_time = info.first_offset, info.log_append_time
             self._broker.when_durable(batch.tp, info.last_offset + 1,
                                       lambda err: self._finish(batch, first, append_time, err))
         else:
             self._finish(batch, info.first_offset, info.log_append_time)
+
+    def _renew_producer_id(self, failed_id):
+        """After a failed append: whether it reached the log is unknown, so the next batch
+        of that partition cannot know its sequence. A fresh producer id starts every
+        partition's sequence again at 0 (Kafka's client bumps the epoch instead: the same
+        effect for an idempotent producer, which no one else fences)."""
+        with self._lock:
+            if self._producer is None or self._producer[0] != failed_id:
+                return  # another thread renewed it already
+            try:
+                self._producer = self._broker.init_producer_id()
+            except StreamlogError:
+                pass  # the broker is closing: every later append fails anyway
 
     def _finish(self, batch, base_offset, log_append_time, error=None):
         with self._lock:
@@ -625,6 +669,21 @@ def _payload_column(name, column, what):
     except TypeError:
         check_column(name, column, None, lambda item: check_payload(what, item))
         raise
+
+
+def _acks_and_idempotence(acks, idempotence):
+    """(acks, enable.idempotence) as given (None: not given) resolved by Kafka's rule:
+    idempotence asked for needs acks="all"; not asked for, it is on exactly when acks is."""
+    if acks is None:
+        acks = 1  # streamlog's default; Kafka's is "all" (docs/API.md)
+    if idempotence is None:
+        return acks, acks == "all"
+    if idempotence and acks != "all":
+        raise InvalidConfigurationError(
+            f"enable_idempotence=True needs acks='all' (given acks={acks!r}): an idempotent "
+            "producer's batches must be acknowledged as durable; set acks='all' or leave "
+            "enable_idempotence unset")
+    return acks, idempotence
 
 
 def _chunks(indices, sizes, limit):

@@ -107,6 +107,7 @@ class SegmentListing(NamedTuple):
     leftovers: list       # names of interrupted work (is_leftover_file_name)
     orphan_indexes: list  # ordinary index file names whose base has no ordinary .log
     other_names: list     # everything else (partition.metadata, topic.json, a user's file)
+    snapshot_offsets: list    # offsets of the producer-state snapshots, ascending
 
 
 def list_segments(names):
@@ -116,7 +117,7 @@ def list_segments(names):
     large partition) are recognised by their suffix and a decimal prefix; the
     rest go through parse_segment_file_name. Same answers as parsing every
     name: `\\d` and str.isdecimal accept the same digits."""
-    logs, index_names, swaps, leftovers, others = [], [], [], [], []
+    logs, index_names, swaps, leftovers, others, snapshots = [], [], [], [], [], []
     for name in names:
         suffix = name[20:]
         if suffix in _ORDINARY_SUFFIXES and name[:20].isdecimal():
@@ -130,6 +131,8 @@ def list_segments(names):
             leftovers.append(name)
         elif parsed is not None and parsed[2] == SWAP_SUFFIX and parsed[1] == LOG_SUFFIX:
             swaps.append(parsed[0])
+        elif parsed is not None and parsed[1:] == (SNAPSHOT_SUFFIX, ""):
+            snapshots.append(parsed[0])
         elif parsed is None:
             others.append(name)
     prefixes = set(logs)
@@ -137,7 +140,8 @@ def list_segments(names):
     # The same offset may be spelt in other decimal digits: compare numbers where text differs.
     orphans = [name for name in index_names
                if name[:20] not in prefixes and int(name[:20]) not in bases]
-    return SegmentListing(sorted(bases), sorted(set(swaps)), leftovers, orphans, others)
+    return SegmentListing(sorted(bases), sorted(set(swaps)), leftovers, orphans, others,
+                          sorted(set(snapshots)))
 
 
 def partition_dir_name(topic, partition):

@@ -41,16 +41,20 @@ from .checkpoint import CorruptCheckpointError, OffsetCheckpointFile
 from .durable import fsync_dir, write_atomically
 from .open_files import OpenSegments, default_max_open_files
 from .partition_log import PartitionLog, wall_clock_ms
+from .producer_state import DEFAULT_PRODUCER_ID_EXPIRATION_MS
 
 log = logging.getLogger("streamlog.storage")
 
 
 class LogDirectory:
     def __init__(self, root, readonly=False, clock_ms=wall_clock_ms, max_open_files=None,
-                 descriptors_elsewhere=0):
+                 descriptors_elsewhere=0,
+                 producer_id_expiration_ms=DEFAULT_PRODUCER_ID_EXPIRATION_MS):
         """max_open_files: the bound on the descriptors the segments hold (open_files.py);
         None derives it from RLIMIT_NOFILE, -1 is unbounded. descriptors_elsewhere: what the
-        owner holds besides (its lock file), counted against the same bound."""
+        owner holds besides (its lock file), counted against the same bound.
+        producer_id_expiration_ms: given to every log (PartitionLog)."""
+        self.producer_id_expiration_ms = producer_id_expiration_ms
         self.root = os.path.abspath(root)
         self.open_files = OpenSegments(default_max_open_files() if max_open_files is None
                                        else max_open_files, descriptors_elsewhere)
@@ -143,7 +147,8 @@ class LogDirectory:
                 log_start_offset=self._log_starts.get(tp),
                 clean_shutdown=self.clean_shutdown, readonly=self.readonly,
                 clock_ms=self.clock_ms, log_start_checkpoint=_LogStartCheckpoint(self, tp),
-                open_files=self.open_files)
+                open_files=self.open_files,
+                producer_id_expiration_ms=self.producer_id_expiration_ms)
             self.logs[tp] = partition_log
             if partition_log.recovery_report.noteworthy:
                 self.reports.append(partition_log.recovery_report)

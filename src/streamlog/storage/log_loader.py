@@ -88,6 +88,7 @@ class LoadedLog(NamedTuple):
     log_start_offset: int
     report: RecoveryReport
     other_names: frozenset = frozenset()  # the directory's non-segment files at open
+    snapshot_offsets: tuple = ()  # the producer-state snapshots the directory holds
 
 
 def load_log(directory, config, *, recovery_point=0, log_start_offset=None, clean_shutdown=False,
@@ -171,7 +172,7 @@ def load_log(directory, config, *, recovery_point=0, log_start_offset=None, clea
     if report.noteworthy:
         log.warning("recovery: %s", report.summary())
     return LoadedLog(segments, next_offset, recovery_point, log_start_offset, report,
-                     frozenset(listing.other_names))
+                     frozenset(listing.other_names), tuple(listing.snapshot_offsets))
 
 
 def _log_start(checkpointed, segments, report):

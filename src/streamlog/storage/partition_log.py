@@ -42,6 +42,8 @@ from .log_loader import load_log, segment_bases
 from .open_files import OpenSegments
 from .record_batch import (LOG_OVERHEAD, RECORD_BATCH_OVERHEAD, RecordBatch, iter_batches,
                            set_log_append_time)
+from .producer_state import (DEFAULT_PRODUCER_ID_EXPIRATION_MS, ProducerState,
+                             producer_batch)
 from .segment import BatchInfo, LogSegment, open_readonly_segments
 
 log = logging.getLogger("streamlog.storage")
@@ -82,13 +84,16 @@ class _MissingOffsets(CorruptRecordError):
 class PartitionLog:
     def __init__(self, directory, config, *, recovery_point=0, log_start_offset=None,
                  clean_shutdown=False, readonly=False, clock_ms=wall_clock_ms,
-                 log_start_checkpoint=None, open_files=None):
+                 log_start_checkpoint=None, open_files=None,
+                 producer_id_expiration_ms=DEFAULT_PRODUCER_ID_EXPIRATION_MS):
         """log_start_offset: the checkpointed log start, None if unknown (see load_log).
         log_start_checkpoint: where the log start is kept durably (read() -> offset or None,
         write(offset)); retention writes it before removing a segment, so a missing first
         segment can be told from a deleted one. None: nowhere (a log on its own).
         open_files: the root's bound on open files (open_files.OpenSegments); None: the log
-        has one of its own, unbounded."""
+        has one of its own, unbounded.
+        producer_id_expiration_ms: how long a producer id's state outlives its last write
+        (Kafka's broker setting producer.id.expiration.ms)."""
         self.directory = directory
         self._log_start_checkpoint = log_start_checkpoint
         self._open_files = open_files if open_files is not None else OpenSegments()
@@ -122,6 +127,35 @@ class PartitionLog:
         self._dir_dirty = False
         self._closed = False
         self._tail = (None, 0, 0)  # read-only: (segment base, position, next offset) scanned
+        self.producer_state = ProducerState(directory, producer_id_expiration_ms)
+        if not readonly:
+            self._load_producer_state(loaded.snapshot_offsets, clean_shutdown)
+
+    def _load_producer_state(self, snapshot_offsets, clean_shutdown):
+        """The newest snapshot, then the batches after it (KAFKA_REFERENCE §5). No snapshot
+        means no producer ever wrote here (producer_state's module doc), unless snapshots
+        there were could not be read: then the whole log is read again, as Kafka does."""
+        state = self.producer_state
+        start = state.load(snapshot_offsets, self._next_offset, self.clock_ms())
+        if start is None:
+            if not snapshot_offsets:
+                state.map_end_offset = self._next_offset
+                return
+            start = self.log_start_offset
+            log.warning("%s: no readable producer snapshot; rebuilding producer state from "
+                        "offset %d", self.name, start)
+        offset = max(start, self.log_start_offset)
+        while offset < self._next_offset:
+            fetch = self._read(offset, 1 << 20, None, True, None)
+            if not fetch.batches:
+                break
+            for batch in fetch.batches:
+                if batch.last_offset >= offset and batch.producer_id >= 0:
+                    state.replay(producer_batch(batch, batch.base_offset))
+                offset = batch.next_offset
+        state.map_end_offset = self._next_offset
+        if not clean_shutdown or start != self._next_offset:
+            state.take_snapshot()
 
     # --- state -------------------------------------------------------------
 
@@ -168,8 +202,17 @@ class PartitionLog:
         with self._lock:
             self._check_writable()
             now_ms = self.clock_ms()
-            infos, pieces, summary = self._validate(view, assign_offsets, now_ms)
+            infos, pieces, summary, producer_batches = self._validate(view, assign_offsets,
+                                                                      now_ms)
             first_offset, last_offset, max_ts, offset_of_max_ts, records = summary
+            updated = None
+            if producer_batches:
+                updated, duplicate = self._check_producers(producer_batches, assign_offsets,
+                                                           first_offset)
+                if duplicate is not None:
+                    return AppendInfo(duplicate.first_offset, duplicate.last_offset,
+                                      duplicate.timestamp, duplicate.last_offset, -1,
+                                      duplicate.offset_delta + 1, 1, 0)
             total = sum(i.size for i in infos)
             segment = self.active_segment
             if segment.should_roll(total, max_ts, last_offset, now_ms, self.config.segment_bytes,
@@ -177,6 +220,10 @@ class PartitionLog:
                 segment = self._roll_locked(first_offset, now_ms)
             segment.append(infos, pieces, first_offset)
             self._next_offset = last_offset + 1
+            if updated is not None:
+                self.producer_state.apply(updated, self._next_offset)
+            else:
+                self.producer_state.map_end_offset = self._next_offset
             self.high_watermark = self._next_offset
             self._unflushed_records += records
             need_flush = self._unflushed_records >= self.config.flush_messages
@@ -186,9 +233,21 @@ class PartitionLog:
         return AppendInfo(first_offset, last_offset, max_ts, offset_of_max_ts, log_append_time,
                           records, len(infos), total)
 
+    def _check_producers(self, producer_batches, assign_offsets, first_offset):
+        """The producer state's check(); batches that carry their own offsets are a
+        replica's (no sequence rules), as in Kafka."""
+        state = self.producer_state
+        if not state.has_history:
+            # The log's first producer id: an empty snapshot below it says, after a crash,
+            # where rebuilding starts (producer_state's module doc).
+            state.map_end_offset = first_offset
+            state.take_snapshot()
+        return state.check(producer_batches, client=assign_offsets)
+
     def _validate(self, view, assign_offsets, now_ms):
-        """Check every batch and build what to write: (infos, pieces, summary)."""
-        infos, pieces = [], []
+        """Check every batch and build what to write: (infos, pieces, summary, the batches
+        with a producer id as producer_state.ProducerBatch)."""
+        infos, pieces, producer_batches = [], [], []
         next_offset = self._next_offset
         first_offset = None
         max_ts, offset_of_max_ts, records = -1, -1, 0
@@ -240,6 +299,8 @@ class PartitionLog:
             if batch.max_timestamp > max_ts:
                 max_ts, offset_of_max_ts = batch.max_timestamp, last
             infos.append(BatchInfo(last, batch.max_timestamp, size))
+            if batch.producer_id >= 0:
+                producer_batches.append(producer_batch(batch, base))
             records += batch.records_count
             next_offset = last + 1
             consumed += size
@@ -250,7 +311,8 @@ class PartitionLog:
                 f"{LOG_OVERHEAD - 4})")
         if not infos:
             raise InvalidRecordError("nothing to append: no record batch in the data")
-        return infos, pieces, (first_offset, next_offset - 1, max_ts, offset_of_max_ts, records)
+        return infos, pieces, (first_offset, next_offset - 1, max_ts, offset_of_max_ts,
+                               records), producer_batches
 
     # --- roll --------------------------------------------------------------
 
@@ -274,6 +336,10 @@ class PartitionLog:
         if os.path.exists(files.log_file(self.directory, new_base)):
             raise KafkaStorageError(
                 f"cannot roll {self.name}: a segment file for offset {new_base} already exists")
+        if self.producer_state.has_history:
+            # Kafka's roll snapshot: a crash later rebuilds from here, not from further back.
+            self.producer_state.expire(now_ms)
+            self.producer_state.take_snapshot(new_base)
         segment = LogSegment(self.directory, new_base, self.config, now_ms=now_ms,
                              open_files=self._open_files, new=True)
         # Copy-on-write: readers iterate the old lists without a lock.
@@ -429,6 +495,7 @@ class PartitionLog:
             self._log_start_checkpoint.write(self.log_start_offset)
         self._segments = keep
         self._bases = [s.base_offset for s in keep]
+        self.producer_state.delete_snapshots_below(keep[0].base_offset)
         deadline = self.clock_ms() + self.config.file_delete_delay_ms
         for segment in deletable:
             segment.rename_suffix("", files.DELETED_SUFFIX)
@@ -459,6 +526,13 @@ class PartitionLog:
                     f"watermark {self.high_watermark}", self.name, new_start)
             self.log_start_offset = max(self.log_start_offset, new_start)
             return self.log_start_offset
+
+    def expire_producers(self, now_ms=None):
+        """Forget producers idle past producer.id.expiration.ms; returns how many."""
+        with self._lock:
+            if self._closed or self.readonly:
+                return 0
+            return self.producer_state.expire(self.clock_ms() if now_ms is None else now_ms)
 
     # --- durability ----------------------------------------------------------
 
@@ -573,6 +647,9 @@ class PartitionLog:
         if flush and not self.readonly:
             self.flush()
         with self._lock:
+            if seal and not self.readonly and self.producer_state.has_history:
+                self.producer_state.expire(self.clock_ms())
+                self.producer_state.take_snapshot(self._next_offset)
             self._closed = True
             for segment in self._segments:
                 segment.close(seal)

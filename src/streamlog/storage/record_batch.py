@@ -449,8 +449,7 @@ def seal(buf, position, *, base_offset, attributes, last_offset_delta, base_time
     HEADER.pack_into(buf, position, base_offset, size - LOG_OVERHEAD, partition_leader_epoch,
                      MAGIC, 0, attributes, last_offset_delta, base_timestamp, max_timestamp,
                      producer_id, producer_epoch, base_sequence, records_count)
-    crc = codec.crc32c(memoryview(buf)[position + ATTRIBUTES_OFFSET:position + size])
-    _U32.pack_into(buf, position + CRC_OFFSET, crc)
+    _recrc(buf, position, size)
 
 
 def build_control_batch(control_type, *, producer_id, producer_epoch, coordinator_epoch,
@@ -473,8 +472,23 @@ def set_log_append_time(buf, position, timestamp):
     _I64.pack_into(buf, position + MAX_TIMESTAMP_OFFSET, timestamp)
     struct.pack_into(">h", buf, position + ATTRIBUTES_OFFSET,
                      batch.attributes | TIMESTAMP_TYPE_MASK)
-    end = position + batch.size_in_bytes
-    crc = codec.crc32c(memoryview(buf)[position + ATTRIBUTES_OFFSET:end])
+    _recrc(buf, position, batch.size_in_bytes)
+
+
+_PRODUCER = struct.Struct(">qhi")  # producerId, producerEpoch, baseSequence: adjacent
+
+
+def set_producer(buf, position, producer_id, producer_epoch, base_sequence):
+    """Stamp the batch at buf[position:] with an idempotent producer's id, epoch and first
+    sequence (a batch encoded before its sequence was known); re-CRC."""
+    size = RecordBatch(buf, position).size_in_bytes
+    _PRODUCER.pack_into(buf, position + PRODUCER_ID_OFFSET, producer_id, producer_epoch,
+                        base_sequence)
+    _recrc(buf, position, size)
+
+
+def _recrc(buf, position, size):
+    crc = codec.crc32c(memoryview(buf)[position + ATTRIBUTES_OFFSET:position + size])
     _U32.pack_into(buf, position + CRC_OFFSET, crc)
 
 
