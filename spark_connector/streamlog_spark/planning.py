@@ -52,15 +52,18 @@ class LogView:
     before they are shipped (see source.py).
     """
 
-    def __init__(self, path):
+    def __init__(self, path, isolation_level="read_uncommitted"):
         self.path = path
+        self.isolation_level = isolation_level
         self._db = None
         self._consumer = None
 
     def _open(self):
         if self._db is None:
             self._db = streamlog.open(self.path, readonly=True)
-            self._consumer = self._db.consumer(isolation_level="read_uncommitted")
+            # read_committed: the latest offsets are the last stable ones, as Kafka's source
+            # plans them (an open transaction's records are not planned).
+            self._consumer = self._db.consumer(isolation_level=self.isolation_level)
         return self._db
 
     def close(self):
@@ -86,6 +89,14 @@ class LogView:
         self._open()
         found = self._consumer.end_offsets([TopicPartition(*tp) for tp in tps])
         return {(tp.topic, tp.partition): o for tp, o in found.items()}
+
+    def aborted_transactions(self, topic, partition, start, end):
+        """[(producer id, first offset, marker offset)] of the aborted transactions whose
+        batches [start, end) may hold: what a read_committed reader skips (the JVM reader
+        gets them in its task, as Kafka's fetch response carries them)."""
+        partition_log = self._open()._broker.partition_log(TopicPartition(topic, partition))
+        return [(t.producer_id, t.first_offset, t.last_offset)
+                for t in partition_log.aborted_transactions(start, end)]
 
     def offsets_for_times(self, timestamps):
         """{tp: ms} -> {tp: first offset whose timestamp >= ms, or None}."""

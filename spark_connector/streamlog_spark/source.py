@@ -69,7 +69,7 @@ class BatchReader(DataSourceReader):
 
     def partitions(self):
         o = self.options
-        view = LogView(o.path)
+        view = LogView(o.path, o.isolation_level)
         try:
             tps = topic_partitions(view, o.subscription)
             r = self.restriction
@@ -81,12 +81,12 @@ class BatchReader(DataSourceReader):
             if r is not None:
                 starts, ends = _restrict(view, r, starts, ends)
             ranges = plan_ranges(starts, ends)
+            if r is not None:
+                for x in ranges:
+                    x.ts_low_us, x.ts_high_us = r.ts_low_us, r.ts_high_us
+            return read_tasks(o, split_ranges(ranges, o.min_partitions), view)
         finally:
             view.close()
-        if r is not None:
-            for x in ranges:
-                x.ts_low_us, x.ts_high_us = r.ts_low_us, r.ts_high_us
-        return read_tasks(o, split_ranges(ranges, o.min_partitions))
 
     def read(self, task):
         return read_task(task, self.options.isolation_level)

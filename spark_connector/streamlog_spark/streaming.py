@@ -97,7 +97,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     @property
     def view(self):
         if self._view is None:
-            self._view = LogView(self.options.path)
+            self._view = LogView(self.options.path, self.options.isolation_level)
         return self._view
 
     # --- offsets -----------------------------------------------------------------------
@@ -164,7 +164,8 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         missing = [tp for tp in end if tp not in start]
         start.update(self.view.beginning(missing))
         ranges = plan_ranges(start, end)
-        return read_tasks(self.options, split_ranges(ranges, self.options.min_partitions))
+        return read_tasks(self.options, split_ranges(ranges, self.options.min_partitions),
+                          self.view)
 
     def read(self, task):
         return read_task(task, self.options.isolation_level)

@@ -176,6 +176,14 @@ class InvalidTxnStateError(StreamlogError):
     """A transactional call in the wrong state (e.g. commit with no transaction)."""
 
 
+class InvalidProducerIdMappingError(StreamlogError):
+    """The producer id does not own the transactional id (Kafka's INVALID_PRODUCER_ID_MAPPING)."""
+
+
+class InvalidTransactionTimeoutError(StreamlogError):
+    """transaction.timeout.ms is above the database's transaction.max.timeout.ms."""
+
+
 class ConcurrentTransactionsError(StreamlogError):
     """The previous transaction of this producer is still completing."""
 

@@ -202,3 +202,125 @@ def test_retention_removes_old_snapshots_but_the_newest_below_the_start(tmp_path
         assert min(kept) == max(o for o in before if o <= start)
         assert sorted(kept) == sorted(int(n[:20]) for n in os.listdir(log.directory)
                                       if n.endswith(files.SNAPSHOT_SUFFIX))
+
+
+MOVED_START_WRITER = """
+import os, signal, sys, time, streamlog
+from streamlog import TopicPartition
+from streamlog.storage.record_batch import build_batch
+root = sys.argv[1]
+now = int(time.time() * 1000)
+db = streamlog.open(root, config={"segment.bytes": 1024})
+db.create_topic("t", partitions=1)
+broker = db._broker
+tp = TopicPartition("t", 0)
+log = broker.partition_log(tp)
+pid, _ = broker.init_producer_id()
+seq = 0
+def send():
+    global seq
+    broker.produce(tp, build_batch([b"v", b"w"], timestamp=now, producer_id=pid,
+                                   producer_epoch=0, base_sequence=seq))
+    seq += 2
+while len(log.segments) < 3:
+    send()
+for _ in range(3):
+    send()
+broker.produce(tp, build_batch([b"plain"] * 2, timestamp=now))
+# Inside the active segment, past the producer's batches: only the plain one stays.
+log.increase_log_start_offset(log.log_end_offset - 2)
+broker.logs.flush_all()
+broker.logs.checkpoint()
+print(pid, seq, flush=True)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_a_snapshot_below_a_moved_log_start_is_not_replayed_from(tmp_path):
+    # A snapshot below the log start describes deleted data; replaying from the log start
+    # on top of it would skip the producer's batches in between and refuse its next one.
+    root = str(tmp_path / "db")
+    child = run_py(MOVED_START_WRITER, root)
+    assert child.returncode == -9, child.stderr
+    pid, seq = map(int, child.stdout.split())
+    with streamlog.open(root) as db:
+        log = db._broker.partition_log(TP)
+        assert pid not in log.producer_state.producers  # its batches are all deleted
+        info = db._broker.produce(TP, idempotent_batch(pid, seq))
+        assert info.first_offset == log.log_end_offset - 2
+
+
+def test_when_a_fresh_id_cannot_be_had_batches_fail_and_never_reuse_the_old_one(db,
+                                                                              monkeypatch):
+    p = db.producer(acks="all")
+    p.send("t", value=b"a", partition=0).result()
+    old = p._producer
+    broker = db._broker
+    real_produce, real_init = broker.produce, broker.init_producer_id
+
+    def written_then_failed(tp, data, origin=None):
+        real_produce(tp, data, origin)
+        raise streamlog.errors.KafkaStorageError("injected after the write")
+
+    def no_id():
+        raise streamlog.errors.KafkaStorageError("no id for now")
+    monkeypatch.setattr(broker, "produce", written_then_failed)
+    monkeypatch.setattr(broker, "init_producer_id", no_id)
+    with pytest.raises(streamlog.errors.KafkaStorageError):
+        p.send("t", value=b"b", partition=0).result()
+    monkeypatch.setattr(broker, "produce", real_produce)
+    # Same size as b: under the old id and sequence it would be taken for b's repeat.
+    with pytest.raises(streamlog.errors.KafkaStorageError, match="no id for now"):
+        p.send("t", value=b"c", partition=0).result()
+    monkeypatch.setattr(broker, "init_producer_id", real_init)
+    with pytest.raises(streamlog.errors.KafkaStorageError):
+        p.flush()
+    p.send("t", value=b"d", partition=0).result()
+    assert [b.producer_id for b in batches(db)][-1] not in (old[0], -1)
+    consumer = db.consumer(auto_offset_reset="earliest")
+    consumer.assign([TP])
+    assert [r.value for r in consumer.poll(timeout=0.2)] == [b"a", b"b", b"d"]
+
+
+def test_a_batch_the_log_refuses_does_not_break_later_appends(tmp_path):
+    # A refused batch's error keeps views of the thread's encode buffer alive in its
+    # traceback; the next batches must still be encoded (once: BufferError for every one).
+    with streamlog.open(str(tmp_path / "db")) as db:
+        db.create_topic("small", partitions=20, config={"segment.bytes": 4096})
+        p = db.producer()
+        futures = [p.send("small", value=b"x" * 50, partition=i % 20) for i in range(2000)]
+        with pytest.raises(streamlog.errors.RecordBatchTooLargeError):
+            p.flush()
+        errors = set()
+        for future in futures:
+            try:
+                future.result()
+            except streamlog.errors.StreamlogError as exc:
+                errors.add(type(exc).__name__)
+            except BufferError:
+                errors.add("BufferError")
+        assert errors == {"RecordBatchTooLargeError"}
+        future = p.send("small", value=b"fits", partition=0)
+        p.flush()
+        assert future.result().offset >= 0
+
+
+def test_repair_never_hands_out_a_producer_id_a_partition_still_knows(tmp_path):
+    from streamlog.broker.database_root import METADATA_DIR
+    import shutil
+    root = str(tmp_path / "db")
+    with streamlog.open(root) as db:
+        db.create_topic("t", partitions=1)
+        p = db.producer(acks="all")
+        old_pid = p._producer[0]
+        p.send("t", value=b"old", partition=0).result()
+    shutil.rmtree(os.path.join(root, METADATA_DIR))   # the metadata log, and its id mark, lost
+    streamlog.repair(root)
+    with streamlog.open(root) as db:
+        p = db.producer(acks="all")
+        assert p._producer[0] > old_pid
+        # Same size as "old": under a reused id it would be answered as old's repeat.
+        assert p.send("t", value=b"new", partition=0).result().offset == 1
+        consumer = db.consumer(auto_offset_reset="earliest")
+        consumer.assign([TP])
+        assert [r.value for r in consumer.poll(timeout=0.2)] == [b"old", b"new"]

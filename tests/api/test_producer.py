@@ -307,11 +307,6 @@ def test_closed_producer_refuses_sends_after_flushing(db):
         producer.send("t", value=b"late")
 
 
-def test_transactional_id_is_refused_clearly(db):
-    with pytest.raises(streamlog.InvalidConfigurationError, match="transactional"):
-        db.producer(transactional_id="tx-1")
-
-
 def test_kafka_dotted_config_names(db):
     db.create_topic("t")
     producer = db.producer(config={"linger.ms": 60_000, "batch.size": 10**6})

@@ -133,18 +133,19 @@ def test_a_segment_retention_removes_between_listing_and_opening_is_skipped(tmp_
         producer = db.producer(linger_ms=0)
         for i in range(20):
             producer.send("t", value=b"%03d" % i).result()
-    real_bases = log_loader.segment_bases
+    real_listing = log_loader.list_directory
 
     def listed_then_retained(directory, *args):
-        bases = real_bases(directory, *args)
+        listing = real_listing(directory, *args)
+        bases = listing.bases
         if directory.endswith("t-0") and len(bases) > 1:
             oldest = os.path.join(directory, "%020d.log" % bases[0])
             # What retention does, after the listing: checkpoint the new start, then rename.
             starts = OffsetCheckpointFile(os.path.join(root, files.LOG_START_OFFSET_CHECKPOINT))
             starts.write({**starts.read(), TP: bases[1]})
             os.rename(oldest, oldest + ".deleted")
-        return bases
-    monkeypatch.setattr(log_loader, "segment_bases", listed_then_retained)
+        return listing
+    monkeypatch.setattr(log_loader, "list_directory", listed_then_retained)
     with streamlog.open(root, readonly=True) as ro:
         partition = ro.describe_topic("t").partitions[0]
         assert partition.log_start_offset > 0 and partition.high_watermark == 20

@@ -97,6 +97,19 @@ def test_control_record_table_matches_the_structs():
     assert (record_batch.CONTROL_ABORT, record_batch.CONTROL_COMMIT) == (0, 1)
 
 
+def test_txn_index_table_matches_the_entry_struct():
+    from streamlog.storage import txn_index
+    rows = table_after("Transaction index (`.txnindex`)")
+    position = 0
+    for row, code in zip(rows, txn_index._ENTRY.format.lstrip(">"), strict=True):
+        assert int(row[0]) == position and int(row[1]) == {"h": 2, "q": 8}[code]
+        position += int(row[1])
+    assert position == txn_index._ENTRY.size == 34
+    assert [r[2] for r in rows[1:]] == ["producerId", *[f.replace("_o", "O").replace(
+        "_s", "S") for f in txn_index.AbortedTxn._fields[1:]]]
+    assert txn_index.TXN_INDEX_VERSION == 0 and rows[0][3] == "int16, 0"
+
+
 def test_producer_snapshot_tables_match_the_structs():
     from streamlog.storage import producer_state
     header = table_after("Producer snapshot (`.snapshot`)")

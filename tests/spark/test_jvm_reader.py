@@ -257,7 +257,8 @@ def test_a_read_task_pickles_to_the_packed_form_the_jvm_finds():
     from pyspark import cloudpickle  # what Spark pickles input partitions with
 
     task = ReadTask("/data/d\u00f6", OffsetRange("t.\u00fc-1", 7, 2**40, 2**40 + 9, None, -5),
-                    include_headers=True, fail_on_data_loss=False)
+                    include_headers=True, fail_on_data_loss=False, read_committed=True,
+                    aborted=((5, 2**40, 2**40 + 3), (2**62, 2**40 + 4, 2**40 + 8)))
     packed = pack_task(task)
     assert packed.startswith(MAGIC)
     assert unpack_task(packed) == task

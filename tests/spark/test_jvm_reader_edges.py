@@ -909,3 +909,39 @@ def test_a_malformed_log_start_checkpoint_is_read_as_the_planner_reads_it(
         assert _with_python_reader(spark, lambda make=make: _rows(make())) == \
             _expected(truth, columns=7)
         assert _rows(make()) == _expected(truth, columns=7)
+
+
+def test_read_committed_hides_aborted_and_open_transactions_in_both_readers(spark, fresh_db):
+    # Kafka's source: isolationLevel read_committed (the default here) plans up to the last
+    # stable offset and never returns an aborted transaction's records; read_uncommitted
+    # returns every data record. The JVM reader and the Python executors must agree.
+    with streamlog.open(fresh_db) as db:
+        db.create_topic("tx", partitions=2)
+        plain = db.producer()
+        p = db.producer(transactional_id="spark-tx")
+        p.init_transactions()
+        for i in range(6):
+            p.begin_transaction()
+            p.send_batch("tx", [b"t%d-%d" % (i, k) for k in range(3)], partition=i % 2)
+            plain.send("tx", value=b"plain-%d" % i, partition=i % 2).result()
+            if i % 3 == 2:
+                p.abort_transaction()
+            else:
+                p.commit_transaction()
+        p.begin_transaction()
+        p.send("tx", value=b"open", partition=1)
+        p.flush()
+        plain.send("tx", value=b"after-open", partition=1).result()
+
+    def values(**options):
+        df = read(spark, fresh_db, subscribe="tx", **options)
+        return sorted(bytes(r.value) for r in df.select("value").collect())
+    committed = sorted([b"t%d-%d" % (i, k) for i in range(6) if i % 3 != 2 for k in range(3)]
+                       + [b"plain-%d" % i for i in range(6)])
+    assert values() == committed                       # the open one holds "after-open" back
+    assert _with_python_reader(spark, values) == committed
+    everything = sorted(committed + [b"t%d-%d" % (i, k) for i in (2, 5) for k in range(3)]
+                        + [b"open", b"after-open"])
+    assert values(isolationLevel="read_uncommitted") == everything
+    assert _with_python_reader(spark, lambda: values(isolationLevel="read_uncommitted")) == \
+        everything

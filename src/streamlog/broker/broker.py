@@ -24,6 +24,7 @@ partition map are guarded by `_lock`; appends and reads are each log's own
 business (see storage.partition_log).
 """
 import contextlib
+import functools
 import gc
 import logging
 import os
@@ -67,6 +68,9 @@ class PartitionFetch(NamedTuple):
     log_start_offset: int
     last_stable_offset: int
     error: object = None
+    # read_committed: the aborted transactions the batches may hold (txn_index.AbortedTxn),
+    # for the consumer to drop; None for read_uncommitted.
+    aborted_transactions: list = None
 
     @property
     def size(self):
@@ -392,20 +396,21 @@ class Broker:
                 partition_log.refresh()
             out.append(PartitionInfo(
                 p, partition_log.log_start_offset, partition_log.high_watermark,
-                partition_log.high_watermark, partition_log.log_end_offset,
+                partition_log.last_stable_offset, partition_log.log_end_offset,
                 len(partition_log.segments), partition_log.size_in_bytes))
         return info, out
 
     # --- requests: produce ----------------------------------------------------
 
-    def produce(self, tp, data):
+    def produce(self, tp, data, origin=None):
         """Append encoded batches to tp; returns storage's AppendInfo (acks=1 semantics).
 
         Waiting fetches on tp are checked at once, so a long poll wakes as
-        soon as the append returns.
+        soon as the append returns. origin: who writes, for the producer rules
+        (storage.producer_state: a client by default; the coordinators pass theirs).
         """
         self._check_writable()
-        info = self.partition_log(tp).append(data)
+        info = self.partition_log(tp).append(data, origin=origin)
         if self.fetch_purgatory.check_and_complete(tp):
             # A consumer thread was woken: let it have the GIL now rather than after this
             # thread's next switch interval (up to 5 ms), so a long poll returns at once.
@@ -423,6 +428,18 @@ class Broker:
                 producer_id = next(self._producer_ids)
             return producer_id, 0
 
+    def write_txn_markers(self, markers):
+        """Append transaction markers (the coordinator's WriteTxnMarkers): markers is
+        [(tp, producer id, epoch, coordinator epoch, commit)]; returns {tp: AppendInfo}.
+        Waiting read_committed fetches wake: the last stable offset may have moved."""
+        self._check_writable()
+        out = {}
+        for tp, producer_id, epoch, coordinator_epoch, commit in markers:
+            out[tp] = self.partition_log(tp).write_txn_marker(producer_id, epoch,
+                                                              coordinator_epoch, commit)
+            self.fetch_purgatory.check_and_complete(tp)
+        return out
+
     def when_durable(self, tp, offset, callback):
         """callback(error or None) once tp is fsynced below `offset` (acks="all")."""
         self._check_writable()
@@ -431,11 +448,14 @@ class Broker:
     # --- requests: fetch --------------------------------------------------------
 
     def fetch(self, positions, max_wait_ms=0, min_bytes=1, max_bytes=50 << 20,
-              partition_max_bytes=1 << 20, max_offsets=None, wakeup_key=None, interrupted=None):
+              partition_max_bytes=1 << 20, max_offsets=None, wakeup_key=None, interrupted=None,
+              read_committed=False):
         """Read from each tp at positions[tp]; wait up to max_wait_ms for min_bytes.
 
         Returns {tp: PartitionFetch}. max_offsets optionally bounds what is
-        visible per partition (a read_committed reader's last stable offset).
+        visible per partition. read_committed: nothing at or above a partition's
+        last stable offset is visible, and each answer names the aborted
+        transactions its batches may hold (KAFKA_REFERENCE §6.3).
         The first non-empty partition returns at least one whole batch even
         above the byte limits, as Kafka does. wakeup_key: a key under which
         wakeup(key) ends the wait early; interrupted: a callable that says
@@ -443,20 +463,22 @@ class Broker:
         wakeup arriving before the wait began is seen too).
         """
         self._check_open()
-        result, total, failed = self._read(positions, max_bytes, partition_max_bytes, max_offsets)
+        read = functools.partial(self._read, positions, max_bytes, partition_max_bytes,
+                                 max_offsets, read_committed)
+        result, total, failed = read()
         if total >= min_bytes or failed or max_wait_ms <= 0:
             return result
         deadline = time.monotonic() + max_wait_ms / 1000
         if self.readonly:
-            return self._poll_files(positions, deadline, min_bytes, max_bytes,
-                                    partition_max_bytes, max_offsets, interrupted)
-        op = DelayedFetch(max_wait_ms, self.partitions, dict(positions), min_bytes, interrupted)
+            return self._poll_files(read, deadline, min_bytes, interrupted)
+        op = DelayedFetch(max_wait_ms, self.partitions, dict(positions), min_bytes, interrupted,
+                          read_committed)
         keys = list(positions) if wakeup_key is None else list(positions) + [wakeup_key]
         if not self.fetch_purgatory.try_complete_else_watch(op, keys):
             # Completion (an append) or expiry (the wheel) always sets `done`;
             # the timeout only guards against a broker closed under the waiter.
             op.done.wait(max_wait_ms / 1000 + 1.0)
-        result, _, _ = self._read(positions, max_bytes, partition_max_bytes, max_offsets)
+        result, _, _ = read()
         return result
 
     def wakeup(self, wakeup_key):
@@ -465,12 +487,10 @@ class Broker:
             op.woken = True
             op.force_complete()
 
-    def _poll_files(self, positions, deadline, min_bytes, max_bytes, partition_max_bytes,
-                    max_offsets, interrupted=None):
+    def _poll_files(self, read, deadline, min_bytes, interrupted=None):
         step = 0
         while True:
-            result, total, failed = self._read(positions, max_bytes, partition_max_bytes,
-                                               max_offsets)
+            result, total, failed = read()
             remaining = deadline - time.monotonic()
             if total >= min_bytes or failed or remaining <= 0 or self._closed or (
                     interrupted is not None and interrupted()):
@@ -478,7 +498,7 @@ class Broker:
             time.sleep(min(_READONLY_POLL_S[min(step, len(_READONLY_POLL_S) - 1)], remaining))
             step += 1
 
-    def _read(self, positions, max_bytes, partition_max_bytes, max_offsets):
+    def _read(self, positions, max_bytes, partition_max_bytes, max_offsets, read_committed):
         result = {}
         total = 0
         failed = False
@@ -486,11 +506,21 @@ class Broker:
             try:
                 partition_log = self.partition_log(tp)
                 limit = None if max_offsets is None else max_offsets.get(tp)
+                if read_committed and self.readonly and \
+                        offset >= partition_log.last_stable_offset:
+                    partition_log.refresh()  # at what it knows is stable: has a marker come?
+                stable = partition_log.last_stable_offset
+                if read_committed:
+                    limit = stable if limit is None else min(limit, stable)
                 budget = min(partition_max_bytes, max(max_bytes - total, 0))
                 fetched = partition_log.read(offset, budget, max_offset=limit,
                                              min_one_batch=total == 0)
-                hw = fetched.high_watermark
-                entry = PartitionFetch(fetched.batches, hw, fetched.log_start_offset, hw)
+                aborted = None
+                if read_committed:
+                    aborted = partition_log.aborted_transactions(offset, limit) \
+                        if fetched.batches and len(partition_log.txn_indexes) else []
+                entry = PartitionFetch(fetched.batches, fetched.high_watermark,
+                                       fetched.log_start_offset, stable, None, aborted)
                 total += entry.size
             except (OffsetOutOfRangeError, UnknownTopicOrPartitionError, LogClosedError) as exc:
                 partition_log = self.partitions.get(tp)
@@ -503,10 +533,11 @@ class Broker:
 
     # --- requests: list offsets ------------------------------------------------
 
-    def list_offsets(self, timestamps):
+    def list_offsets(self, timestamps, read_committed=False):
         """{tp: timestamp} -> {tp: (offset, timestamp) or None}, as Kafka's ListOffsets.
 
-        timestamp -2 = earliest (log start), -1 = latest (log end), -3 = the
+        timestamp -2 = earliest (log start), -1 = latest (the high watermark, or
+        the last stable offset for read_committed, as Kafka answers), -3 = the
         record with the largest timestamp; otherwise the first offset whose
         timestamp is at or after it, or None when there is none.
         """
@@ -518,7 +549,8 @@ class Broker:
             if ts == EARLIEST_TIMESTAMP:
                 out[tp] = (partition_log.log_start_offset, -1)
             elif ts == LATEST_TIMESTAMP:
-                out[tp] = (partition_log.high_watermark, -1)
+                out[tp] = (partition_log.last_stable_offset if read_committed
+                           else partition_log.high_watermark, -1)
             elif ts == MAX_TIMESTAMP:
                 out[tp] = _offset_of_max_timestamp(partition_log)
             elif ts < 0:

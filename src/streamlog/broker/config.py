@@ -27,6 +27,10 @@ _BROKER_KEYS = {
     "max.open.files": ("max_open_files", int),
     "producer.id.expiration.ms": ("producer_id_expiration_ms", int),
     "producer.id.expiration.check.interval.ms": ("producer_id_expiration_check_interval_ms", int),
+    "transaction.state.log.num.partitions": ("transaction_state_log_num_partitions", int),
+    "transaction.max.timeout.ms": ("transaction_max_timeout_ms", int),
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms": (
+        "transaction_abort_timed_out_transaction_cleanup_interval_ms", int),
 }
 
 
@@ -55,6 +59,11 @@ class BrokerConfig:
     # that is checked (Kafka's defaults).
     producer_id_expiration_ms: int = 86_400_000
     producer_id_expiration_check_interval_ms: int = 600_000
+    # Transactions (Kafka's defaults): __transaction_state's partitions, the longest
+    # transaction.timeout.ms a producer may ask for, how often timed-out ones are aborted.
+    transaction_state_log_num_partitions: int = 50
+    transaction_max_timeout_ms: int = 900_000
+    transaction_abort_timed_out_transaction_cleanup_interval_ms: int = 10_000
     topic_defaults: LogConfig = LogConfig()
 
     @classmethod
@@ -78,7 +87,9 @@ class BrokerConfig:
                      "log_flush_scheduler_interval_ms", "group_min_session_timeout_ms",
                      "offsets_topic_num_partitions", "offsets_retention_minutes",
                      "offsets_retention_check_interval_ms", "producer_id_expiration_ms",
-                     "producer_id_expiration_check_interval_ms"):
+                     "producer_id_expiration_check_interval_ms",
+                     "transaction_state_log_num_partitions", "transaction_max_timeout_ms",
+                     "transaction_abort_timed_out_transaction_cleanup_interval_ms"):
             if getattr(config, attr) < 1:
                 raise InvalidConfigurationError(f"{attr.replace('_', '.')} must be >= 1")
         if config.group_max_session_timeout_ms < config.group_min_session_timeout_ms:

@@ -15,7 +15,7 @@ import threading
 from .purgatory import DelayedOperation
 
 
-def _bytes_available(log, offset, wanted):
+def _bytes_available(log, offset, wanted, upper):
     """Bytes of the whole batches readable from offset, counted until `wanted` is reached.
 
     A read returns the whole batches that fit its budget, so it leaves out the
@@ -27,19 +27,23 @@ def _bytes_available(log, offset, wanted):
     """
     total = 0
     while total < wanted:
-        fetched = log.read(offset, wanted - total)
+        fetched = log.read(offset, wanted - total, max_offset=upper)
         if not fetched.batches:
             break
         total += fetched.size
         offset = fetched.batches[-1].next_offset
-        if offset >= fetched.high_watermark:
+        if offset >= upper:
             break
     return total
 
 
 class DelayedFetch(DelayedOperation):
-    def __init__(self, delay_ms, partitions, positions, min_bytes, interrupted=None):
+    def __init__(self, delay_ms, partitions, positions, min_bytes, interrupted=None,
+                 read_committed=False):
         super().__init__(delay_ms)
+        # read_committed: only what is below the last stable offset counts (Kafka's
+        # DelayedFetch with FetchIsolation.TXN_COMMITTED); a marker moving it wakes us.
+        self.read_committed = read_committed
         self.partitions = partitions  # the broker's live map: tp -> PartitionLog
         self.positions = positions    # tp -> fetch offset
         self.min_bytes = min_bytes
@@ -58,10 +62,11 @@ class DelayedFetch(DelayedOperation):
             if log is None or log.closed or not \
                     log.log_start_offset <= offset <= log.log_end_offset:
                 return self.force_complete()
-            if log.high_watermark > offset:
+            upper = log.last_stable_offset if self.read_committed else log.high_watermark
+            if upper > offset:
                 if self.min_bytes <= 1:
                     return self.force_complete()
-                available += _bytes_available(log, offset, self.min_bytes - available)
+                available += _bytes_available(log, offset, self.min_bytes - available, upper)
                 if available >= self.min_bytes:
                     return self.force_complete()
         return False

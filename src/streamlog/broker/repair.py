@@ -36,13 +36,15 @@ from ..errors import (CorruptRecordError, InvalidConfigurationError, KafkaStorag
                       NotADatabaseError)
 from ..storage import files, partition_metadata
 from ..storage.keyed_log import replay
+from ..storage.producer_state import highest_producer_id
 from ..storage.log_directory import LogDirectory
 from ..storage.verify import VerifyReport, verify_partition
 from .config import BrokerConfig
 from .database_root import METADATA_DIR
 from .lock import DirectoryLock
 from .metadata import (METADATA_LOG_CONFIG, METADATA_PARTITION, METADATA_TOPIC,
-                       PRODUCER_IDS_KEY, MalformedTopicRecord, TopicRegistry,
+                       PRODUCER_ID_BLOCK_SIZE, PRODUCER_IDS_KEY, MalformedTopicRecord,
+                       TopicRegistry,
                        normalized_overrides, parse_producer_ids, parse_topic_record)
 
 log = logging.getLogger("streamlog.repair")
@@ -292,10 +294,15 @@ def _rewrite(root, history, report, clock_ms):
         for t in grown.values():
             registry.restore(t.name, t.topic_id, t.partitions, t.overrides, t.created_ms)
             log.info("recovered topic %r with %d partition(s)", t.name, t.partitions)
-        if history.next_producer_id:
-            # Ids handed out before must never be handed out again: a partition may still
-            # hold an old producer's state under one.
-            registry.restore_producer_ids(history.next_producer_id)
+        # Ids handed out before must never be handed out again: a partition may still hold
+        # an old producer's state under one, and a new producer's first batch could be
+        # taken for its repeat. The partitions say how far ids went if the log lost it.
+        on_disk = max([-1] + [highest_producer_id(logs.partition_dir(tp))
+                              for tp in logs.partitions_on_disk()])
+        mark = max(history.next_producer_id, on_disk + 1)
+        if mark:
+            registry.restore_producer_ids(-(-mark // PRODUCER_ID_BLOCK_SIZE)
+                                          * PRODUCER_ID_BLOCK_SIZE)
         report.topics_written = len(registry.topics)
     finally:
         # The other partitions were not opened: a stop that was not clean must still be

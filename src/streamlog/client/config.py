@@ -96,6 +96,7 @@ PRODUCER = {
     "partitioner.ignore.keys": (False, _bool),
     "enable.idempotence": (None, _bool),  # None: as acks allows (Producer)
     "transactional.id": (None, _optional_str),
+    "transaction.timeout.ms": (60000, _int32(1)),
     "key.serializer": (None, _callable_or_none),
     "value.serializer": (None, _callable_or_none),
     "max.request.size": (1048576, _int32(1)),

@@ -29,6 +29,7 @@ may be called from any thread: wakeup() makes the poll in progress (or the
 next one) raise WakeupError; close() ends a poll in progress, then leaves
 the group.
 """
+import heapq
 import math
 import threading
 import time
@@ -41,6 +42,7 @@ from ..errors import (IllegalStateError, InvalidGroupIdError, NoOffsetForPartiti
                       OffsetOutOfRangeError, UnknownTopicOrPartitionError, WakeupError)
 from ..parsing import LONG_MAX
 from ..storage import codec
+from ..storage.record_batch import CONTROL_ABORT
 from ..structs import OffsetAndMetadata, TopicPartition
 from .config import CONSUMER, resolve
 from .group_member import GroupMembership, parse_subscription
@@ -57,13 +59,31 @@ class OffsetAndTimestamp(NamedTuple):
 class _Buffered:
     """Fetched, not yet returned data of one partition."""
 
-    __slots__ = ("batches", "records", "index", "batch_end")
+    __slots__ = ("batches", "records", "index", "batch_end", "aborted", "aborting")
 
-    def __init__(self, batches):
+    def __init__(self, batches, aborted=None):
         self.batches = deque(batches)
         self.records = None  # decoded Records of the current batch
         self.index = 0
         self.batch_end = 0   # next offset after the current batch
+        # read_committed (Kafka's CompletedFetch): the fetch's aborted transactions, a heap
+        # by first offset, and the producers whose aborted transaction is being read past.
+        self.aborted = None
+        self.aborting = set()
+        if aborted:
+            self.aborted = [(t.first_offset, t.producer_id) for t in aborted]
+            heapq.heapify(self.aborted)
+
+    def skips(self, batch):
+        """True for a batch of an aborted transaction (read_committed): never returned."""
+        aborted = self.aborted
+        while aborted and aborted[0][0] <= batch.last_offset:
+            self.aborting.add(heapq.heappop(aborted)[1])
+        if batch.is_control:
+            if batch.control_type() == CONTROL_ABORT:
+                self.aborting.discard(batch.producer_id)
+            return False
+        return batch.is_transactional and batch.producer_id in self.aborting
 
     def empty(self):
         return not self.batches and (self.records is None or self.index >= len(self.records))
@@ -76,6 +96,7 @@ class Consumer:
         self._reset_policy = s["auto.offset.reset"]
         self._max_wait_ms = s["fetch.max.wait.ms"]
         self._min_bytes = s["fetch.min.bytes"]
+        self._read_committed = s["isolation.level"] == "read_committed"
         self._max_bytes = s["fetch.max.bytes"]
         self._partition_max_bytes = s["max.partition.fetch.bytes"]
         self._max_poll_records = s["max.poll.records"]
@@ -268,7 +289,8 @@ class Consumer:
 
     def _seek_to(self, partitions, which):
         tps = self._assigned(partitions) if partitions is not None else list(self._assignment)
-        offsets = self._broker.list_offsets({tp: which for tp in tps})
+        offsets = self._broker.list_offsets({tp: which for tp in tps},
+                                            read_committed=self._read_committed)
         for tp in tps:
             self._positions[tp] = offsets[tp][0]
             self._buffers.pop(tp, None)
@@ -282,7 +304,8 @@ class Consumer:
             raise NoOffsetForPartitionError(
                 f"no position for {tp} and auto_offset_reset is 'none': seek() first", tp)
         which = EARLIEST if self._reset_policy == "earliest" else LATEST
-        self._positions[tp] = self._broker.list_offsets({tp: which})[tp][0]
+        self._positions[tp] = self._broker.list_offsets(
+            {tp: which}, read_committed=self._read_committed)[tp][0]
         self._buffers.pop(tp, None)
 
     def beginning_offsets(self, partitions):
@@ -290,8 +313,11 @@ class Consumer:
             {TopicPartition(*tp): EARLIEST for tp in partitions}).items()}
 
     def end_offsets(self, partitions):
+        """{tp: the offset after the last record this consumer may read}: the high
+        watermark, or the last stable offset under read_committed (as Kafka's)."""
         return {tp: o for tp, (o, _) in self._broker.list_offsets(
-            {TopicPartition(*tp): LATEST for tp in partitions}).items()}
+            {TopicPartition(*tp): LATEST for tp in partitions},
+            read_committed=self._read_committed).items()}
 
     def offsets_for_times(self, timestamps):
         """{tp: ms} -> {tp: OffsetAndTimestamp of the first record at or after it, or None}."""
@@ -396,7 +422,8 @@ class Consumer:
             return
         result = self._broker.fetch(positions, wait_ms, self._min_bytes, self._max_bytes,
                                     self._partition_max_bytes, wakeup_key=self._wakeup_key,
-                                    interrupted=self._interrupted)
+                                    interrupted=self._interrupted,
+                                    read_committed=self._read_committed)
         for tp, data in result.items():
             if data.error is not None:
                 if isinstance(data.error, OffsetOutOfRangeError):
@@ -409,7 +436,7 @@ class Consumer:
                     continue
                 raise data.error
             if data.batches and self._positions.get(tp) == positions[tp]:
-                self._buffers[tp] = _Buffered(data.batches)
+                self._buffers[tp] = _Buffered(data.batches, data.aborted_transactions)
 
     def _drain(self, max_records, columns, headers=False):
         out = []
@@ -441,6 +468,10 @@ class Consumer:
             batch = buffered.batches.popleft()
             position = self._positions[tp]
             if batch.last_offset < position:
+                continue
+            if (buffered.aborted is not None or buffered.aborting) and \
+                    batch.producer_id >= 0 and buffered.skips(batch):
+                self._positions[tp] = batch.next_offset
                 continue
             if batch.is_control:
                 self._positions[tp] = batch.next_offset

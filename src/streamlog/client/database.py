@@ -14,6 +14,7 @@ from typing import NamedTuple
 from ..broker import registry
 from ..broker.broker import Broker, PartitionInfo  # noqa: F401 - public as streamlog.PartitionInfo
 from ..broker.repair import RepairReport, repair as _repair
+from ..coordinator.transaction_coordinator import find_transaction_coordinator, has_transactions
 from ..errors import InvalidConfigurationError, LogClosedError, ReadOnlyError
 from . import group_admin
 from .consumer import Consumer
@@ -62,6 +63,14 @@ def open(path=None, readonly=False, config=None):  # noqa: A001 - the API's name
         raise InvalidConfigurationError(
             f"{path} is already open in this process with a different config; open it without "
             "config= to share that broker")
+    if made and not readonly and has_transactions(broker):
+        # Transactions a stop left half-completed are finished, and open ones time out,
+        # whether or not a transactional producer comes back (docs/TRANSACTIONS.md).
+        try:
+            find_transaction_coordinator(broker)
+        except BaseException:
+            registry.release(broker)
+            raise
     return Database(broker)
 
 

@@ -47,8 +47,16 @@ may or may not have reached the log) makes the producer take a fresh id, so
 sequences restart at 0 and no later batch is refused for the one that failed.
 With the default acks=1, idempotence is off, as Kafka's producer turns it off
 when acks is not "all" and idempotence was not asked for.
+
+Transactions (transactional_id set; client.transaction_manager holds the
+states): the producer is idempotent with acks="all", its batches carry the
+transactional flag, and each partition joins the open transaction at the
+coordinator before its first batch is appended. A failed batch makes the
+transaction abortable; aborting it then bumps the producer's epoch, so the
+next transaction's sequences start at 0.
 delivery.timeout.ms / request.timeout.ms have nothing to bound.
 """
+import contextlib
 import logging
 import threading
 import time
@@ -56,14 +64,19 @@ from collections import deque
 
 import numpy as np
 
-from ..errors import (InvalidConfigurationError, InvalidRequestError, KafkaTimeoutError,
-                      ProducerClosedError, RecordTooLargeError, StreamlogError)
+from ..errors import (InvalidConfigurationError, InvalidRequestError, InvalidTxnStateError,
+                      KafkaTimeoutError, ProducerClosedError, ProducerFencedError,
+                      RecordTooLargeError, StreamlogError)
 from ..storage import compression
 from ..storage.record_batch import (NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE,
                                     RECORD_BATCH_OVERHEAD, _column, build_batch, encode_headers,
                                     set_producer)
 from ..structs import TopicPartition
+from ..coordinator.group_coordinator import find_coordinator
+from ..coordinator.transaction_coordinator import find_transaction_coordinator
 from .config import PRODUCER, resolve
+from .group_member import ConsumerGroupMetadata
+from .transaction_manager import ABORTABLE, TransactionManager
 from .futures import BatchResult, BatchSendFuture, make_future
 from .murmur2 import partition_for_key, partitions_for_keys
 from .partitioners import DefaultPartitioner, make_partitioner
@@ -79,6 +92,7 @@ _now = time.time
 _IDLE_S = 50e-6
 _IDLE_SWEEP_MS = 1
 _INT32_MAX = 2**31 - 1  # sequences wrap to 0 past it
+_RENEW = ("renew",)     # Producer._producer when a fresh producer id is owed
 
 
 class _Batch:
@@ -107,31 +121,36 @@ class _Batch:
 class _Partition:
     """Per-partition producer state: the open batch, the sealed FIFO, the drain lock."""
 
-    __slots__ = ("tp", "open", "sealed", "drain_lock", "producer_id", "next_sequence")
+    __slots__ = ("tp", "open", "sealed", "drain_lock", "producer", "next_sequence")
 
     def __init__(self, tp):
         self.tp = tp
         self.open = None
         self.sealed = deque()
         self.drain_lock = threading.Lock()
-        # Idempotence: the producer id the partition's sequence counts under (a new id
-        # starts it again at 0), and the sequence of the next batch. Under drain_lock.
-        self.producer_id = NO_PRODUCER_ID
+        # Idempotence: the (producer id, epoch) the partition's sequence counts under (a
+        # new one starts it again at 0), and the sequence of the next batch. Under drain_lock.
+        self.producer = None
         self.next_sequence = 0
 
 
 class Producer:
     def __init__(self, broker, config=None, **settings):
         s = self.settings = resolve(PRODUCER, "producer", config, **settings)
-        if s["transactional.id"] is not None:
-            raise InvalidConfigurationError(
-                "transactional producers are not available in this version of streamlog; "
-                "leave transactional_id unset")
-        s["acks"], s["enable.idempotence"] = _acks_and_idempotence(s["acks"],
-                                                                   s["enable.idempotence"])
         self._broker = broker
-        # (producer id, epoch) of an idempotent producer, replaced whole (see _append).
-        self._producer = broker.init_producer_id() if s["enable.idempotence"] else None
+        self._txn = None
+        if s["transactional.id"] is not None:
+            s["acks"], s["enable.idempotence"] = _transactional_acks(s["acks"],
+                                                                     s["enable.idempotence"])
+            self._txn = TransactionManager(find_transaction_coordinator(broker),
+                                           s["transactional.id"], s["transaction.timeout.ms"])
+        else:
+            s["acks"], s["enable.idempotence"] = _acks_and_idempotence(s["acks"],
+                                                                       s["enable.idempotence"])
+        # (producer id, epoch) of an idempotent producer, replaced whole (see _append); a
+        # transactional one gets it from init_transactions().
+        self._producer = broker.init_producer_id() \
+            if s["enable.idempotence"] and self._txn is None else None
         self._timer = broker.timer
         self._acks = s["acks"]
         self._report_offsets = s["acks"] != 0
@@ -150,7 +169,7 @@ class Producer:
             not s["partitioner.ignore.keys"]
         # send()'s fast path: keys hashed, no serializers, producer open.
         self._plain = self._hash_keys and self._key_serializer is None and \
-            self._value_serializer is None
+            self._value_serializer is None and self._txn is None
         # One lock for the accumulator. `with` on the raw Lock is C-level; a Condition's
         # __enter__ is a Python method, which alone cost ~0.3 us per send().
         self._lock = threading.Lock()
@@ -231,6 +250,8 @@ class Producer:
         """send() for every call the fast path does not take."""
         if self._closing:
             raise ProducerClosedError("send() on a closed producer; create a new one")
+        if self._txn is not None:
+            self._txn.check_send()
         # Every argument is checked before the record joins a batch shared with other calls'
         # records (client.validation): a bad call fails here, alone.
         if key is not None:
@@ -446,6 +467,8 @@ class Producer:
         """
         if self._closing:
             raise ProducerClosedError("send_batch() on a closed producer; create a new one")
+        if self._txn is not None:
+            self._txn.check_send()
         # Checked before anything is queued (client.validation); per-record Python checks run
         # only once the columnar encoding has refused an item, to name it.
         check_column("values", values, None)
@@ -532,7 +555,8 @@ class Producer:
         ts = [timestamps[i] for i in idx] if timestamps is not None else None
         hs = [headers[i] for i in idx] if headers is not None else None
         batch.encoded = build_batch(vals, keys=ks, headers=hs, timestamps=ts,
-                                    timestamp=ts_default, compression_type=self._codec)
+                                    timestamp=ts_default, compression_type=self._codec,
+                                    is_transactional=self._txn is not None)
         batch.count = len(idx)
         return batch
 
@@ -541,35 +565,32 @@ class Producer:
     def _append(self, batch, state):
         """Encode and append one batch (the caller holds state.drain_lock)."""
         producer_id, epoch, sequence = NO_PRODUCER_ID, NO_PRODUCER_EPOCH, NO_SEQUENCE
-        if self._producer is not None:
-            producer_id, epoch = self._producer
-            if state.producer_id != producer_id:
-                state.producer_id, state.next_sequence = producer_id, 0
+        producer = self._producer
+        if producer is _RENEW:
+            producer = self._renew_producer_id(_RENEW)
+            if isinstance(producer, Exception):
+                self._finish(batch, -1, -1, producer)
+                return
+        if producer is not None:
+            producer_id, epoch = producer
+            if state.producer is not producer:
+                state.producer, state.next_sequence = producer, 0
             sequence = state.next_sequence
         try:
-            data = batch.encoded
-            if data is None:
-                buffer = getattr(self._local, "buffer", None)
-                if buffer is None:
-                    buffer = self._local.buffer = bytearray()
-                data = build_batch(batch.values, keys=batch.keys if batch.keyed else None,
-                                   headers=batch.headers,
-                                   timestamps=None if batch.uniform_ts else batch.timestamps,
-                                   timestamp=batch.timestamp, compression_type=self._codec,
-                                   producer_id=producer_id, producer_epoch=epoch,
-                                   base_sequence=sequence, buffer=buffer)
-            elif sequence != NO_SEQUENCE:
-                set_producer(data, 0, producer_id, epoch, sequence)
-            try:
-                info = self._broker.produce(batch.tp, data)
-            finally:
-                if isinstance(data, memoryview):
-                    data.release()  # the encode buffer is reused by the next batch
+            with self._txn.appending(batch.tp, producer) if self._txn is not None \
+                    else contextlib.nullcontext():
+                info = self._encode_and_produce(batch, producer_id, epoch, sequence)
         except Exception as exc:
+            if batch.encoded is None:
+                # Views of the encode buffer may live on in the error's traceback, and a
+                # buffer with views cannot grow: the next batch gets a new one.
+                self._local.buffer = None
             if not isinstance(exc, StreamlogError):  # a bug or an OS error: say so, keep going
                 log.exception("appending a batch to %s failed", batch.tp)
-            if sequence != NO_SEQUENCE:
-                self._renew_producer_id(producer_id)
+            if self._txn is not None:
+                self._txn.fail(exc)
+            elif sequence != NO_SEQUENCE:
+                self._renew_producer_id(producer)
             self._finish(batch, -1, -1, exc)
             return
         if sequence != NO_SEQUENCE:
@@ -581,18 +602,48 @@ class Producer:
         else:
             self._finish(batch, info.first_offset, info.log_append_time)
 
-    def _renew_producer_id(self, failed_id):
+    def _encode_and_produce(self, batch, producer_id, epoch, sequence):
+        """The batch's bytes (encoded now unless send_batch did), appended; AppendInfo."""
+        data = batch.encoded
+        if data is None:
+            buffer = getattr(self._local, "buffer", None)
+            if buffer is None:
+                buffer = self._local.buffer = bytearray()
+            data = build_batch(batch.values, keys=batch.keys if batch.keyed else None,
+                               headers=batch.headers,
+                               timestamps=None if batch.uniform_ts else batch.timestamps,
+                               timestamp=batch.timestamp, compression_type=self._codec,
+                               producer_id=producer_id, producer_epoch=epoch,
+                               base_sequence=sequence, is_transactional=self._txn is not None,
+                               buffer=buffer)
+        elif sequence != NO_SEQUENCE:
+            set_producer(data, 0, producer_id, epoch, sequence)
+        try:
+            return self._broker.produce(batch.tp, data)
+        finally:
+            if isinstance(data, memoryview):
+                try:
+                    data.release()  # the encode buffer is reused by the next batch
+                except BufferError:
+                    pass  # still viewed from a failure's traceback: replaced by _append
+
+    def _renew_producer_id(self, failed):
         """After a failed append: whether it reached the log is unknown, so the next batch
         of that partition cannot know its sequence. A fresh producer id starts every
         partition's sequence again at 0 (Kafka's client bumps the epoch instead: the same
-        effect for an idempotent producer, which no one else fences)."""
+        effect for an idempotent producer, which no one else fences). Returns the new
+        (id, epoch), or the error that kept it from coming: the producer then tries again
+        at its next batch, which fails with that error meanwhile, never reusing the old id
+        (a batch like the failed one would be taken for its repeat)."""
         with self._lock:
-            if self._producer is None or self._producer[0] != failed_id:
-                return  # another thread renewed it already
+            if self._producer is not failed:
+                return self._producer  # another thread renewed it already
             try:
                 self._producer = self._broker.init_producer_id()
-            except StreamlogError:
-                pass  # the broker is closing: every later append fails anyway
+            except StreamlogError as exc:
+                self._producer = _RENEW
+                return exc
+            return self._producer
 
     def _finish(self, batch, base_offset, log_append_time, error=None):
         with self._lock:
@@ -606,6 +657,70 @@ class Producer:
         batch.result.complete(base_offset, log_append_time, error)
 
     # --- flush and close ------------------------------------------------------------------
+
+    # --- transactions (client.transaction_manager; docs/TRANSACTIONS.md) ----------------
+
+    def _transaction(self, call):
+        if self._txn is None:
+            raise InvalidTxnStateError(f"{call} needs a transactional producer: create it with "
+                                       "transactional_id='...'")
+        if self._closing:
+            raise ProducerClosedError(f"{call} on a closed producer")
+        return self._txn
+
+    def init_transactions(self):
+        """Take ownership of the transactional id: a newer epoch, which fences any earlier
+        producer with the same id (its open transaction is aborted)."""
+        self._producer = self._transaction("init_transactions()").init()
+
+    def begin_transaction(self):
+        self._transaction("begin_transaction()").begin()
+
+    def commit_transaction(self):
+        """Send what is buffered, then commit: every record sent since begin_transaction()
+        becomes visible to read_committed consumers at once. A failed batch raises here
+        (the transaction can then only be aborted)."""
+        txn = self._transaction("commit_transaction()")
+        if txn.state == ABORTABLE:
+            self.flush()   # the batch failure itself, if flush() has not reported it yet
+        txn.start_ending(commit=True)   # no more sends into this transaction
+        try:
+            self.flush()   # a batch's failure is raised here, first
+        except StreamlogError as exc:
+            txn.fail(exc)  # the transaction can only be aborted now
+            raise
+        txn.end(commit=True)
+
+    def send_offsets_to_transaction(self, offsets, group_metadata):
+        """Commit a consumer group's offsets as part of the open transaction: they become
+        the group's committed offsets exactly when the transaction commits, and never if
+        it aborts (consume-transform-produce, exactly once). offsets: {TopicPartition:
+        offset or OffsetAndMetadata}; group_metadata: the consumer's group_metadata() (or,
+        as Kafka's older overload, a group id)."""
+        txn = self._transaction("send_offsets_to_transaction()")
+        if isinstance(group_metadata, str):
+            group_metadata = ConsumerGroupMetadata(group_metadata, -1, "", None)
+        txn.add_offsets(group_metadata.group_id)
+        pid, epoch = txn.producer
+        try:
+            find_coordinator(self._broker).txn_offset_commit(
+                group_metadata.group_id, pid, epoch, group_metadata.member_id,
+                group_metadata.generation_id, group_metadata.group_instance_id, offsets)
+        except StreamlogError as exc:
+            txn.fail(exc)
+            raise
+
+    def abort_transaction(self):
+        """Abort: what was sent since begin_transaction() is never visible to read_committed
+        consumers. Buffered records are appended first and aborted with the rest."""
+        txn = self._transaction("abort_transaction()")
+        txn.start_ending(commit=False)
+        try:
+            self.flush()
+        except StreamlogError:
+            pass  # the transaction is being aborted: its failures no longer matter
+        if txn.end(commit=False):
+            self._producer = txn.producer
 
     def flush(self, timeout=None):
         """Append everything queued and wait until all of it is acknowledged.
@@ -644,6 +759,11 @@ class Producer:
         self._plain = False  # every send now takes the checked path, which refuses it
         try:
             self.flush(timeout)
+        except ProducerFencedError:
+            # A fenced transactional producer is closed as the error told its owner to:
+            # its refused batches were reported then (Kafka's close() raises nothing).
+            if self._txn is None or not self._txn.fenced:
+                raise
         finally:
             with self._lock:
                 self._closed = True
@@ -684,6 +804,17 @@ def _acks_and_idempotence(acks, idempotence):
             "producer's batches must be acknowledged as durable; set acks='all' or leave "
             "enable_idempotence unset")
     return acks, idempotence
+
+
+def _transactional_acks(acks, idempotence):
+    """A transactional producer is idempotent, with acks="all" (Kafka's rule)."""
+    if idempotence is False:
+        raise InvalidConfigurationError("a transactional producer is idempotent: drop "
+                                        "enable_idempotence=False or transactional_id")
+    if acks not in (None, "all"):
+        raise InvalidConfigurationError(
+            f"a transactional producer needs acks='all' (given acks={acks!r})")
+    return "all", True
 
 
 def _chunks(indices, sizes, limit):

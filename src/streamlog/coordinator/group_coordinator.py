@@ -542,27 +542,50 @@ class GroupCoordinator:
         self._validate_group_id(group_id)
         offsets = self._validate_offsets(offsets)
         with self._locked():
-            self._check_open()
-            group = self._groups.get(group_id)
-            if group is None:
-                if generation >= 0:
-                    raise IllegalGenerationError(
-                        f"group {group_id!r} has no generation {generation}: it does not exist")
-                group = self._groups[group_id] = Group(group_id,
-                                                       empty_since=self._broker.clock_ms())
-            elif generation < 0:
-                if group.state != EMPTY:
-                    raise UnknownMemberIdError(
-                        f"group {group_id!r} has active members, so only its members may commit "
-                        "(with their generation); stop them first")
-            else:
-                member = self._member(group, member_id, group_instance_id)
-                self._check_generation(group, generation)
-                if group.state == COMPLETING_REBALANCE:
-                    raise RebalanceInProgressError(
-                        f"group {group_id!r} is completing a rebalance; poll() to finish it")
-                self._touch(member)
+            self._check_committer(group_id, member_id, generation, group_instance_id)
             self._store.commit(group_id, offsets, self._broker.clock_ms())
+
+    def txn_offset_commit(self, group_id, producer_id, producer_epoch, member_id, generation,
+                          group_instance_id, offsets):
+        """Store offsets inside the producer's open transaction (Kafka's TxnOffsetCommit):
+        the same member and generation checks as offset_commit; the offsets stay pending
+        until the transaction's marker reaches the group's partition
+        (complete_transaction)."""
+        self._check_writable()
+        self._validate_group_id(group_id)
+        offsets = self._validate_offsets(offsets)
+        with self._locked():
+            self._check_committer(group_id, member_id, generation, group_instance_id)
+            self._store.commit_transactional(group_id, offsets, producer_id, producer_epoch,
+                                             self._broker.clock_ms())
+
+    def complete_transaction(self, tp, producer_id, commit):
+        """A transaction marker was written to tp of __consumer_offsets."""
+        with self._locked():
+            self._store.complete_transaction(tp, producer_id, commit)
+
+    def _check_committer(self, group_id, member_id, generation, group_instance_id):
+        """May this member (generation -1: no member) commit the group's offsets now?"""
+        self._check_open()
+        group = self._groups.get(group_id)
+        if group is None:
+            if generation >= 0:
+                raise IllegalGenerationError(
+                    f"group {group_id!r} has no generation {generation}: it does not exist")
+            group = self._groups[group_id] = Group(group_id,
+                                                   empty_since=self._broker.clock_ms())
+        elif generation < 0:
+            if group.state != EMPTY:
+                raise UnknownMemberIdError(
+                    f"group {group_id!r} has active members, so only its members may commit "
+                    "(with their generation); stop them first")
+        else:
+            member = self._member(group, member_id, group_instance_id)
+            self._check_generation(group, generation)
+            if group.state == COMPLETING_REBALANCE:
+                raise RebalanceInProgressError(
+                    f"group {group_id!r} is completing a rebalance; poll() to finish it")
+            self._touch(member)
 
     def _validate_offsets(self, offsets):
         out = {}

@@ -17,6 +17,12 @@ key version, and each value starts with its own version):
                     value [1, protocol_type, generation, protocol, leader,
                            state_timestamp_ms, member_count]
 
+A transactional producer's offsets (send_offsets_to_transaction) are
+written as a transactional batch with its producer id and epoch. They are
+pending -- invisible to committed() -- until the transaction's COMMIT marker
+lands in the same partition, and dropped at an ABORT (Kafka's
+OffsetMetadataManager); a replay reaches the same result (keyed_log).
+
 The group record exists so that, after a restart, a group keeps its
 generation and the time it became Empty (offsets expire that long after,
 offsets.retention.minutes). Members are not persisted: they are threads of
@@ -30,6 +36,7 @@ import msgpack
 
 from ..errors import CorruptRecordError
 from ..storage.keyed_log import encode_changes, replay
+from ..storage.producer_state import COORDINATOR
 from ..structs import TopicPartition
 
 OFFSETS_TOPIC = "__consumer_offsets"
@@ -83,6 +90,9 @@ class OffsetStore:
         self.offsets = {}      # group -> {TopicPartition: CommittedOffset}
         self.groups = {}       # group -> GroupRecord
         self._replayed = {}    # partition of OFFSETS_TOPIC -> next offset to replay
+        # partition -> {producer id: [(key, value, timestamp)]}: transactional offsets
+        # waiting for their transaction's marker.
+        self.pending = {}
         self.partitions = 0
         if OFFSETS_TOPIC in broker.topics():
             self.partitions = broker.topic(OFFSETS_TOPIC).partitions
@@ -111,7 +121,8 @@ class OffsetStore:
             if self._broker.readonly:
                 partition_log.refresh()
             self._replayed[p] = replay(partition_log, self._replayed.get(p, 0),
-                                       lambda k, v, _ts, tp=tp: self._apply(tp, k, v))
+                                       lambda k, v, _ts, tp=tp: self._apply(tp, k, v),
+                                       pending=self.pending.setdefault(p, {}))
 
     def _apply(self, tp, key_bytes, value_bytes):
         try:
@@ -154,6 +165,37 @@ class OffsetStore:
                    for tp, om in offsets.items()]
         if changes:
             self._append(group_id, changes, now_ms)
+
+    def commit_transactional(self, group_id, offsets, producer_id, producer_epoch, now_ms):
+        """Write offsets inside producer_id's open transaction: pending until its marker."""
+        changes = [(_pack([_OFFSET_KEY, group_id, tp.topic, tp.partition]),
+                    _pack([_VALUE_VERSION, om.offset, om.metadata, now_ms]))
+                   for tp, om in offsets.items()]
+        if not changes:
+            return
+        tp = self.partition_of(group_id)
+        self._broker.produce(tp, encode_changes(changes, now_ms, producer_id, producer_epoch),
+                             origin=COORDINATOR)
+        self.pending.setdefault(tp.partition, {}).setdefault(producer_id, []).extend(
+            (key, value, now_ms) for key, value in changes)
+        self._replayed[tp.partition] = self._broker.partition_log(tp).log_end_offset
+
+    def complete_transaction(self, tp, producer_id, commit):
+        """The transaction's marker was written to tp: its offsets apply, or are dropped."""
+        held = self.pending.get(tp.partition, {}).pop(producer_id, ())
+        if commit:
+            for key, value, _ts in held:
+                self._apply(tp, key, value)
+        self._replayed[tp.partition] = self._broker.partition_log(tp).log_end_offset
+
+    def has_pending(self, group_id):
+        """True while a transaction holds offsets of the group (Kafka: UNSTABLE_OFFSET_COMMIT
+        for a require_stable fetch)."""
+        if not self.partitions:
+            return False
+        held = self.pending.get(partition_for(group_id, self.partitions), {})
+        return any(msgpack.unpackb(key, raw=False)[1] == group_id
+                   for rows in held.values() for key, _value, _ts in rows)
 
     def write_group(self, group_id, record, now_ms):
         self._append(group_id, [(_pack([_GROUP_KEY, group_id]),

@@ -107,6 +107,7 @@ class SegmentListing(NamedTuple):
     leftovers: list       # names of interrupted work (is_leftover_file_name)
     orphan_indexes: list  # ordinary index file names whose base has no ordinary .log
     other_names: list     # everything else (partition.metadata, topic.json, a user's file)
+    txn_index_bases: list     # bases of the segments with a .txnindex, ascending
     snapshot_offsets: list    # offsets of the producer-state snapshots, ascending
 
 
@@ -118,6 +119,7 @@ def list_segments(names):
     rest go through parse_segment_file_name. Same answers as parsing every
     name: `\\d` and str.isdecimal accept the same digits."""
     logs, index_names, swaps, leftovers, others, snapshots = [], [], [], [], [], []
+    txn_prefixes = []
     for name in names:
         suffix = name[20:]
         if suffix in _ORDINARY_SUFFIXES and name[:20].isdecimal():
@@ -125,6 +127,8 @@ def list_segments(names):
                 logs.append(name[:20])
             else:
                 index_names.append(name)
+                if suffix == TXN_INDEX_SUFFIX:
+                    txn_prefixes.append(name[:20])
             continue
         parsed = parse_segment_file_name(name)
         if is_leftover_file_name(name, parsed):
@@ -140,8 +144,9 @@ def list_segments(names):
     # The same offset may be spelt in other decimal digits: compare numbers where text differs.
     orphans = [name for name in index_names
                if name[:20] not in prefixes and int(name[:20]) not in bases]
+    txn_bases = sorted({int(p) for p in txn_prefixes} & bases)
     return SegmentListing(sorted(bases), sorted(set(swaps)), leftovers, orphans, others,
-                          sorted(set(snapshots)))
+                          txn_bases, sorted(set(snapshots)))
 
 
 def partition_dir_name(topic, partition):

@@ -6,20 +6,31 @@ of a key wins and a null value (a tombstone) deletes the key. Replaying the
 log rebuilds the table; compaction can later drop superseded records without
 changing what a replay yields. This module owns both halves: encoding a set
 of changes as one batch, and replaying a log from an offset.
+
+Changes written inside a transaction (transactional batches: transactional
+offset commits in `__consumer_offsets`) take effect at their producer's
+COMMIT marker and never at an ABORT: a replay given a `pending` dict holds
+them there, by producer id, until the marker.
 """
-from .record_batch import build_batch
+from .record_batch import CONTROL_COMMIT, build_batch
 
 
-def encode_changes(changes, timestamp_ms):
-    """[(key bytes, value bytes | None)] -> one encoded batch (appended atomically)."""
+def encode_changes(changes, timestamp_ms, producer_id=-1, producer_epoch=-1):
+    """[(key bytes, value bytes | None)] -> one encoded batch (appended atomically); with a
+    producer id, a transactional batch of that producer's open transaction."""
     keys = [k for k, _ in changes]
     values = [v for _, v in changes]
-    return build_batch(values, keys=keys, timestamp=timestamp_ms)
+    if producer_id < 0:
+        return build_batch(values, keys=keys, timestamp=timestamp_ms)
+    return build_batch(values, keys=keys, timestamp=timestamp_ms, producer_id=producer_id,
+                       producer_epoch=producer_epoch, base_sequence=0, is_transactional=True)
 
 
-def replay(partition_log, start_offset, apply, chunk_bytes=1 << 20):
+def replay(partition_log, start_offset, apply, chunk_bytes=1 << 20, pending=None):
     """Call apply(key, value, timestamp_ms) for each record from start_offset to the high
-    watermark; returns the offset to resume from next time."""
+    watermark; returns the offset to resume from next time. pending: {producer id:
+    [(key, value, timestamp_ms)]} of transactions still open, kept across calls; without
+    it, transactional records apply at once like any other."""
     offset = max(start_offset, partition_log.log_start_offset)
     while offset < partition_log.high_watermark:
         fetch = partition_log.read(offset, chunk_bytes)
@@ -27,10 +38,19 @@ def replay(partition_log, start_offset, apply, chunk_bytes=1 << 20):
             break
         for batch in fetch.batches:
             if batch.is_control:
+                if pending is not None and batch.last_offset >= offset:
+                    held = pending.pop(batch.producer_id, ())
+                    if batch.control_type() == CONTROL_COMMIT:
+                        for key, value, timestamp in held:
+                            apply(key, value, timestamp)
                 offset = batch.next_offset
                 continue
             rows, _ = batch.tuples(min_offset=offset)
-            for _offset, timestamp, key, value in rows:
-                apply(key, value, timestamp)
+            if pending is not None and batch.is_transactional:
+                pending.setdefault(batch.producer_id, []).extend(
+                    (key, value, timestamp) for _offset, timestamp, key, value in rows)
+            else:
+                for _offset, timestamp, key, value in rows:
+                    apply(key, value, timestamp)
             offset = batch.next_offset
     return offset

@@ -89,6 +89,7 @@ class LoadedLog(NamedTuple):
     report: RecoveryReport
     other_names: frozenset = frozenset()  # the directory's non-segment files at open
     snapshot_offsets: tuple = ()  # the producer-state snapshots the directory holds
+    txn_index_bases: tuple = ()   # the segments with a .txnindex
 
 
 def load_log(directory, config, *, recovery_point=0, log_start_offset=None, clean_shutdown=False,
@@ -172,7 +173,8 @@ def load_log(directory, config, *, recovery_point=0, log_start_offset=None, clea
     if report.noteworthy:
         log.warning("recovery: %s", report.summary())
     return LoadedLog(segments, next_offset, recovery_point, log_start_offset, report,
-                     frozenset(listing.other_names), tuple(listing.snapshot_offsets))
+                     frozenset(listing.other_names), tuple(listing.snapshot_offsets),
+                     tuple(listing.txn_index_bases))
 
 
 def _log_start(checkpointed, segments, report):
@@ -231,6 +233,11 @@ def _recover_from(segments, recovery_point, report):
     return next_offset
 
 
+def list_directory(directory):
+    """files.list_segments of the directory as it is now."""
+    return files.list_segments(os.listdir(directory))
+
+
 def segment_bases(directory):
     """Sorted base offsets of the ordinary segments in a directory."""
     return files.list_segments(os.listdir(directory)).bases
@@ -279,10 +286,12 @@ def _load_readonly(directory, config, log_start_offset, now_ms, open_files):
     report = RecoveryReport(directory, clean_shutdown=False)
     if not os.path.isdir(directory):
         raise KafkaStorageError(f"partition directory {directory} does not exist")
-    segments = open_readonly_segments(directory, segment_bases(directory), config, now_ms,
-                                      open_files)
+    listing = list_directory(directory)
+    segments = open_readonly_segments(directory, listing.bases, config, now_ms, open_files)
     if not segments:
         raise KafkaStorageError(f"partition directory {directory} holds no segment")
     next_offset = _next_offset(segments)
     log_start_offset = _log_start(log_start_offset, segments, report)
-    return LoadedLog(segments, next_offset, next_offset, log_start_offset, report)
+    return LoadedLog(segments, next_offset, next_offset, log_start_offset, report,
+                     frozenset(listing.other_names), tuple(listing.snapshot_offsets),
+                     tuple(listing.txn_index_bases))

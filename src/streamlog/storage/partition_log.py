@@ -38,13 +38,14 @@ from ..errors import (CorruptRecordError, InvalidRecordError, KafkaStorageError,
 from . import files
 from .durable import fsync_dir
 from .file_records import IncompleteBatch
-from .log_loader import load_log, segment_bases
+from .log_loader import list_directory, load_log, segment_bases
 from .open_files import OpenSegments
-from .record_batch import (LOG_OVERHEAD, RECORD_BATCH_OVERHEAD, RecordBatch, iter_batches,
-                           set_log_append_time)
-from .producer_state import (DEFAULT_PRODUCER_ID_EXPIRATION_MS, ProducerState,
-                             producer_batch)
+from .record_batch import (CONTROL_ABORT, CONTROL_COMMIT, LOG_OVERHEAD, RECORD_BATCH_OVERHEAD,
+                           RecordBatch, build_control_batch, iter_batches, set_log_append_time)
+from .producer_state import (CLIENT, COORDINATOR, DEFAULT_PRODUCER_ID_EXPIRATION_MS, REPLICA,
+                             ProducerState, producer_batch)
 from .segment import BatchInfo, LogSegment, open_readonly_segments
+from .txn_index import AbortedTxn, TxnIndexes
 
 log = logging.getLogger("streamlog.storage")
 
@@ -128,15 +129,59 @@ class PartitionLog:
         self._closed = False
         self._tail = (None, 0, 0)  # read-only: (segment base, position, next offset) scanned
         self.producer_state = ProducerState(directory, producer_id_expiration_ms)
+        self.txn_indexes = TxnIndexes(directory)
         if not readonly:
+            self.txn_indexes.load(loaded.txn_index_bases)
+            if not clean_shutdown:
+                self.txn_indexes.truncate_from(self._next_offset)
             self._load_producer_state(loaded.snapshot_offsets, clean_shutdown)
+        else:
+            self._start_following()
+
+    def _start_following(self):
+        """Read-only: learn which transactions the writer has open (the LSO) and which it
+        aborted, from files listed only now: a writer makes a log's first snapshot before
+        its first batch with a producer id, and a .txnindex entry before its marker, so
+        what is listed after the log end was read covers every batch below it."""
+        listing = list_directory(self.directory)
+        self.txn_indexes.load(listing.txn_index_bases)
+        state = self.producer_state
+        start = state.load_readonly(listing.snapshot_offsets, self._next_offset)
+        if start is None:
+            if not listing.snapshot_offsets:
+                state.map_end_offset = self._next_offset  # no producer id below it
+                return
+            start = self.log_start_offset   # none readable: read the whole log
+            state.map_end_offset = start
+        self._follow_to(self._next_offset)
+
+    def _follow_to(self, end):
+        """Read-only: follow() the writer's batches up to end; an ABORT marker seen adds the
+        entry the writer put in its .txnindex (this view need not list the file again)."""
+        state = self.producer_state
+        offset = max(state.map_end_offset, self.log_start_offset)
+        while offset < end:
+            try:
+                # Before the high watermark moves: a reader must never see the new high
+                # watermark without the transactions that opened below it.
+                fetch = self._read(offset, 1 << 20, end, True, None, below_high_watermark=False)
+            except (KafkaStorageError, _MissingOffsets, OffsetOutOfRangeError):
+                break   # retention removed it under this view: the next refresh goes on
+            if not fetch.batches:
+                break
+            for batch in fetch.batches:
+                aborted = state.follow(batch)
+                if aborted is not None:
+                    self.txn_indexes.remember(AbortedTxn(*aborted))
+                offset = batch.next_offset
 
     def _load_producer_state(self, snapshot_offsets, clean_shutdown):
         """The newest snapshot, then the batches after it (KAFKA_REFERENCE §5). No snapshot
         means no producer ever wrote here (producer_state's module doc), unless snapshots
         there were could not be read: then the whole log is read again, as Kafka does."""
         state = self.producer_state
-        start = state.load(snapshot_offsets, self._next_offset, self.clock_ms())
+        start = state.load(snapshot_offsets, self._next_offset, self.clock_ms(),
+                           self.log_start_offset)
         if start is None:
             if not snapshot_offsets:
                 state.map_end_offset = self._next_offset
@@ -191,24 +236,28 @@ class PartitionLog:
 
     # --- append ------------------------------------------------------------
 
-    def append(self, data, assign_offsets=True):
+    def append(self, data, assign_offsets=True, origin=None):
         """Append one or more whole batches (bytes-like); returns AppendInfo.
 
         Each batch is checked (header, CRC, size limits) before anything is
         written. With assign_offsets the log gives the batches consecutive
         offsets from its end; otherwise their own offsets must lie above it.
+        origin (producer_state): who wrote them, for the producer rules; the default
+        is CLIENT, or REPLICA for batches that bring their own offsets.
         """
+        if origin is None:
+            origin = CLIENT if assign_offsets else REPLICA
         view = memoryview(data).cast("B")
         with self._lock:
             self._check_writable()
             now_ms = self.clock_ms()
             infos, pieces, summary, producer_batches = self._validate(view, assign_offsets,
-                                                                      now_ms)
+                                                                      now_ms, origin)
             first_offset, last_offset, max_ts, offset_of_max_ts, records = summary
-            updated = None
+            updated = completed = None
             if producer_batches:
-                updated, duplicate = self._check_producers(producer_batches, assign_offsets,
-                                                           first_offset)
+                updated, duplicate, completed = self._check_producers(producer_batches, origin,
+                                                                      first_offset)
                 if duplicate is not None:
                     return AppendInfo(duplicate.first_offset, duplicate.last_offset,
                                       duplicate.timestamp, duplicate.last_offset, -1,
@@ -218,6 +267,12 @@ class PartitionLog:
             if segment.should_roll(total, max_ts, last_offset, now_ms, self.config.segment_bytes,
                                    self.config.max_segment_ms):
                 segment = self._roll_locked(first_offset, now_ms)
+            for txn in completed or ():
+                if txn.aborted:
+                    # Durable before its marker is (txn_index.py): a marker always has it.
+                    self.txn_indexes.append(segment.base_offset, AbortedTxn(
+                        txn.producer_id, txn.first_offset, txn.marker_offset,
+                        self.producer_state.stable_offset_after(txn, txn.marker_offset)))
             segment.append(infos, pieces, first_offset)
             self._next_offset = last_offset + 1
             if updated is not None:
@@ -233,18 +288,44 @@ class PartitionLog:
         return AppendInfo(first_offset, last_offset, max_ts, offset_of_max_ts, log_append_time,
                           records, len(infos), total)
 
-    def _check_producers(self, producer_batches, assign_offsets, first_offset):
-        """The producer state's check(); batches that carry their own offsets are a
-        replica's (no sequence rules), as in Kafka."""
+    def _check_producers(self, producer_batches, origin, first_offset):
+        """The producer state's check() of the batches from origin."""
         state = self.producer_state
         if not state.has_history:
             # The log's first producer id: an empty snapshot below it says, after a crash,
             # where rebuilding starts (producer_state's module doc).
             state.map_end_offset = first_offset
             state.take_snapshot()
-        return state.check(producer_batches, client=assign_offsets)
+        return state.check(producer_batches, origin)
 
-    def _validate(self, view, assign_offsets, now_ms):
+    def write_txn_marker(self, producer_id, producer_epoch, coordinator_epoch, commit,
+                         timestamp_ms=None):
+        """Append the COMMIT or ABORT marker of producer_id's transaction (the coordinator's
+        WriteTxnMarkers); returns AppendInfo. An abort of a transaction that wrote here
+        is recorded in the .txnindex first."""
+        marker = build_control_batch(CONTROL_COMMIT if commit else CONTROL_ABORT,
+                                     producer_id=producer_id, producer_epoch=producer_epoch,
+                                     coordinator_epoch=coordinator_epoch,
+                                     timestamp=self.clock_ms() if timestamp_ms is None
+                                     else timestamp_ms)
+        return self.append(marker, origin=COORDINATOR)
+
+    @property
+    def last_stable_offset(self):
+        """The LSO: the first offset of the oldest open transaction, bounded by the high
+        watermark (KAFKA_REFERENCE §6.3); read_committed readers stop below it."""
+        # The high watermark first: an append records a new transaction before it moves the
+        # high watermark past it, so this order never sees the one without the other.
+        high_watermark = self.high_watermark
+        unstable = self.producer_state.first_unstable_offset()
+        return high_watermark if unstable is None else min(unstable, high_watermark)
+
+    def aborted_transactions(self, fetch_offset, upper_bound):
+        """The aborted transactions a read_committed fetch from fetch_offset up to
+        upper_bound (its LSO) must know of, to drop their batches (txn_index.collect)."""
+        return self.txn_indexes.collect(fetch_offset, upper_bound)
+
+    def _validate(self, view, assign_offsets, now_ms, origin=CLIENT):
         """Check every batch and build what to write: (infos, pieces, summary, the batches
         with a producer id as producer_state.ProducerBatch)."""
         infos, pieces, producer_batches = [], [], []
@@ -269,6 +350,9 @@ class PartitionLog:
                     f"{self.name}; raise the topic's max.message.bytes or send less per batch")
             if batch.records_count == 0 and assign_offsets:
                 raise InvalidRecordError("a produced batch must hold at least one record")
+            if batch.is_control and origin == CLIENT:
+                raise InvalidRecordError("a client may not write a control batch; transaction "
+                                         "markers come from the transaction coordinator")
             if assign_offsets:
                 base = next_offset
             else:
@@ -378,10 +462,14 @@ class PartitionLog:
             self.refresh()
             return self._read(fetch_offset, max_bytes, max_offset, min_one_batch, buffer)
 
-    def _read(self, fetch_offset, max_bytes, max_offset, min_one_batch, buffer):
+    def _read(self, fetch_offset, max_bytes, max_offset, min_one_batch, buffer,
+              below_high_watermark=True):
+        """below_high_watermark=False: max_offset alone bounds the read (a read-only view
+        following the writer's batches before it moves its high watermark past them)."""
         segments, bases = self._segments, self._bases
         high_watermark = self.high_watermark
-        upper = high_watermark if max_offset is None else min(max_offset, high_watermark)
+        upper = high_watermark if max_offset is None else \
+            min(max_offset, high_watermark) if below_high_watermark else max_offset
         log_start = self.log_start_offset
         end = self._next_offset
         if fetch_offset < log_start or fetch_offset > end:
@@ -496,6 +584,7 @@ class PartitionLog:
         self._segments = keep
         self._bases = [s.base_offset for s in keep]
         self.producer_state.delete_snapshots_below(keep[0].base_offset)
+        self.txn_indexes.forget_segments(s.base_offset for s in deletable)
         deadline = self.clock_ms() + self.config.file_delete_delay_ms
         for segment in deletable:
             segment.rename_suffix("", files.DELETED_SUFFIX)
@@ -596,6 +685,7 @@ class PartitionLog:
             self._bases = [s.base_offset for s in keep]
             self.log_start_offset = max(self.log_start_offset, self._writer_log_start(removed))
             self._next_offset = max(self._next_offset, self._scan_tail(keep))
+            self._follow_to(self._next_offset)
             self.high_watermark = self._next_offset
 
     def _writer_log_start(self, removed):

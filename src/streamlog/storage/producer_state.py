@@ -28,16 +28,24 @@ from the log start.
 
 Thread-safety: none of its own; the partition log's append lock covers it.
 """
+import logging
 import os
 import struct
 from collections import deque
 from typing import NamedTuple
 
-from ..errors import (CorruptRecordError, InvalidProducerEpochError, InvalidTxnStateError,
-                      KafkaStorageError, OutOfOrderSequenceError)
+from ..errors import (CorruptRecordError, InvalidProducerEpochError, InvalidRecordError,
+                      InvalidTxnStateError, KafkaStorageError, OutOfOrderSequenceError)
 from . import codec, files
 from .durable import read_whole, write_atomically
-from .record_batch import NO_PRODUCER_EPOCH, NO_SEQUENCE
+from .record_batch import (CONTROL_ABORT, CONTROL_COMMIT, NO_PRODUCER_EPOCH, NO_SEQUENCE,
+                           iter_batches)
+
+# Who wrote a batch (Kafka's AppendOrigin): a client is held to every rule, a coordinator
+# (markers, transactional offsets) to the epoch rule, a replica (or a repair) to none.
+CLIENT, COORDINATOR, REPLICA = "client", "coordinator", "replica"
+
+log = logging.getLogger("streamlog.storage")
 
 NUM_BATCHES_TO_RETAIN = 5
 DEFAULT_PRODUCER_ID_EXPIRATION_MS = 86_400_000  # Kafka's producer.id.expiration.ms
@@ -128,6 +136,7 @@ class ProducerBatch(NamedTuple):
     max_timestamp: int
     is_transactional: bool
     is_control: bool
+    control_type: int      # CONTROL_ABORT / CONTROL_COMMIT of a marker, else -1
 
     @property
     def offset_delta(self):
@@ -138,7 +147,17 @@ def producer_batch(batch, first_offset):
     """ProducerBatch of a RecordBatch header that will sit at first_offset."""
     return ProducerBatch(batch.producer_id, batch.producer_epoch, batch.base_sequence,
                          batch.last_sequence, first_offset, first_offset + batch.last_offset_delta,
-                         batch.max_timestamp, batch.is_transactional, batch.is_control)
+                         batch.max_timestamp, batch.is_transactional, batch.is_control,
+                         batch.control_type() if batch.is_control else -1)
+
+
+class CompletedTxn(NamedTuple):
+    """A transaction a marker in an append ends."""
+
+    producer_id: int
+    first_offset: int
+    marker_offset: int
+    aborted: bool
 
 
 def in_sequence(last_seq, next_seq):
@@ -157,49 +176,59 @@ class ProducerState:
         self.directory = directory
         self.expiration_ms = expiration_ms
         self.producers = {}
+        self.ongoing = {}           # producer id -> first offset of its open transaction
         self.map_end_offset = 0     # every batch below it is reflected
         self.snapshot_offsets = []  # offsets of the snapshot files on disk, ascending
 
     # --- the append path ------------------------------------------------------
 
-    def check(self, batches, client=True):
-        """Judge the producer batches of one append (ProducerBatch each, in order) as a client's.
-        client=False: batches that bring their own offsets (a replica's, a repair's) are
-        taken as they are, as Kafka takes a replica's: no duplicate, epoch or sequence rule.
+    def check(self, batches, origin=CLIENT):
+        """Judge the producer batches of one append (ProducerBatch each, in order).
 
-        Returns (updated entries by producer id, None), to give apply() once the batches are
-        written; or (None, the BatchMetadata of the batch this request repeats): a retry of
-        a batch still in its producer's window, to be answered with the original offsets and
-        not written. Raises InvalidProducerEpochError, OutOfOrderSequenceError,
-        InvalidTxnStateError.
+        origin: CLIENT (every rule), COORDINATOR (markers and transactional offsets: the
+        epoch and transaction rules, no sequences) or
+        REPLICA (batches that bring their own offsets: taken as they are, as Kafka takes a
+        replica's).
+
+        Returns (updated entries by producer id, None, [CompletedTxn]), to give apply()
+        once the batches are written; or (None, the BatchMetadata of the batch this request
+        repeats, None): a client's retry of a batch still in its producer's window, to be
+        answered with the original offsets and not written. Raises
+        InvalidProducerEpochError, OutOfOrderSequenceError, InvalidTxnStateError,
+        InvalidRecordError (a marker from a client).
         """
-        updated = {}
-        if not client:
-            for b in batches:
-                if b.producer_id not in updated:
-                    current = self.producers.get(b.producer_id)
-                    updated[b.producer_id] = current.copy() if current is not None else \
-                        ProducerEntry(b.producer_id)
-                _replay(updated[b.producer_id], b)
-            return updated, None
+        updated, completed = {}, []
         for b in batches:
             current = self.producers.get(b.producer_id)
-            if current is not None:
+            if origin == CLIENT and current is not None:
                 duplicate = current.duplicate_of(b.epoch, b.first_seq, b.last_seq)
                 if duplicate is not None:
-                    return None, duplicate
+                    return None, duplicate, None
             entry = updated.get(b.producer_id)
             if entry is None:
                 entry = current.copy() if current is not None else ProducerEntry(b.producer_id)
                 updated[b.producer_id] = entry
+            if origin == REPLICA:
+                _replay(entry, b, completed)
+                continue
+            if b.is_control:
+                if origin == CLIENT:
+                    raise InvalidRecordError("a client may not write a control batch; "
+                                             "transaction markers come from the coordinator")
+                self._check_epoch(entry, b)
+                _replay(entry, b, completed)
+                continue
             self._check_epoch(entry, b)
-            self._check_sequence(current, entry, b)
+            if origin == CLIENT:
+                # The group coordinator's transactional offsets carry no sequence of their
+                # own (Kafka's TxnOffsetCommit): only a client's batches are numbered.
+                self._check_sequence(current, entry, b)
             if entry.txn_first_offset >= 0 and not b.is_transactional:
                 raise InvalidTxnStateError(
                     f"producer {b.producer_id} wrote a non-transactional batch while its "
                     f"transaction (from offset {entry.txn_first_offset}) is open")
             _add(entry, b)
-        return updated, None
+        return updated, None, completed
 
     @staticmethod
     def _check_epoch(entry, b):
@@ -227,15 +256,70 @@ class ProducerState:
         """Take the entries check() returned, once their batches are in the log below
         end_offset."""
         self.producers.update(updated)
+        for entry in updated.values():
+            self._track(entry)
         self.map_end_offset = end_offset
+
+    def _track(self, entry):
+        if entry.txn_first_offset >= 0:
+            self.ongoing[entry.producer_id] = entry.txn_first_offset
+        else:
+            self.ongoing.pop(entry.producer_id, None)
 
     def replay(self, b):
         """Take a ProducerBatch read back from the log (recovery): no checks."""
         entry = self.producers.get(b.producer_id)
         if entry is None:
             entry = self.producers[b.producer_id] = ProducerEntry(b.producer_id)
-        _replay(entry, b)
+        _replay(entry, b, [])
+        self._track(entry)
 
+    def follow(self, batch):
+        """A read-only view's replay of one batch the writer appended (each once, in order):
+        only which transactions are open (the LSO) is kept. Returns (producer id, first
+        offset, marker offset, last stable offset) for an ABORT marker that ends an open
+        transaction -- the .txnindex entry the writer made for it -- else None."""
+        if batch.last_offset < self.map_end_offset:
+            return None
+        self.map_end_offset = batch.next_offset
+        pid = batch.producer_id
+        if pid < 0:
+            return None
+        if batch.is_control:
+            first = self.ongoing.pop(pid, None)
+            if first is None or batch.control_type() != CONTROL_ABORT:
+                return None
+            stable = min(self.ongoing.values(), default=batch.base_offset + 1)
+            return pid, first, batch.base_offset, stable
+        if batch.is_transactional and pid not in self.ongoing:
+            self.ongoing[pid] = batch.base_offset
+        return None
+
+    def load_readonly(self, snapshot_offsets, end_offset):
+        """A read-only view's start: the open transactions of the newest readable snapshot
+        at or below end_offset (deleting nothing); returns its offset, or None."""
+        for offset in sorted((o for o in snapshot_offsets if o <= end_offset), reverse=True):
+            path = files.snapshot_file(self.directory, offset)
+            try:
+                entries = decode_snapshot(read_whole(path), path)
+            except (OSError, CorruptRecordError):
+                continue  # the writer may be replacing it, or it is damaged: an older one
+            self.ongoing = {e.producer_id: e.txn_first_offset for e in entries
+                            if e.txn_first_offset >= 0}
+            self.map_end_offset = offset
+            return offset
+        return None
+
+    def first_unstable_offset(self):
+        """The first offset of the oldest open transaction, or None (the LSO's bound)."""
+        return min(self.ongoing.values(), default=None)
+
+    def stable_offset_after(self, completed, marker_offset):
+        """The LSO once `completed` ends with a marker at marker_offset (Kafka's
+        lastStableOffset(completedTxn)): the oldest other open transaction's first offset,
+        else the offset after the marker."""
+        others = [o for pid, o in self.ongoing.items() if pid != completed.producer_id]
+        return min(others) if others else marker_offset + 1
     # --- expiration -----------------------------------------------------------------
 
     def expire(self, now_ms):
@@ -263,23 +347,35 @@ class ProducerState:
         self.snapshot_offsets.append(offset)
         self.snapshot_offsets.sort()
 
-    def load(self, snapshot_offsets, end_offset, now_ms):
-        """Start from the newest readable snapshot at or below end_offset; returns its offset
-        (where the caller replays the log from) or None when no snapshot is usable. Snapshots
-        above end_offset (a truncated tail) and unreadable ones are deleted, as Kafka does."""
+    def load(self, snapshot_offsets, end_offset, now_ms, start_offset=0):
+        """Start from the newest readable snapshot in [start_offset, end_offset]; returns its
+        offset (where the caller replays the log from) or None when no snapshot is usable.
+        Deleted, as Kafka does: snapshots above end_offset (a truncated tail), below
+        start_offset (the log start moved past them: they hold producers of deleted data,
+        and replaying from them would skip the batches between), and corrupt ones."""
         self.snapshot_offsets = sorted(snapshot_offsets)
         self.producers = {}
-        for offset in [o for o in self.snapshot_offsets if o > end_offset]:
+        for offset in [o for o in self.snapshot_offsets if o > end_offset or o < start_offset]:
             self._delete_snapshot(offset)
         while self.snapshot_offsets:
             offset = self.snapshot_offsets[-1]
             path = files.snapshot_file(self.directory, offset)
             try:
                 entries = decode_snapshot(read_whole(path), path)
-            except (OSError, CorruptRecordError):
+            except FileNotFoundError:
+                self.snapshot_offsets.remove(offset)
+                continue
+            except CorruptRecordError as exc:
+                log.warning("%s; deleting it and using an older one", exc.reason)
                 self._delete_snapshot(offset)
                 continue
+            except OSError as exc:
+                # Not damage (EMFILE, EIO): a snapshot is only deleted when it is corrupt.
+                raise KafkaStorageError(f"cannot read {path}: {exc}") from exc
             self.producers = {e.producer_id: e for e in entries}
+            self.ongoing = {}
+            for entry in entries:
+                self._track(entry)
             self.map_end_offset = offset
             self.expire(now_ms)
             return offset
@@ -304,9 +400,40 @@ class ProducerState:
         self.snapshot_offsets.remove(offset)
 
 
-def _replay(entry, b):
+def highest_producer_id(directory):
+    """The highest producer id the partition in directory knows of, or -1: from its
+    snapshots and the batches after the newest (before it, an id is in that snapshot or
+    expired). For `streamlog repair`, when the metadata log's producer id mark is lost."""
+    listing = files.list_segments(os.listdir(directory))
+    highest = -1
+    for offset in listing.snapshot_offsets:
+        path = files.snapshot_file(directory, offset)
+        try:
+            entries = decode_snapshot(read_whole(path), path)
+        except (OSError, CorruptRecordError):
+            continue
+        highest = max([highest] + [e.producer_id for e in entries])
+    if not listing.snapshot_offsets:
+        return highest  # no snapshot: no producer id ever wrote here (module doc)
+    newest = listing.snapshot_offsets[-1]
+    bases = [b for b in listing.bases if b >= newest] or listing.bases[-1:]
+    below = [b for b in listing.bases if b < newest]
+    for base in below[-1:] + bases:
+        with open(files.log_file(directory, base), "rb") as f:
+            data = f.read()
+        for batch in iter_batches(data):
+            highest = max(highest, batch.producer_id)
+    return highest
+
+
+def _replay(entry, b, completed):
     if b.is_control:
         # A transaction marker ends the producer's transaction (and may carry a new epoch).
+        if b.control_type not in (CONTROL_ABORT, CONTROL_COMMIT):
+            return  # a control type this version does not know: Kafka skips it too
+        if entry.txn_first_offset >= 0:
+            completed.append(CompletedTxn(b.producer_id, entry.txn_first_offset, b.first_offset,
+                                          b.control_type == CONTROL_ABORT))
         if b.epoch > entry.epoch:
             entry.set_epoch(b.epoch)
         entry.txn_first_offset = -1

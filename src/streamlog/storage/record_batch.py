@@ -250,6 +250,14 @@ class RecordBatch:
                                      self._where())
         return _CONTROL_KEY.unpack_from(key)[1]
 
+    def coordinator_epoch(self):
+        """The coordinator epoch an end-transaction marker's value carries."""
+        value = self.records().values()[0]
+        if value is None or len(value) < _END_TXN_VALUE.size:
+            raise CorruptRecordError("transaction marker without a valid value", self.path,
+                                     self._where())
+        return _END_TXN_VALUE.unpack_from(value)[1]
+
 
 class Records:
     """The decoded records of one batch, held as columns over the batch buffer.

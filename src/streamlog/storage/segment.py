@@ -692,6 +692,11 @@ class LogSegment:
                 obj.rename(target)
             else:
                 obj.path = target
+        txn_index = files.txn_index_file(self.directory, self.base_offset, old_suffix)
+        if os.path.exists(txn_index):  # aborted transactions' entries (txn_index.py)
+            os.replace(txn_index, files.txn_index_file(self.directory, self.base_offset,
+                                                        new_suffix))
+        self._suffix = new_suffix
 
     def delete(self):
         """Close and remove every file of the segment."""
@@ -699,4 +704,8 @@ class LogSegment:
         self._open_files_of.forget(self)
         self.offset_index.delete()
         self.time_index.delete()
+        try:
+            os.remove(files.txn_index_file(self.directory, self.base_offset, self._suffix))
+        except FileNotFoundError:
+            pass
         self.log.delete()

@@ -405,8 +405,11 @@ class SparseIndex:
 
     def flush(self):
         """Make the entries durable: msync of the map (it covers pages an earlier map of
-        the file dirtied too), or an fsync of the file when it is not mapped now."""
-        if self._mm is not None:
+        the file dirtied too), or an fsync of the file when it is not mapped now. Nothing
+        when no entry changed since the last flush: an msync costs a system call even
+        then, and a log that flushes often (acks="all", small transactions) pays it each
+        time."""
+        if self._mm is not None and self._dirty:
             self._mm.flush()
         elif self._dirty and not self.readonly:
             try:

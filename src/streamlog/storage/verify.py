@@ -4,8 +4,9 @@ Reads every segment of every partition read-only and checks, without
 changing anything: batch headers and CRCs, record framing (every record is
 decoded), offsets increasing within and across segments, no offsets missing
 (below the first segment, against the log start offset checkpoint, or between
-segments or batches of a topic whose topic.json says it is not compacted), and
-that every offset-index and time-index entry says what the log says. A live writer
+segments or batches of a topic whose topic.json says it is not compacted), that
+every offset-index and time-index entry says what the log says, and that every
+.txnindex entry names an ABORT marker of its producer in its segment. A live writer
 may be appending: a partial batch at the very end of a partition is reported
 as a note, not a problem.
 """
@@ -20,7 +21,9 @@ from .file_records import FileRecords, IncompleteBatch
 from .log_config import LogConfig
 from .log_loader import segment_bases
 from .offset_index import OffsetIndex
+from .record_batch import CONTROL_ABORT
 from .time_index import TimeIndex
+from .txn_index import decode_entries
 
 
 @dataclass
@@ -146,6 +149,7 @@ def _verify_segment(directory, base, previous_last, is_last, report, advance, de
     path = files.log_file(directory, base)
     log = FileRecords(path, readonly=True)
     batch_ends = {}      # last offset -> (position, running max timestamp)
+    markers = {}         # offset of a transaction marker -> (producer id, control type)
     max_ts = -1
     try:
         try:
@@ -171,6 +175,8 @@ def _verify_segment(directory, base, previous_last, is_last, report, advance, de
                 if len(recs) and (recs.offsets[0] < batch.base_offset or
                                   recs.offsets[-1] > batch.last_offset):
                     report.problems.append(Finding(path, pos, "record offsets outside their batch"))
+                if batch.is_control and len(recs):
+                    markers[batch.base_offset] = (batch.producer_id, batch.control_type())
                 previous_last = batch.last_offset
                 max_ts = max(max_ts, batch.max_timestamp)
                 batch_ends[batch.last_offset] = (pos, max_ts)
@@ -191,9 +197,36 @@ def _verify_segment(directory, base, previous_last, is_last, report, advance, de
             report.problems.append(Finding(path, exc.position, exc.reason))
             return previous_last
         _verify_indexes(directory, base, batch_ends, is_last, report)
+        _verify_txn_index(directory, base, markers, previous_last, is_last, report)
     finally:
         log.close()
     return previous_last
+
+
+def _verify_txn_index(directory, base, markers, last_offset, is_last, report):
+    path = files.txn_index_file(directory, base)
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except FileNotFoundError:
+        return
+    try:
+        entries = decode_entries(data, path)
+    except CorruptRecordError as exc:
+        report.problems.append(Finding(path, exc.position, exc.reason))
+        return
+    for slot, txn in enumerate(entries):
+        if is_last and (last_offset is None or txn.last_offset > last_offset):
+            # The writer makes an entry durable before it appends the marker.
+            report.notes.append(Finding(path, slot * 34, f"entry for the marker at "
+                                        f"{txn.last_offset}, which is not written yet"))
+            continue
+        if markers.get(txn.last_offset) != (txn.producer_id, CONTROL_ABORT) \
+                or txn.first_offset > txn.last_offset:
+            report.problems.append(Finding(
+                path, slot * 34, f"entry (producer {txn.producer_id}, offsets "
+                                 f"{txn.first_offset}..{txn.last_offset}) does not end at an "
+                                 "ABORT marker of that producer"))
 
 
 def _verify_indexes(directory, base, batch_ends, is_last, report):

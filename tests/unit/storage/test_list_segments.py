@@ -27,6 +27,7 @@ def by_parsing_each(listing):
         [name for name, p in parsed if p and p[2] == "" and p[0] not in logs
          and p[1] in (files.INDEX_SUFFIX, files.TIME_INDEX_SUFFIX, files.TXN_INDEX_SUFFIX)],
         [name for name, p in parsed if p is None and not files.is_leftover_file_name(name, p)],
+        sorted({p[0] for _, p in parsed if p and p[1:] == (files.TXN_INDEX_SUFFIX, "")} & logs),
         sorted({p[0] for _, p in parsed if p and p[1:] == (files.SNAPSHOT_SUFFIX, "")}))
 
 

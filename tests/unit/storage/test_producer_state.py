@@ -7,20 +7,27 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from streamlog.errors import (CorruptRecordError, InvalidProducerEpochError,
+from streamlog.errors import (CorruptRecordError, InvalidProducerEpochError, InvalidRecordError,
                               InvalidTxnStateError, OutOfOrderSequenceError)
 from streamlog.storage import files
-from streamlog.storage.producer_state import (INT32_MAX, NUM_BATCHES_TO_RETAIN, BatchMetadata,
-                                              ProducerBatch, ProducerEntry, ProducerState,
-                                              decode_snapshot, encode_snapshot)
+from streamlog.storage.producer_state import (COORDINATOR, INT32_MAX, NUM_BATCHES_TO_RETAIN,
+                                              REPLICA, BatchMetadata, ProducerBatch,
+                                              ProducerEntry, ProducerState, decode_snapshot,
+                                              encode_snapshot)
+from streamlog.storage.record_batch import CONTROL_ABORT, CONTROL_COMMIT
 
 PID = 7
 
 
-def batch(first_seq, count=1, epoch=0, offset=0, pid=PID, ts=1000, txn=False, control=False):
+def batch(first_seq, count=1, epoch=0, offset=0, pid=PID, ts=1000, txn=False):
     last_seq = (first_seq + count - 1) % (INT32_MAX + 1)
     return ProducerBatch(pid, epoch, first_seq, last_seq, offset, offset + count - 1, ts, txn,
-                         control)
+                         False, -1)
+
+
+def marker(commit, epoch=0, offset=0, pid=PID, ts=1000):
+    return ProducerBatch(pid, epoch, -1, -1, offset, offset, ts, True, True,
+                         CONTROL_COMMIT if commit else CONTROL_ABORT)
 
 
 class Log:
@@ -32,7 +39,7 @@ class Log:
 
     def append(self, first_seq, count=1, epoch=0, pid=PID, **kw):
         b = batch(first_seq, count, epoch, self.end, pid, **kw)
-        updated, duplicate = self.state.check([b])
+        updated, duplicate, _ = self.state.check([b])
         if duplicate is not None:
             return ("duplicate", duplicate.first_offset, duplicate.last_offset)
         self.end += count
@@ -116,7 +123,7 @@ def test_a_new_epoch_starts_at_sequence_zero(log):
 def test_a_request_of_several_batches_is_judged_in_order(log):
     log.append(0)
     ok = [batch(1, offset=1), batch(2, offset=2)]
-    updated, duplicate = log.state.check(ok)
+    updated, duplicate, _ = log.state.check(ok)
     assert duplicate is None and updated[PID].last_seq == 2
     assert log.state.producers[PID].last_seq == 0  # nothing changes before apply
     with pytest.raises(OutOfOrderSequenceError):
@@ -130,9 +137,40 @@ def test_a_plain_batch_inside_an_open_transaction_is_refused(log):
         log.append(1)
 
 
+def test_markers_end_transactions_and_say_which_were_aborted(log):
+    log.append(0, count=2, txn=True)                       # offsets 0-1
+    log.append(0, count=1, pid=8, txn=True)                # offset 2, another producer
+    assert log.state.first_unstable_offset() == 0
+    updated, _, completed = log.state.check([marker(False, offset=3)], origin=COORDINATOR)
+    assert [(c.producer_id, c.first_offset, c.marker_offset, c.aborted) for c in completed] \
+        == [(PID, 0, 3, True)]
+    # The LSO after it: the other open transaction's first offset (KAFKA_REFERENCE §6.3).
+    assert log.state.stable_offset_after(completed[0], 3) == 2
+    log.state.apply(updated, 4)
+    assert log.state.first_unstable_offset() == 2 and PID not in log.state.ongoing
+    # A marker for a producer with no open transaction completes nothing.
+    assert log.state.check([marker(True, offset=4)], origin=COORDINATOR)[2] == []
+
+
+def test_a_marker_from_an_older_epoch_is_fenced_and_a_client_may_not_write_one(log):
+    log.append(0, epoch=2, txn=True)
+    with pytest.raises(InvalidProducerEpochError):
+        log.state.check([marker(True, epoch=1, offset=1)], origin=COORDINATOR)
+    with pytest.raises(InvalidRecordError, match="control batch"):
+        log.state.check([marker(True, epoch=2, offset=1)])
+    # A marker may carry a newer epoch (the coordinator fenced the producer): it ends the
+    # transaction and the new epoch's batches start at 0.
+    updated, _, completed = log.state.check([marker(False, epoch=3, offset=1)],
+                                            origin=COORDINATOR)
+    log.state.apply(updated, 2)
+    assert completed[0].aborted and log.state.producers[PID].epoch == 3
+    with pytest.raises(InvalidProducerEpochError):
+        log.append(1, epoch=2)
+
+
 def test_replica_batches_skip_the_rules(log):
     log.append(0, count=2, epoch=5)
-    updated, duplicate = log.state.check([batch(100, epoch=1, offset=2)], client=False)
+    updated, duplicate, _ = log.state.check([batch(100, epoch=1, offset=2)], origin=REPLICA)
     assert duplicate is None and updated[PID].last_seq == 100
 
 
@@ -211,3 +249,28 @@ def test_retention_keeps_the_snapshot_a_rebuild_starts_from(tmp_path):
         state.take_snapshot(offset)
     state.delete_snapshots_below(25)
     assert state.snapshot_offsets == [20, 30]
+
+
+def test_a_snapshot_that_cannot_be_read_now_is_not_deleted(tmp_path, monkeypatch):
+    import errno
+
+    from streamlog.errors import KafkaStorageError
+    from streamlog.storage import producer_state
+    state = ProducerState(str(tmp_path), 86_400_000)
+    state.take_snapshot(10)
+
+    def out_of_descriptors(path):
+        raise OSError(errno.EMFILE, "Too many open files")
+    monkeypatch.setattr(producer_state, "read_whole", out_of_descriptors)
+    with pytest.raises(KafkaStorageError, match="Too many open files"):
+        ProducerState(str(tmp_path), 86_400_000).load([10], end_offset=10, now_ms=0)
+    assert os.path.exists(files.snapshot_file(str(tmp_path), 10))  # only damage deletes one
+
+
+def test_snapshots_below_the_log_start_are_not_loaded(tmp_path):
+    state = ProducerState(str(tmp_path), 86_400_000)
+    state.producers = {PID: ProducerEntry(PID, 0, [BatchMetadata(5, 9, 0, 5)], last_timestamp=5)}
+    state.take_snapshot(10)
+    fresh = ProducerState(str(tmp_path), 86_400_000)
+    assert fresh.load([10], end_offset=30, now_ms=5, start_offset=20) is None
+    assert fresh.producers == {} and not os.listdir(tmp_path)

@@ -20,7 +20,7 @@ import org.apache.spark.sql.connector.read.InputPartition;
 
 final class OffsetRangePartition implements InputPartition {
     private static final long serialVersionUID = 1L;
-    static final byte[] MAGIC = "streamlog-task\u0000\u0001".getBytes(StandardCharsets.ISO_8859_1);
+    static final byte[] MAGIC = "streamlog-task\u0000\u0002".getBytes(StandardCharsets.ISO_8859_1);
 
     final String path;
     final String topic;
@@ -33,6 +33,10 @@ final class OffsetRangePartition implements InputPartition {
     final long tsHighUs;
     final boolean includeHeaders;
     final boolean failOnDataLoss;
+    final boolean readCommitted;
+    /** read_committed: the aborted transactions the range may hold, as
+     *  {producer id, first offset, marker offset} (tasks.py packs them). */
+    final long[][] aborted;
 
     private OffsetRangePartition(ByteBuffer b) {
         int flags = b.get();
@@ -43,10 +47,15 @@ final class OffsetRangePartition implements InputPartition {
         tsHighUs = b.getLong();
         topic = string(b, b.getShort() & 0xffff);
         path = string(b, b.getInt());
+        aborted = new long[b.getInt()][];
+        for (int i = 0; i < aborted.length; i++) {
+            aborted[i] = new long[] {b.getLong(), b.getLong(), b.getLong()};
+        }
         hasLow = (flags & 1) != 0;
         hasHigh = (flags & 2) != 0;
         includeHeaders = (flags & 4) != 0;
         failOnDataLoss = (flags & 8) != 0;
+        readCommitted = (flags & 16) != 0;
     }
 
     /** The task packed inside one pickled input partition. */

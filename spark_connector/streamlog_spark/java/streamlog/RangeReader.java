@@ -5,7 +5,8 @@
  * Owns record decoding (docs/FORMAT.md, "Record") straight into Spark's
  * column vectors: no per-record object, keys and values copied once from the
  * batch bytes. Applies what the Kafka source applies on read: control batches
- * are skipped, a LogAppendTime batch gives every record its append time,
+ * are skipped, read_committed skips the batches of aborted transactions (the
+ * task carries them, as Kafka's fetch response does), a LogAppendTime batch gives every record its append time,
  * headers is null (not empty) for a record without headers, a pushed-down
  * timestamp filter is exact. A query that needs no column (count()) takes the
  * record count of each batch that lies wholly inside the range from its
@@ -181,6 +182,11 @@ final class RangeReader implements PartitionReader<ColumnarBatch> {
             if ((cursor.attributes & SegmentCursor.ATTR_CONTROL) != 0) {
                 continue;
             }
+            if (range.readCommitted
+                    && (cursor.attributes & SegmentCursor.ATTR_TRANSACTIONAL) != 0
+                    && aborted(cursor.producerId, cursor.baseOffset, cursor.lastOffset)) {
+                continue;
+            }
             if (countOnly && cursor.baseOffset >= start && cursor.lastOffset < range.end
                     && !range.hasLow && !range.hasHigh) {
                 if (cursor.recordsCount > 0) {
@@ -191,6 +197,17 @@ final class RangeReader implements PartitionReader<ColumnarBatch> {
             }
             openRecords();
             if (left > 0) {
+                return true;
+            }
+        }
+        return false;
+    }
+
+    /** A transactional batch of an aborted transaction: its producer's, from the
+     *  transaction's first offset to before its ABORT marker. */
+    private boolean aborted(long producerId, long base, long last) {
+        for (long[] txn : range.aborted) {
+            if (txn[0] == producerId && txn[1] <= base && last < txn[2]) {
                 return true;
             }
         }

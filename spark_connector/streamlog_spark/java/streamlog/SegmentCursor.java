@@ -32,6 +32,7 @@ final class SegmentCursor implements Closeable {
     static final int HEADER_BYTES = 61;
     static final int ATTR_COMPRESSION_MASK = 0x07;
     static final int ATTR_LOG_APPEND_TIME = 0x08;
+    static final int ATTR_TRANSACTIONAL = 0x10;
     static final int ATTR_CONTROL = 0x20;
     private static final int MIN_BATCH_LENGTH = HEADER_BYTES - 12;
     private static final int WINDOW_BYTES = 1 << 20;
@@ -68,6 +69,7 @@ final class SegmentCursor implements Closeable {
     long baseOffset;
     long lastOffset;
     int attributes;
+    long producerId;
     long baseTimestamp;
     long maxTimestamp;
     int recordsCount;
@@ -182,6 +184,7 @@ final class SegmentCursor implements Closeable {
         baseOffset = base;
         lastOffset = last;
         attributes = readShort(w, h + 21);
+        producerId = readLong(w, h + 43);
         baseTimestamp = readLong(w, h + 27);
         maxTimestamp = readLong(w, h + 35);
         recordsCount = readInt(w, h + 57);

@@ -1,0 +1,293 @@
+"""The transaction coordinator: transactional ids, epochs, markers, timeouts.
+
+Kafka's TransactionCoordinator (KAFKA_REFERENCE.md §6.2) in one process. The
+requests are method calls that answer synchronously: EndTxn writes its
+markers before it returns, so the PrepareCommit/PrepareAbort states last only
+as long as that call, or until the next open if the process stopped in
+between (the open finishes them: `_finish_pending`).
+
+    init_producer_id(id, timeout)   new id: a producer id, epoch 0. Known id:
+                                    the epoch is bumped (a new producer id past
+                                    epoch 32766); an Ongoing transaction of the
+                                    previous instance is aborted first with a
+                                    bumped epoch (PrepareEpochFence), which
+                                    fences that instance everywhere.
+    add_partitions(id, pid, epoch, tps) / add_offsets(..., group)
+                                    Ongoing, with the partitions added.
+    end_txn(id, pid, epoch, commit) PrepareCommit/PrepareAbort written, a marker
+                                    to every partition of the transaction, then
+                                    CompleteCommit/CompleteAbort written.
+    timeouts                        every transaction.abort.timed.out.transaction.
+                                    cleanup.interval.ms, an Ongoing transaction
+                                    older than its timeout is aborted as a fence
+                                    (epoch bumped), as Kafka's.
+
+Each transition is written to `__transaction_state` and fsynced before it is
+applied (transaction.py). Requests carrying another producer id than the
+transactional id's get InvalidProducerIdMappingError; an older epoch,
+ProducerFencedError.
+
+Thread-safety: one lock over every transactional id's metadata; markers are
+written under it (an EndTxn's markers must not interleave with a fence's).
+"""
+import logging
+import threading
+
+from ..errors import (ConcurrentTransactionsError, InvalidProducerIdMappingError,
+                      InvalidRequestError, InvalidTransactionTimeoutError, InvalidTxnStateError,
+                      LogClosedError, ProducerFencedError, ReadOnlyError, StreamlogError,
+                      TimerClosedError, UnknownTopicOrPartitionError)
+from ..structs import TopicPartition
+from .group_coordinator import find_coordinator
+from .offsets import OFFSETS_TOPIC, partition_for
+from .transaction import COMPLETED, PREPARING, S, TransactionMetadata
+from .transaction_log import TRANSACTION_STATE_TOPIC, TransactionLog
+
+log = logging.getLogger("streamlog.transactions")
+
+SERVICE = "transaction-coordinator"
+MAX_EPOCH = 2**15 - 1  # int16: an epoch at MAX_EPOCH - 1 moves to a new producer id
+
+
+def find_transaction_coordinator(broker):
+    """The coordinator of the broker's transactions (made on first use; closed with it)."""
+    return broker.attach_service(SERVICE, TransactionCoordinator)
+
+
+def has_transactions(broker):
+    """True once a transactional producer used this database (its log exists)."""
+    return TRANSACTION_STATE_TOPIC in broker.topics()
+
+
+class TransactionCoordinator:
+    def __init__(self, broker):
+        if broker.readonly:
+            raise ReadOnlyError("transactions need the database open for writing")
+        self._broker = broker
+        self._config = broker.config
+        self._lock = threading.RLock()
+        self._closed = False
+        self._log = TransactionLog(broker, self._config.transaction_state_log_num_partitions)
+        self._timeout_task = None
+        self._finish_pending()
+        self._schedule_timeouts()
+
+    # --- requests ------------------------------------------------------------------------
+
+    def init_producer_id(self, transactional_id, timeout_ms):
+        """(producer id, epoch) for the producer that now owns transactional_id."""
+        if not isinstance(transactional_id, str) or not transactional_id:
+            raise InvalidRequestError("a transactional id is a non-empty string")
+        maximum = self._config.transaction_max_timeout_ms
+        if not 0 < timeout_ms <= maximum:
+            raise InvalidTransactionTimeoutError(
+                f"transaction.timeout.ms={timeout_ms} must be in 1..{maximum} "
+                "(the database's transaction.max.timeout.ms)")
+        with self._lock:
+            self._check_open()
+            now = self._broker.clock_ms()
+            meta = self._log.transactions.get(transactional_id)
+            if meta is None or meta.state == S.DEAD:
+                pid, _ = self._broker.init_producer_id()
+                meta = TransactionMetadata(transactional_id, pid, -1, timeout_ms, S.EMPTY)
+            else:
+                if meta.state in PREPARING or meta.state == S.PREPARE_EPOCH_FENCE:
+                    self._complete(meta)   # a stop cut it short; finish it first
+                    meta = self._log.transactions[transactional_id]
+                if meta.state == S.ONGOING:
+                    meta = self._fence_and_abort(meta, "a new instance called "
+                                                       "init_transactions()")
+            pid, epoch = meta.producer_id, meta.producer_epoch + 1
+            if epoch >= MAX_EPOCH - 1:
+                pid, epoch = self._broker.init_producer_id()[0], 0
+            meta = meta.prepare(S.EMPTY, now, producer_id=pid, producer_epoch=epoch,
+                                timeout_ms=timeout_ms)
+            self._log.write(meta, now)
+            return meta.producer_id, meta.producer_epoch
+
+    def add_partitions(self, transactional_id, producer_id, epoch, partitions):
+        """Make partitions part of the open transaction (Ongoing from now)."""
+        with self._lock:
+            meta = self._checked(transactional_id, producer_id, epoch)
+            partitions = frozenset(partitions)
+            if meta.state == S.ONGOING and partitions <= meta.partitions:
+                return
+            now = self._broker.clock_ms()
+            meta = meta.prepare(S.ONGOING, now, partitions=meta.partitions | partitions)
+            self._log.write(meta, now)
+
+    def add_offsets(self, transactional_id, producer_id, epoch, group_id):
+        """The group's partition of __consumer_offsets joins the transaction; returns it."""
+        tp = self._offsets_partition(group_id)
+        self.add_partitions(transactional_id, producer_id, epoch, [tp])
+        return tp
+
+    def end_txn(self, transactional_id, producer_id, epoch, commit):
+        """Commit or abort the open transaction: every marker is written when this returns."""
+        with self._lock:
+            meta = self._checked(transactional_id, producer_id, epoch)
+            if meta.state in COMPLETED:
+                if (meta.state == S.COMPLETE_COMMIT) == commit:
+                    return  # a retry of the call that completed it
+                raise InvalidTxnStateError(
+                    f"transaction {transactional_id!r} was already "
+                    f"{'committed' if meta.state == S.COMPLETE_COMMIT else 'aborted'}")
+            if meta.state != S.ONGOING:
+                raise InvalidTxnStateError(f"transaction {transactional_id!r} is "
+                                           f"{meta.state.name}: there is nothing to end")
+            now = self._broker.clock_ms()
+            meta = meta.prepare(S.PREPARE_COMMIT if commit else S.PREPARE_ABORT, now)
+            self._log.write(meta, now)
+            self._complete(meta)
+
+    def describe(self, transactional_id):
+        """The id's TransactionMetadata, or None."""
+        with self._lock:
+            return self._log.transactions.get(transactional_id)
+
+    # --- internals --------------------------------------------------------------------------
+
+    def _checked(self, transactional_id, producer_id, epoch):
+        self._check_open()
+        meta = self._log.transactions.get(transactional_id)
+        if meta is None or meta.producer_id != producer_id:
+            raise InvalidProducerIdMappingError(
+                f"producer id {producer_id} does not own transactional id {transactional_id!r}"
+                "; call init_transactions() first")
+        if epoch != meta.producer_epoch:
+            raise ProducerFencedError(
+                f"producer {producer_id} (epoch {epoch}) of transactional id "
+                f"{transactional_id!r} was fenced: epoch {meta.producer_epoch} replaced it "
+                "(another instance called init_transactions(), or a transaction outlived "
+                "transaction.timeout.ms); close this producer")
+        if meta.state in PREPARING or meta.state == S.PREPARE_EPOCH_FENCE:
+            # An earlier completion failed part way (a marker's append): finish it now,
+            # or say why not; the caller's retry then finds it complete.
+            try:
+                self._complete(meta)
+            except (LogClosedError, TimerClosedError):
+                raise
+            except StreamlogError as exc:
+                raise ConcurrentTransactionsError(
+                    f"transaction {transactional_id!r} is still completing ({exc}); "
+                    "retry") from exc
+            meta = self._log.transactions[transactional_id]
+            if meta.producer_epoch != epoch:
+                raise ProducerFencedError(
+                    f"producer {producer_id} (epoch {epoch}) of transactional id "
+                    f"{transactional_id!r} was fenced while its transaction completed; close "
+                    "this producer")
+        return meta
+
+    def _fence_and_abort(self, meta, why):
+        """Abort an Ongoing transaction with a bumped epoch, which fences its producer."""
+        log.info("transaction %r: aborting the open transaction of epoch %d (%s)",
+                 meta.transactional_id, meta.producer_epoch, why)
+        now = self._broker.clock_ms()
+        meta = meta.prepare(S.PREPARE_EPOCH_FENCE, now, producer_epoch=meta.producer_epoch + 1)
+        self._log.write(meta, now)
+        meta = meta.prepare(S.PREPARE_ABORT, now)
+        self._log.write(meta, now)
+        self._complete(meta)
+        return self._log.transactions[meta.transactional_id]
+
+    def _complete(self, meta):
+        """Finish a Prepare* (or PrepareEpochFence) transaction: markers, then Complete*."""
+        now = self._broker.clock_ms()
+        if meta.state == S.PREPARE_EPOCH_FENCE:
+            meta = meta.prepare(S.PREPARE_ABORT, now)
+            self._log.write(meta, now)
+        commit = meta.state == S.PREPARE_COMMIT
+        markers = [(tp, meta.producer_id, meta.producer_epoch, 0, commit)
+                   for tp in sorted(meta.partitions)]
+        marked = []
+        for marker in markers:
+            try:
+                self._broker.write_txn_markers([marker])
+            except UnknownTopicOrPartitionError:
+                # The topic was deleted: no partition is left to mark (Kafka drops these too).
+                log.info("transaction %r: %s is gone; no marker written there",
+                         meta.transactional_id, marker[0])
+                continue
+            marked.append(marker[0])
+            if marker[0].topic == OFFSETS_TOPIC:
+                # The group's pending offsets of this transaction apply now, or are dropped.
+                find_coordinator(self._broker).complete_transaction(marker[0],
+                                                                    meta.producer_id, commit)
+        # The markers are durable before the transaction is called complete: a Complete
+        # record that outlived a lost marker would leave that partition's transaction open
+        # for good (Kafka appends markers with acks=all for the same reason).
+        for tp in marked:
+            self._broker.partition_log(tp).flush()
+        meta = meta.prepare(S.COMPLETE_COMMIT if commit else S.COMPLETE_ABORT, now)
+        self._log.write(meta, now, durable=False)
+
+    def _finish_pending(self):
+        """At open: complete what a stop left between Prepare* and Complete*."""
+        with self._lock:
+            for meta in list(self._log.transactions.values()):
+                if meta.state in PREPARING or meta.state == S.PREPARE_EPOCH_FENCE:
+                    log.info("transaction %r: finishing %s left by the last stop",
+                             meta.transactional_id, meta.state.name)
+                    self._complete(meta)
+
+    def _offsets_partition(self, group_id):
+        partitions = self._config.offsets_topic_num_partitions
+        if OFFSETS_TOPIC in self._broker.topics():
+            partitions = self._broker.topic(OFFSETS_TOPIC).partitions
+        return TopicPartition(OFFSETS_TOPIC, partition_for(group_id, partitions))
+
+    # --- timeouts ---------------------------------------------------------------------------
+
+    def _schedule_timeouts(self):
+        try:
+            self._timeout_task = self._broker.timer.add(
+                self._config.transaction_abort_timed_out_transaction_cleanup_interval_ms,
+                self._timeouts_due)
+        except TimerClosedError:
+            self._timeout_task = None
+
+    def _timeouts_due(self):
+        """On the timer's reaper: hand the aborts to the appender thread (they write)."""
+        self._broker.appender.submit(self, self.abort_timed_out)
+
+    def abort_timed_out(self):
+        """Abort, as fences, the Ongoing transactions older than their timeout."""
+        with self._lock:
+            if self._closed:
+                return 0
+            now = self._broker.clock_ms()
+            expired = [m for m in self._log.transactions.values()
+                       if m.state == S.ONGOING and m.start_ms + m.timeout_ms < now]
+            unfinished = [m for m in self._log.transactions.values()
+                          if m.state in PREPARING or m.state == S.PREPARE_EPOCH_FENCE]
+            try:
+                for meta in unfinished:   # a completion that failed part way: again
+                    self._complete(meta)
+                for meta in expired:
+                    self._fence_and_abort(meta, f"open longer than its transaction.timeout.ms "
+                                                f"({meta.timeout_ms} ms)")
+            except (LogClosedError, TimerClosedError):
+                return 0
+            except StreamlogError:
+                log.exception("aborting timed-out transactions failed; trying again at the "
+                              "next check")
+            finally:
+                if not self._closed:
+                    self._schedule_timeouts()
+            return len(expired)
+
+    # --- lifecycle ------------------------------------------------------------------------
+
+    def _check_open(self):
+        if self._closed:
+            raise LogClosedError(f"the database {self._broker.root} is closed")
+
+    def close(self):
+        with self._lock:
+            self._closed = True
+            if self._timeout_task is not None:
+                try:
+                    self._broker.timer.cancel(self._timeout_task)
+                except TimerClosedError:
+                    pass

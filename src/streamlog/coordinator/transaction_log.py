@@ -1,0 +1,149 @@
+"""Transactional ids' metadata, kept in the internal topic `__transaction_state`.
+
+As in Kafka: a compacted topic of transaction.state.log.num.partitions
+partitions (50), each transactional id's records in partition
+abs(javaHashCode(id)) % n, the last record of an id its state, a tombstone
+its removal. Opening the database replays the topic into memory.
+
+Records are Kafka's own schemas (TransactionLogKey / TransactionLogValue,
+version 0; big-endian, strings as int16 length + UTF-8):
+
+    key    int16 version (0) | string transactionalId
+    value  int16 version (0) | int64 producerId | int16 producerEpoch |
+           int32 transactionTimeoutMs | int8 transactionStatus (TxnState id) |
+           int32 count, count x {string topic | int32 count, count x int32 partition} |
+           int64 transactionLastUpdateTimestampMs | int64 transactionStartTimestampMs
+
+Thread-safety: the transaction coordinator calls this under its own lock.
+"""
+import struct
+
+from ..errors import CorruptRecordError
+from ..storage.keyed_log import encode_changes, replay
+from ..structs import TopicPartition
+from .offsets import partition_for
+from .transaction import TransactionMetadata, TxnState
+
+TRANSACTION_STATE_TOPIC = "__transaction_state"
+TRANSACTION_STATE_CONFIG = {"cleanup.policy": "compact", "segment.bytes": 104857600}
+
+_VALUE_HEAD = struct.Struct(">hqhib")
+_VALUE_TAIL = struct.Struct(">qq")
+_I16 = struct.Struct(">h")
+_I32 = struct.Struct(">i")
+
+
+def _string(text):
+    data = text.encode("utf-8")
+    return _I16.pack(len(data)) + data
+
+
+def encode_key(transactional_id):
+    return _I16.pack(0) + _string(transactional_id)
+
+
+def encode_value(meta):
+    by_topic = {}
+    for tp in meta.partitions:
+        by_topic.setdefault(tp.topic, []).append(tp.partition)
+    out = bytearray(_VALUE_HEAD.pack(0, meta.producer_id, meta.producer_epoch, meta.timeout_ms,
+                                     int(meta.state)))
+    out += _I32.pack(len(by_topic))
+    for topic in sorted(by_topic):
+        out += _string(topic) + _I32.pack(len(by_topic[topic]))
+        for p in sorted(by_topic[topic]):
+            out += _I32.pack(p)
+    out += _VALUE_TAIL.pack(meta.last_update_ms, meta.start_ms)
+    return bytes(out)
+
+
+class _Reader:
+    def __init__(self, data):
+        self.data, self.pos = data, 0
+
+    def take(self, fmt):
+        values = fmt.unpack_from(self.data, self.pos)
+        self.pos += fmt.size
+        return values
+
+    def string(self):
+        (n,) = self.take(_I16)
+        if n < 0 or self.pos + n > len(self.data):
+            raise ValueError("bad string length")
+        text = bytes(self.data[self.pos:self.pos + n]).decode("utf-8")
+        self.pos += n
+        return text
+
+
+def decode_key(data):
+    reader = _Reader(data)
+    (version,) = reader.take(_I16)
+    if version != 0:
+        raise ValueError(f"transaction log key version {version}")
+    return reader.string()
+
+
+def decode_value(transactional_id, data):
+    reader = _Reader(data)
+    version, pid, epoch, timeout, status = reader.take(_VALUE_HEAD)
+    if version != 0:
+        raise ValueError(f"transaction log value version {version}")
+    (topics,) = reader.take(_I32)
+    partitions = set()
+    for _ in range(topics):
+        topic = reader.string()
+        (count,) = reader.take(_I32)
+        for _ in range(count):
+            partitions.add(TopicPartition(topic, reader.take(_I32)[0]))
+    last_update, start = reader.take(_VALUE_TAIL)
+    if reader.pos != len(data):
+        raise ValueError("trailing bytes")
+    return TransactionMetadata(transactional_id, pid, epoch, timeout, TxnState(status),
+                               frozenset(partitions), last_update, start)
+
+
+class TransactionLog:
+    """Every transactional id's metadata, in memory and in `__transaction_state`."""
+
+    def __init__(self, broker, partitions):
+        self._broker = broker
+        self._wanted_partitions = partitions
+        self.transactions = {}  # transactional id -> TransactionMetadata
+        self._replayed = {}
+        self.partitions = 0
+        if TRANSACTION_STATE_TOPIC in broker.topics():
+            self.partitions = broker.topic(TRANSACTION_STATE_TOPIC).partitions
+            for p in range(self.partitions):
+                tp = TopicPartition(TRANSACTION_STATE_TOPIC, p)
+                self._replayed[p] = replay(broker.partition_log(tp), 0,
+                                           lambda k, v, _ts, tp=tp: self._apply(tp, k, v))
+
+    def _apply(self, tp, key, value):
+        try:
+            transactional_id = decode_key(key)
+            if value is None:
+                self.transactions.pop(transactional_id, None)
+            else:
+                self.transactions[transactional_id] = decode_value(transactional_id, value)
+        except (ValueError, struct.error, UnicodeDecodeError) as exc:
+            raise CorruptRecordError(f"undecodable record in {tp}: {exc}") from None
+
+    def partition_of(self, transactional_id):
+        if not self.partitions:
+            info = self._broker.create_topic(TRANSACTION_STATE_TOPIC, self._wanted_partitions,
+                                             TRANSACTION_STATE_CONFIG, internal=True)
+            self.partitions = info.partitions
+        return TopicPartition(TRANSACTION_STATE_TOPIC,
+                              partition_for(transactional_id, self.partitions))
+
+    def write(self, meta, now_ms, durable=True):
+        """Append meta as the id's state (fsynced unless durable=False); only then is it
+        the state in memory. durable=False is for a record whose loss a stop may cost: a
+        CompleteCommit/CompleteAbort, which the next open redoes from the Prepare record
+        before it (markers written twice end nothing the second time)."""
+        tp = self.partition_of(meta.transactional_id)
+        self._broker.produce(tp, encode_changes(
+            [(encode_key(meta.transactional_id), encode_value(meta))], now_ms))
+        if durable:
+            self._broker.partition_log(tp).flush()
+        self.transactions[meta.transactional_id] = meta

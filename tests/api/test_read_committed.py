@@ -1,0 +1,226 @@
+"""Transactional data, markers, the last stable offset and read_committed (KAFKA_REFERENCE.md
+§6.3), driven at the broker's request interface: the partitions' side of transactions, which
+the transaction coordinator's markers complete."""
+import os
+import time
+
+import pytest
+
+import streamlog
+from streamlog import TopicPartition
+from streamlog.errors import InvalidRecordError
+from streamlog.storage import files
+from streamlog.storage.record_batch import CONTROL_COMMIT, build_batch, build_control_batch
+from streamlog.storage.txn_index import AbortedTxn, encode_entry
+
+from support.child import run_py
+
+TP = TopicPartition("t", 0)
+A, B = 100, 200
+
+
+class Txn:
+    """A transactional producer's batches, numbered as a client numbers them."""
+
+    def __init__(self, broker, pid, epoch=0):
+        self.broker, self.pid, self.epoch, self.seq = broker, pid, epoch, 0
+
+    def send(self, *values, tp=TP):
+        data = build_batch(list(values), timestamp=int(time.time() * 1000),
+                           producer_id=self.pid, producer_epoch=self.epoch,
+                           base_sequence=self.seq, is_transactional=True)
+        self.seq += len(values)
+        return self.broker.produce(tp, data)
+
+    def end(self, commit, tp=TP):
+        return self.broker.write_txn_markers([(tp, self.pid, self.epoch, 0, commit)])[tp]
+
+
+def read(db, isolation, tp=TP):
+    """(offset, value) of what a consumer gets; the columnar poll_batch must agree."""
+    out = []
+    for columns in (False, True):
+        consumer = db.consumer(isolation_level=isolation, auto_offset_reset="earliest")
+        consumer.assign([tp])
+        got = []
+        while True:
+            if columns:
+                chunks = consumer.poll_batch(timeout=0.05)
+                rows = [(int(o), bytes(v)) for c in chunks
+                        for o, v in zip(c.offsets, c.values(), strict=True)]
+            else:
+                rows = [(r.offset, r.value) for r in consumer.poll(timeout=0.05)]
+            if not rows:
+                break
+            got += rows
+        consumer.close()
+        out.append(got)
+    assert out[0] == out[1]
+    return out[0]
+
+
+@pytest.fixture
+def db(tmp_path):
+    with streamlog.open(str(tmp_path / "db")) as db:
+        db.create_topic("t", partitions=1)
+        yield db
+
+
+def test_interleaved_transactions_give_kafkas_lso_and_aborted_ranges(db):
+    broker = db._broker
+    log = broker.partition_log(TP)
+    a, b = Txn(broker, A), Txn(broker, B)
+    a.send(b"a0", b"a1")                 # 0-1
+    b.send(b"b0", b"b1")                 # 2-3
+    assert log.last_stable_offset == 0   # the oldest open transaction's first offset
+    a.end(commit=False)                  # ABORT marker at 4
+    # LSO after A's abort: B's first offset, the earliest other open transaction (§6.3).
+    assert log.txn_indexes.entries() == [AbortedTxn(A, 0, 4, 2)]
+    assert log.last_stable_offset == 2
+    assert read(db, "read_committed") == []          # below 2 there is only aborted data
+    b.end(commit=True)                   # COMMIT marker at 5
+    assert log.last_stable_offset == log.high_watermark == 6
+    assert read(db, "read_committed") == [(2, b"b0"), (3, b"b1")]
+    # read_uncommitted returns every data record, never a marker.
+    assert read(db, "read_uncommitted") == [(0, b"a0"), (1, b"a1"), (2, b"b0"), (3, b"b1")]
+    assert db.describe_topic("t").partitions[0].last_stable_offset == 6
+
+
+def test_a_producer_aborting_twice_and_committing_in_between(db):
+    broker = db._broker
+    a = Txn(broker, A)
+    plain = db.producer()
+    a.send(b"x1")
+    a.end(commit=False)                  # aborted
+    plain.send("t", value=b"plain", partition=0).result()
+    a.send(b"x2")
+    a.end(commit=True)                   # committed
+    a.send(b"x3")
+    a.end(commit=False)                  # aborted again: the same producer id
+    assert [v for _, v in read(db, "read_committed")] == [b"plain", b"x2"]
+
+
+def test_an_open_transaction_holds_read_committed_back_and_stays_open_across_a_reopen(tmp_path):
+    root = str(tmp_path / "db")
+    with streamlog.open(root) as db:
+        db.create_topic("t", partitions=1)
+        db.producer().send("t", value=b"before", partition=0).result()
+        Txn(db._broker, A).send(b"open")
+        db.producer().send("t", value=b"after", partition=0).result()
+        assert read(db, "read_committed") == [(0, b"before")]
+    with streamlog.open(root) as db:
+        log = db._broker.partition_log(TP)
+        assert log.last_stable_offset == 1 and log.producer_state.ongoing == {A: 1}
+        assert read(db, "read_committed") == [(0, b"before")]
+        Txn(db._broker, A, epoch=0).end(commit=False)
+        assert [v for _, v in read(db, "read_committed")] == [b"before", b"after"]
+
+
+WRITER = """
+import os, signal, sys, time, streamlog
+from streamlog import TopicPartition
+from streamlog.storage.record_batch import build_batch
+root = sys.argv[1]
+db = streamlog.open(root, config={"segment.bytes": 2048})
+db.create_topic("t", partitions=1)
+broker = db._broker
+tp = TopicPartition("t", 0)
+now = int(time.time() * 1000)
+for i in range(30):
+    pid = 1000 + i
+    broker.produce(tp, build_batch([b"t%d" % i] * 3, timestamp=now, producer_id=pid,
+                                   producer_epoch=0, base_sequence=0, is_transactional=True))
+    broker.write_txn_markers([(tp, pid, 0, 0, i % 3 != 0)])  # every third one aborted
+broker.produce(tp, build_batch([b"open"], timestamp=now, producer_id=5000, producer_epoch=0,
+                               base_sequence=0, is_transactional=True))
+broker.logs.flush_all()
+print(len(broker.partition_log(tp).segments), flush=True)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_after_kill_9_aborted_data_stays_hidden_and_the_open_transaction_open(tmp_path):
+    root = str(tmp_path / "db")
+    child = run_py(WRITER, root)
+    assert child.returncode == -9, child.stderr
+    assert int(child.stdout) >= 3  # the aborts landed in several segments' .txnindex files
+    with streamlog.open(root) as db:
+        got = [v for _, v in read(db, "read_committed")]
+        assert got == [b"t%d" % i for i in range(30) if i % 3 != 0 for _ in range(3)]
+        log = db._broker.partition_log(TP)
+        assert len(log.txn_indexes) == 10
+        assert len([n for n in os.listdir(log.directory)
+                    if n.endswith(files.TXN_INDEX_SUFFIX)]) >= 2
+        assert log.last_stable_offset == log.log_end_offset - 1   # the open one's offset
+
+
+def test_an_index_entry_whose_marker_a_crash_lost_is_dropped(tmp_path):
+    root = str(tmp_path / "db")
+    with streamlog.open(root) as db:
+        db.create_topic("t", partitions=1)
+        txn = Txn(db._broker, A)
+        txn.send(b"a")
+        end = db._broker.partition_log(TP).log_end_offset
+        directory = db._broker.partition_log(TP).directory
+        # The entry is written (and fsynced) before its marker; a stop in between:
+        with open(files.txn_index_file(directory, 0), "ab") as f:
+            f.write(encode_entry(AbortedTxn(A, 0, end, end + 1)))
+        db._broker._dir_lock.release()
+        db._broker.logs.close(mark_clean=False)
+        db._broker._closed = True
+    with streamlog.open(root) as db:
+        assert len(db._broker.partition_log(TP).txn_indexes) == 0
+        assert not os.path.exists(files.txn_index_file(directory, 0))
+
+
+def test_clients_may_not_write_markers(db):
+    marker = build_control_batch(CONTROL_COMMIT, producer_id=A, producer_epoch=0,
+                                 coordinator_epoch=0, timestamp=1)
+    with pytest.raises(InvalidRecordError, match="control batch"):
+        db._broker.produce(TP, marker)
+
+
+def test_a_read_only_view_follows_the_writers_transactions(db, tmp_path):
+    # Another process's view (Spark executors read this way): the LSO from the snapshot and
+    # the batches the writer appends, aborted data from the .txnindex files it adds.
+    broker = db._broker
+    plain = db.producer()
+    plain.send("t", value=b"p0", partition=0).result()
+    a = Txn(broker, A)
+    a.send(b"a0", b"a1")
+    plain.send("t", value=b"p1", partition=0).result()
+    with streamlog.open(str(tmp_path / "db"), readonly=True) as view:
+        assert read(view, "read_committed") == [(0, b"p0")]      # held at A's first offset
+        waiting = view.consumer(isolation_level="read_committed", auto_offset_reset="earliest")
+        waiting.assign([TP])
+        assert [r.value for r in waiting.poll(timeout=0.1)] == [b"p0"]
+        assert waiting.poll(timeout=0.05) == []
+        a.end(commit=True)
+        # The same consumer, stopped at the LSO, sees the commit.
+        assert [r.value for r in waiting.poll(timeout=5)] == [b"a0", b"a1", b"p1"]
+        b = Txn(broker, B)
+        b.send(b"b0")
+        b.end(commit=False)
+        plain.send("t", value=b"p2", partition=0).result()
+        assert [v for _, v in read(view, "read_committed")] == [b"p0", b"a0", b"a1", b"p1",
+                                                                 b"p2"]
+        assert len(read(view, "read_uncommitted")) == 6
+    with streamlog.open(str(tmp_path / "db"), readonly=True) as fresh:  # from its own listing
+        assert [v for _, v in read(fresh, "read_committed")] == [b"p0", b"a0", b"a1", b"p1",
+                                                                  b"p2"]
+
+
+def test_verify_checks_the_txn_index_against_the_markers(db):
+    from streamlog.storage.verify import verify_directory
+    broker = db._broker
+    a = Txn(broker, A)
+    a.send(b"a0")
+    a.end(commit=False)
+    assert verify_directory(db.path).ok
+    directory = broker.partition_log(TP).directory
+    with open(files.txn_index_file(directory, 0), "r+b") as f:
+        f.seek(2)
+        f.write((B).to_bytes(8, "big"))          # the entry now names another producer
+    report = verify_directory(db.path)
+    assert [p.message for p in report.problems] == [
+        f"entry (producer {B}, offsets 0..1) does not end at an ABORT marker of that producer"]
