@@ -1,0 +1,81 @@
+"""Rewrite one record batch keeping only chosen records: the log cleaner's per-batch step.
+
+Kafka's MemoryRecords.filterTo for one v2 batch (KAFKA_REFERENCE.md §4): the
+kept records keep their offsets and their order, so the new batch has the same
+base offset, producer id, epoch, base sequence, partition leader epoch and
+attributes (compression included); its record count, last offset delta (that
+of the last kept record) and max timestamp (over the kept records, unless the
+batch is LogAppendTime) are those of what is left, and its CRC is new.
+
+A kept record's bytes are copied as they are (their offset and timestamp
+deltas stay right: the base offset and timestamp do not move), except when
+the batch gets a delete horizon: Kafka v2 then stores the horizon in the
+baseTimestamp field (attribute bit 6), so each record's timestamp delta is
+re-encoded against it and the record's length prefix with it.
+"""
+from . import compression
+from .record_batch import (DELETE_HORIZON_FLAG, LOG_APPEND_TIME, RECORDS_OFFSET, seal)
+from .varint import decode_varint, decode_varlong, encode_varint, encode_varlong
+
+
+def record_spans(buf, pos, length, count):
+    """[(start, end, timestamp delta, offset delta)] of each record in buf[pos:pos+length]."""
+    spans = []
+    end_of_section = pos + length
+    for _ in range(count):
+        size, body = decode_varint(buf, pos, end_of_section)
+        end = body + size
+        # attributes (int8), then timestampDelta (varlong), offsetDelta (varint)
+        ts_delta, at = decode_varlong(buf, body + 1, end)
+        offset_delta, _ = decode_varint(buf, at, end)
+        spans.append((pos, end, ts_delta, offset_delta))
+        pos = end
+    return spans
+
+
+def filter_batch(batch, keep, delete_horizon_ms=None):
+    """The bytes of `batch` (a valid RecordBatch) with only the records whose entry in
+    `keep` (one bool per record, in order) is true; None when none is kept.
+    delete_horizon_ms: give the batch this delete horizon (the first pass that keeps a
+    tombstone sets it; a batch that has one keeps it)."""
+    buf, pos, length, _ = batch._records_section()
+    spans = record_spans(buf, pos, length, batch.records_count)
+    if len(keep) != len(spans):
+        raise ValueError(f"{len(keep)} keep flags for {len(spans)} records")
+    kept = [s for s, k in zip(spans, keep, strict=True) if k]
+    if not kept:
+        return None
+    attributes = batch.attributes
+    # A record's time is the batch's baseTimestamp field plus its delta, whether that field
+    # holds the first timestamp or (delete horizon bit set) the horizon, as in Kafka.
+    old_base = batch.base_timestamp
+    if delete_horizon_ms is None and batch.has_delete_horizon:
+        delete_horizon_ms = old_base   # a horizon once set stays
+    new_base = old_base if delete_horizon_ms is None else delete_horizon_ms
+    section = bytearray()
+    view = memoryview(buf)
+    max_ts = -1
+    for start, end, ts_delta, _offset_delta in kept:
+        timestamp = old_base + ts_delta
+        max_ts = max(max_ts, timestamp)
+        if new_base == old_base:
+            section += view[start:end]
+            continue
+        size, body = decode_varint(buf, start, end)
+        _, after_ts = decode_varlong(buf, body + 1, end)
+        rest = bytes(view[body:body + 1]) + encode_varlong(timestamp - new_base) + \
+            bytes(view[after_ts:end])
+        section += encode_varint(len(rest)) + rest
+    if delete_horizon_ms is not None:
+        attributes |= DELETE_HORIZON_FLAG
+    if batch.timestamp_type == LOG_APPEND_TIME:
+        max_ts = batch.max_timestamp
+    cid = batch.compression
+    records = bytes(section) if cid == compression.NONE else compression.compress(cid, section)
+    out = bytearray(RECORDS_OFFSET) + records
+    seal(out, 0, base_offset=batch.base_offset, attributes=attributes,
+         last_offset_delta=kept[-1][3], base_timestamp=new_base, max_timestamp=max_ts,
+         producer_id=batch.producer_id, producer_epoch=batch.producer_epoch,
+         base_sequence=batch.base_sequence, records_count=len(kept),
+         partition_leader_epoch=batch.partition_leader_epoch)
+    return bytes(out)
