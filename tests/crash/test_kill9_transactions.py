@@ -63,8 +63,9 @@ def kill_one(root, run, rng):
     child.kill()
     out, err = child.communicate()
     assert child.returncode == -9, err
-    return {(int(r), int(i)) for tag, r, i in (line.split() for line in out.splitlines())
-            if tag == "C"}
+    # Only whole lines: the kill may cut the last print short ("C 12" without its txn).
+    fields = [line.split() for line in out.split("\n")[:-1]]
+    return {(int(f[1]), int(f[2])) for f in fields if len(f) == 3 and f[0] == "C"}
 
 
 def check(root, committed, epochs):
