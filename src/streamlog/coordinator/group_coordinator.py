@@ -559,6 +559,11 @@ class GroupCoordinator:
             self._store.commit_transactional(group_id, offsets, producer_id, producer_epoch,
                                              self._broker.clock_ms())
 
+    def offsets_partition(self, group_id):
+        """The partition of __consumer_offsets that holds the group's records."""
+        with self._locked():
+            return self._store.partition_of(group_id)
+
     def complete_transaction(self, tp, producer_id, commit):
         """A transaction marker was written to tp of __consumer_offsets."""
         with self._locked():

@@ -188,15 +188,6 @@ class OffsetStore:
                 self._apply(tp, key, value)
         self._replayed[tp.partition] = self._broker.partition_log(tp).log_end_offset
 
-    def has_pending(self, group_id):
-        """True while a transaction holds offsets of the group (Kafka: UNSTABLE_OFFSET_COMMIT
-        for a require_stable fetch)."""
-        if not self.partitions:
-            return False
-        held = self.pending.get(partition_for(group_id, self.partitions), {})
-        return any(msgpack.unpackb(key, raw=False)[1] == group_id
-                   for rows in held.values() for key, _value, _ts in rows)
-
     def write_group(self, group_id, record, now_ms):
         self._append(group_id, [(_pack([_GROUP_KEY, group_id]),
                                  _pack([_VALUE_VERSION, *record]))], now_ms)

@@ -37,9 +37,8 @@ from ..errors import (ConcurrentTransactionsError, InvalidProducerIdMappingError
                       InvalidRequestError, InvalidTransactionTimeoutError, InvalidTxnStateError,
                       LogClosedError, ProducerFencedError, ReadOnlyError, StreamlogError,
                       TimerClosedError, UnknownTopicOrPartitionError)
-from ..structs import TopicPartition
 from .group_coordinator import find_coordinator
-from .offsets import OFFSETS_TOPIC, partition_for
+from .offsets import OFFSETS_TOPIC
 from .transaction import COMPLETED, PREPARING, S, TransactionMetadata
 from .transaction_log import TRANSACTION_STATE_TOPIC, TransactionLog
 
@@ -118,7 +117,7 @@ class TransactionCoordinator:
 
     def add_offsets(self, transactional_id, producer_id, epoch, group_id):
         """The group's partition of __consumer_offsets joins the transaction; returns it."""
-        tp = self._offsets_partition(group_id)
+        tp = find_coordinator(self._broker).offsets_partition(group_id)
         self.add_partitions(transactional_id, producer_id, epoch, [tp])
         return tp
 
@@ -230,12 +229,6 @@ class TransactionCoordinator:
                     log.info("transaction %r: finishing %s left by the last stop",
                              meta.transactional_id, meta.state.name)
                     self._complete(meta)
-
-    def _offsets_partition(self, group_id):
-        partitions = self._config.offsets_topic_num_partitions
-        if OFFSETS_TOPIC in self._broker.topics():
-            partitions = self._broker.topic(OFFSETS_TOPIC).partitions
-        return TopicPartition(OFFSETS_TOPIC, partition_for(group_id, partitions))
 
     # --- timeouts ---------------------------------------------------------------------------
 

@@ -155,25 +155,31 @@ class PartitionLog:
             state.map_end_offset = start
         self._follow_to(self._next_offset)
 
+    def _batches_between(self, offset, end, below_high_watermark=True):
+        """Every whole batch from the one holding offset up to end, in order (the producer
+        state's rebuild and a read-only view's following)."""
+        while offset < end:
+            fetch = self._read(offset, 1 << 20, end, True, None, below_high_watermark)
+            if not fetch.batches:
+                return
+            for batch in fetch.batches:
+                yield batch
+                offset = batch.next_offset
+
     def _follow_to(self, end):
         """Read-only: follow() the writer's batches up to end; an ABORT marker seen adds the
         entry the writer put in its .txnindex (this view need not list the file again)."""
         state = self.producer_state
-        offset = max(state.map_end_offset, self.log_start_offset)
-        while offset < end:
-            try:
-                # Before the high watermark moves: a reader must never see the new high
-                # watermark without the transactions that opened below it.
-                fetch = self._read(offset, 1 << 20, end, True, None, below_high_watermark=False)
-            except (KafkaStorageError, _MissingOffsets, OffsetOutOfRangeError):
-                break   # retention removed it under this view: the next refresh goes on
-            if not fetch.batches:
-                break
-            for batch in fetch.batches:
+        try:
+            # Before the high watermark moves: a reader must never see the new high
+            # watermark without the transactions that opened below it.
+            for batch in self._batches_between(max(state.map_end_offset, self.log_start_offset),
+                                               end, below_high_watermark=False):
                 aborted = state.follow(batch)
                 if aborted is not None:
                     self.txn_indexes.remember(AbortedTxn(*aborted))
-                offset = batch.next_offset
+        except (KafkaStorageError, _MissingOffsets, OffsetOutOfRangeError):
+            pass   # retention removed it under this view: the next refresh goes on
 
     def _load_producer_state(self, snapshot_offsets, clean_shutdown):
         """The newest snapshot, then the batches after it (KAFKA_REFERENCE §5). No snapshot
@@ -189,15 +195,10 @@ class PartitionLog:
             start = self.log_start_offset
             log.warning("%s: no readable producer snapshot; rebuilding producer state from "
                         "offset %d", self.name, start)
-        offset = max(start, self.log_start_offset)
-        while offset < self._next_offset:
-            fetch = self._read(offset, 1 << 20, None, True, None)
-            if not fetch.batches:
-                break
-            for batch in fetch.batches:
-                if batch.last_offset >= offset and batch.producer_id >= 0:
-                    state.replay(producer_batch(batch, batch.base_offset))
-                offset = batch.next_offset
+        start = max(start, self.log_start_offset)
+        for batch in self._batches_between(start, self._next_offset):
+            if batch.last_offset >= start and batch.producer_id >= 0:
+                state.replay(producer_batch(batch, batch.base_offset))
         state.map_end_offset = self._next_offset
         if not clean_shutdown or start != self._next_offset:
             state.take_snapshot()

@@ -96,10 +96,6 @@ class ProducerEntry:
     def last_seq(self):
         return self.batches[-1].last_seq if self.batches else NO_SEQUENCE
 
-    @property
-    def last_offset(self):
-        return self.batches[-1].last_offset if self.batches else -1
-
     def duplicate_of(self, epoch, first_seq, last_seq):
         """The retained batch with exactly these sequences under this epoch, else None."""
         if epoch != self.epoch:
