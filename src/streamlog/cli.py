@@ -9,6 +9,9 @@
                                         --path, each FILE is relative to DIR
     streamlog dump --verify --path DIR  check CRCs, offsets and indexes of a whole root
     streamlog verify --path DIR         the same
+    streamlog compact [TOPIC] --path DIR
+                                        run a log cleaning pass now on a compacted topic
+                                        (every compacted log without TOPIC)
     streamlog repair --path DIR [--dry-run]
                                         rebuild the metadata log from the partition directories
 
@@ -121,6 +124,38 @@ def cmd_dump(args, out=sys.stdout):
     return status
 
 
+def cmd_compact(args, out=sys.stdout):
+    db = _open(args.path)
+    try:
+        names = [args.topic] if args.topic is not None else db.topics(internal=True)
+        described = [db.describe_topic(name) for name in names]
+        total = sum(p.size_bytes for d in described for p in d.partitions
+                    if "compact" in d.config["cleanup.policy"])
+        # Each pass reads the dirty segments for its offset map, then copies every segment.
+        bar = Progress("compact", 2 * total, enabled=not args.quiet)
+        done = [0]
+
+        def progress(nbytes):
+            done[0] += nbytes
+            bar.update(min(done[0], bar.total))
+        results = db.compact(args.topic, progress=progress)
+        bar.finish()
+        for result in results:
+            stats = result.stats
+            if stats is None:
+                print(f"{result.tp.topic}-{result.tp.partition}: nothing to clean (next pass "
+                      f"starts at offset {result.first_dirty})", file=out)
+                continue
+            print(f"{result.tp.topic}-{result.tp.partition}: kept {stats.records_kept:,} of "
+                  f"{stats.records_read:,} records, {stats.bytes_read:,} -> "
+                  f"{stats.bytes_written:,} bytes in {stats.elapsed_s:.2f} s", file=out)
+        if not results:
+            print("no compacted topic (cleanup.policy=compact) to clean", file=out)
+    finally:
+        db.close()
+    return EXIT_OK
+
+
 # --- topics ---------------------------------------------------------------------
 
 
@@ -168,7 +203,10 @@ def _print_description(d, out):
     for p in d.partitions:
         print(f"\tPartition: {p.partition}\tLogStartOffset: {p.log_start_offset}\t"
               f"HighWatermark: {p.high_watermark}\tLastStableOffset: {p.last_stable_offset}\t"
-              f"Segments: {p.segments}\tSize: {p.size_bytes}", file=out)
+              f"Segments: {p.segments}\tSize: {p.size_bytes}" +
+              ("" if p.first_dirty_offset is None else
+               f"\tFirstDirtyOffset: {p.first_dirty_offset}\tDirtyRatio: {p.dirty_ratio:.2f}"),
+              file=out)
 
 
 # --- produce --------------------------------------------------------------------
@@ -551,6 +589,17 @@ def build_parser():
     p.add_argument("--path", help=path_help)
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_verify)
+
+    p = sub.add_parser("compact", help="run a log cleaning pass now on compacted topics",
+                       description="Compact TOPIC (cleanup.policy=compact or compact,delete), "
+                                   "or every compacted log of the database, now: each "
+                                   "partition's active segment is rolled and cleaned up to "
+                                   "min.compaction.lag.ms and open transactions "
+                                   "(docs/COMPACTION.md). Needs the writer's lock.")
+    p.add_argument("topic", nargs="?", help="the topic (every compacted log if absent)")
+    p.add_argument("--path", required=True, help=path_help)
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_compact)
 
     p = sub.add_parser("repair", help="rebuild the metadata log from the partition directories",
                        description="For a database whose metadata log is damaged or lost: "

@@ -73,3 +73,33 @@ def wait_until(predicate, what=None, timeout_s=GENEROUS_S):
             raise AssertionError(f"timed out after {timeout_s:g} s waiting until "
                                  f"{what or 'the condition held'}")
         time.sleep(0.002)
+
+
+def clean_pass(log, first_dirty=None, now_ms=None, max_map_bytes=1 << 20, roll=True):
+    """One cleaning pass on a PartitionLog, as the broker's cleaner runs a forced one (the
+    active segment rolled first); returns the next first dirty offset."""
+    from streamlog.storage.cleaner_manager import log_to_clean
+    from streamlog.storage.log_cleaner import clean_log
+    if roll:
+        log.roll()
+    now_ms = log.clock_ms() if now_ms is None else now_ms
+    measured = log_to_clean(log, first_dirty, now_ms)
+    if measured.first_uncleanable <= measured.first_dirty:
+        return measured.first_dirty
+    result = clean_log(log, measured.first_dirty, measured.first_uncleanable, now_ms,
+                       max_map_bytes)
+    assert result is not None, "the log changed under the pass"
+    return result.first_dirty
+
+
+def keyed_rows(log):
+    """[(offset, key, value)] of a full read of the log."""
+    return [(offset, key, value) for offset, _ts, key, value in read_all(log)]
+
+
+def last_values(writes):
+    """{key: (offset, value)} of the last write of each key, from [(offset, key, value)]."""
+    out = {}
+    for offset, key, value in writes:
+        out[key] = (offset, value)
+    return out

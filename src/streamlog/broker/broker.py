@@ -33,14 +33,17 @@ import threading
 import time
 from typing import NamedTuple
 
-from ..errors import (KafkaStorageError, LogClosedError, OffsetOutOfRangeError, ReadOnlyError,
-                      StreamlogError, UnknownTopicOrPartitionError)
+from ..errors import (InvalidConfigurationError, KafkaStorageError, LogClosedError,
+                      OffsetOutOfRangeError, ReadOnlyError, StreamlogError,
+                      UnknownTopicOrPartitionError)
 from ..storage import files, partition_metadata
+from ..storage.cleaner_manager import log_to_clean
 from ..storage.log_directory import LogDirectory
 from ..storage.partition_log import wall_clock_ms
 from ..structs import TopicPartition
 from ..timer import SystemTimer
 from .appender import Appender
+from .cleaner import LogCleaner
 from .config import BrokerConfig
 from .database_root import check_root, storage_error
 from .delayed_fetch import DelayedFetch
@@ -87,6 +90,11 @@ class PartitionInfo(NamedTuple):
     log_end_offset: int
     segments: int
     size_bytes: int
+    # Compacted topics (cleanup.policy has compact): where the cleaner's next pass starts
+    # and the share of the log's bytes it would clean (storage/cleaner_manager.py); None
+    # for a topic that is not compacted.
+    first_dirty_offset: int = None
+    dirty_ratio: float = None
 
 
 class Broker:
@@ -100,7 +108,7 @@ class Broker:
         self._lock = threading.RLock()
         self._closed = False
         self._dir_lock = None
-        self.timer = self.flusher = None
+        self.timer = self.flusher = self.cleaner = None
         # Appends a timer task hands off (the producer's linger sweep): see appender.py.
         self.appender = Appender()
         self._services = []  # (name, object with close()): see attach_service
@@ -131,6 +139,10 @@ class Broker:
                     CHECKPOINT: self.config.log_flush_offset_checkpoint_interval_ms,
                     FLUSH_MS: self.config.log_flush_scheduler_interval_ms,
                     PRODUCER_EXPIRATION: self.config.producer_id_expiration_check_interval_ms})
+                self.cleaner = LogCleaner(
+                    self.logs, clock_ms, enabled=self.config.log_cleaner_enable,
+                    dedupe_buffer_size=self.config.log_cleaner_dedupe_buffer_size,
+                    backoff_ms=self.config.log_cleaner_backoff_ms)
         except OSError as exc:
             self._abandon()
             raise storage_error(self.root, exc) from exc
@@ -146,6 +158,8 @@ class Broker:
     def _abandon(self):
         """Undo a failed open: stop threads, close files, release the lock."""
         self.appender.close()
+        if self.cleaner is not None:
+            self.cleaner.close()
         if self.flusher is not None:
             self.flusher.close()
         if self.timer is not None:
@@ -394,11 +408,35 @@ class Broker:
             partition_log = self.partition_log(TopicPartition(name, p))
             if self.readonly:
                 partition_log.refresh()
+            first_dirty = dirty_ratio = None
+            if partition_log.config.compact:
+                measured = log_to_clean(partition_log, self.logs.cleaner_checkpoint(
+                    TopicPartition(name, p)), self.clock_ms())
+                first_dirty, dirty_ratio = measured.first_dirty, measured.dirty_ratio
             out.append(PartitionInfo(
                 p, partition_log.log_start_offset, partition_log.high_watermark,
                 partition_log.last_stable_offset, partition_log.log_end_offset,
-                len(partition_log.segments), partition_log.size_in_bytes))
+                len(partition_log.segments), partition_log.size_in_bytes, first_dirty,
+                dirty_ratio))
         return info, out
+
+    def compact(self, topic=None, wait=True, progress=None):
+        """Run a cleaning pass now on every partition of topic (every compacted log when
+        None); see cleaner.LogCleaner.compact."""
+        self._check_writable()
+        if topic == METADATA_TOPIC:
+            tps = [METADATA_PARTITION]   # the registry's own log: no topic record of its own
+        elif topic is not None:
+            info = self.topic(topic)
+            if not info.config.compact:
+                raise InvalidConfigurationError(
+                    f"topic {topic!r} is not compacted (cleanup.policy="
+                    f"{','.join(info.config.cleanup_policy)}); set cleanup.policy=compact "
+                    "(or compact,delete) to compact it")
+            tps = [TopicPartition(topic, p) for p in range(info.partitions)]
+        else:
+            tps = sorted(tp for tp, pl in self.logs.logs.items() if pl.config.compact)
+        return self.cleaner.compact(tps, wait, progress)
 
     # --- requests: produce ----------------------------------------------------
 
@@ -600,6 +638,8 @@ class Broker:
                 service.close()
             except Exception:
                 log.exception("closing a broker service failed")
+        if self.cleaner is not None:
+            self.cleaner.close()  # no pass may run while the logs close
         self.appender.close()  # before the flusher: a late append may still wait on an fsync
         if self.flusher is not None:
             self.flusher.close()

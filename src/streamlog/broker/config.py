@@ -31,6 +31,9 @@ _BROKER_KEYS = {
     "transaction.max.timeout.ms": ("transaction_max_timeout_ms", int),
     "transaction.abort.timed.out.transaction.cleanup.interval.ms": (
         "transaction_abort_timed_out_transaction_cleanup_interval_ms", int),
+    "log.cleaner.enable": ("log_cleaner_enable", bool),
+    "log.cleaner.dedupe.buffer.size": ("log_cleaner_dedupe_buffer_size", int),
+    "log.cleaner.backoff.ms": ("log_cleaner_backoff_ms", int),
 }
 
 
@@ -64,6 +67,11 @@ class BrokerConfig:
     transaction_state_log_num_partitions: int = 50
     transaction_max_timeout_ms: int = 900_000
     transaction_abort_timed_out_transaction_cleanup_interval_ms: int = 10_000
+    # Compaction (Kafka's defaults): the cleaner thread, its offset map's memory, and how
+    # long it sleeps when no log needs cleaning.
+    log_cleaner_enable: bool = True
+    log_cleaner_dedupe_buffer_size: int = 128 << 20
+    log_cleaner_backoff_ms: int = 15_000
     topic_defaults: LogConfig = LogConfig()
 
     @classmethod
@@ -89,7 +97,8 @@ class BrokerConfig:
                      "offsets_retention_check_interval_ms", "producer_id_expiration_ms",
                      "producer_id_expiration_check_interval_ms",
                      "transaction_state_log_num_partitions", "transaction_max_timeout_ms",
-                     "transaction_abort_timed_out_transaction_cleanup_interval_ms"):
+                     "transaction_abort_timed_out_transaction_cleanup_interval_ms",
+                     "log_cleaner_backoff_ms"):
             if getattr(config, attr) < 1:
                 raise InvalidConfigurationError(f"{attr.replace('_', '.')} must be >= 1")
         if config.group_max_session_timeout_ms < config.group_min_session_timeout_ms:
@@ -97,6 +106,8 @@ class BrokerConfig:
                 "group.max.session.timeout.ms must be >= group.min.session.timeout.ms")
         if config.max_open_files is not None and max_open_files_problem(config.max_open_files):
             raise InvalidConfigurationError(max_open_files_problem(config.max_open_files))
+        if config.log_cleaner_dedupe_buffer_size < 1 << 20:
+            raise InvalidConfigurationError("log.cleaner.dedupe.buffer.size must be >= 1 MiB")
         if config.group_initial_rebalance_delay_ms < 0:
             raise InvalidConfigurationError("group.initial.rebalance.delay.ms must be >= 0")
         return replace(config, topic_defaults=LogConfig.from_dict(topic))

@@ -45,7 +45,7 @@ PRODUCER_IDS_KEY = b"!producer-ids"
 PRODUCER_ID_BLOCK_SIZE = 1000  # ids taken per durable record, as Kafka's blocks
 
 # The metadata log itself: never deleted by retention, small segments.
-METADATA_LOG_CONFIG = LogConfig.from_dict({"retention.ms": -1, "segment.bytes": 1 << 20,
+METADATA_LOG_CONFIG = LogConfig.from_dict({"cleanup.policy": "compact", "segment.bytes": 1 << 20,
                                            "segment.index.bytes": 64 << 10})
 
 

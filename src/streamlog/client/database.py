@@ -158,6 +158,20 @@ class Database:
         return TopicDescription(info.name, info.topic_id, info.internal, list(partitions),
                                 info.config.to_dict(), dict(info.overrides))
 
+    def compact(self, topic=None, wait=True, progress=None):
+        """Run a log cleaning pass now on every partition of `topic` (a compacted topic),
+        or on every compacted log of the database when None (docs/COMPACTION.md).
+
+        The active segment is rolled first, so everything written so far may be cleaned;
+        min.compaction.lag.ms and open transactions still hold records back. With wait,
+        returns [CompactionResult] once every pass is done; else None at once.
+        progress(nbytes): called from the cleaner thread as each segment is read.
+        """
+        self._check()
+        if self.readonly:
+            raise ReadOnlyError("a read-only database cannot compact; open it for writing")
+        return self._broker.compact(topic, wait, progress)
+
     # --- consumer groups -------------------------------------------------------------------
 
     def list_groups(self):

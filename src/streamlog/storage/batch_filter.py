@@ -14,7 +14,8 @@ baseTimestamp field (attribute bit 6), so each record's timestamp delta is
 re-encoded against it and the record's length prefix with it.
 """
 from . import compression
-from .record_batch import (DELETE_HORIZON_FLAG, LOG_APPEND_TIME, RECORDS_OFFSET, seal)
+from .record_batch import (CONTROL_FLAG, DELETE_HORIZON_FLAG, LOG_APPEND_TIME, NO_TIMESTAMP,
+                           RECORDS_OFFSET, TIMESTAMP_TYPE_MASK, TRANSACTIONAL_FLAG, seal)
 from .varint import decode_varint, decode_varlong, encode_varint, encode_varlong
 
 
@@ -45,6 +46,8 @@ def filter_batch(batch, keep, delete_horizon_ms=None):
     kept = [s for s, k in zip(spans, keep, strict=True) if k]
     if not kept:
         return None
+    if len(kept) == len(spans) and (delete_horizon_ms is None or batch.has_delete_horizon):
+        return bytes(batch.view())   # nothing removed, no horizon to set: the batch as it is
     attributes = batch.attributes
     # A record's time is the batch's baseTimestamp field plus its delta, whether that field
     # holds the first timestamp or (delete horizon bit set) the horizon, as in Kafka.
@@ -78,4 +81,20 @@ def filter_batch(batch, keep, delete_horizon_ms=None):
          producer_id=batch.producer_id, producer_epoch=batch.producer_epoch,
          base_sequence=batch.base_sequence, records_count=len(kept),
          partition_leader_epoch=batch.partition_leader_epoch)
+    return bytes(out)
+
+
+def empty_batch(batch):
+    """The header of `batch` alone, holding no record (Kafka's RETAIN_EMPTY): its offsets,
+    producer id, epoch and sequence stay known (an active producer's last batch; the
+    batch that ends a cleaned range). As Kafka writes one: no compression, no first
+    timestamp, the max timestamp kept, the timestamp type and the transactional and
+    control flags kept."""
+    out = bytearray(RECORDS_OFFSET)
+    seal(out, 0, base_offset=batch.base_offset,
+         attributes=batch.attributes & (TIMESTAMP_TYPE_MASK | TRANSACTIONAL_FLAG | CONTROL_FLAG),
+         last_offset_delta=batch.last_offset_delta, base_timestamp=NO_TIMESTAMP,
+         max_timestamp=batch.max_timestamp, producer_id=batch.producer_id,
+         producer_epoch=batch.producer_epoch, base_sequence=batch.base_sequence,
+         records_count=0, partition_leader_epoch=batch.partition_leader_epoch)
     return bytes(out)

@@ -119,7 +119,8 @@ def list_segments(names):
     rest go through parse_segment_file_name. Same answers as parsing every
     name: `\\d` and str.isdecimal accept the same digits."""
     logs, index_names, swaps, leftovers, others, snapshots = [], [], [], [], [], []
-    txn_prefixes = []
+    txn_prefixes, swap_names = [], []
+    cleaned = False
     for name in names:
         suffix = name[20:]
         if suffix in _ORDINARY_SUFFIXES and name[:20].isdecimal():
@@ -133,19 +134,30 @@ def list_segments(names):
         parsed = parse_segment_file_name(name)
         if is_leftover_file_name(name, parsed):
             leftovers.append(name)
-        elif parsed is not None and parsed[2] == SWAP_SUFFIX and parsed[1] == LOG_SUFFIX:
-            swaps.append(parsed[0])
+            if parsed is not None and parsed[2] == CLEANED_SUFFIX:
+                cleaned = True
+        elif parsed is not None and parsed[2] == SWAP_SUFFIX:
+            swap_names.append((name, parsed))
+            if parsed[1] == LOG_SUFFIX:
+                swaps.append(parsed[0])
         elif parsed is not None and parsed[1:] == (SNAPSHOT_SUFFIX, ""):
             snapshots.append(parsed[0])
         elif parsed is None:
             others.append(name)
+    if cleaned:
+        # A cleaner's swap that never reached its commit point (log_cleaner.py,
+        # PartitionLog.replace_segments): its .swap files go with its .cleaned ones.
+        swaps = []
+    swap_bases = set(swaps)
+    # Index .swap files without their .log.swap: a swap's files no log claims.
+    leftovers += [name for name, parsed in swap_names if parsed[0] not in swap_bases]
     prefixes = set(logs)
     bases = {int(p) for p in prefixes}
     # The same offset may be spelt in other decimal digits: compare numbers where text differs.
     orphans = [name for name in index_names
                if name[:20] not in prefixes and int(name[:20]) not in bases]
     txn_bases = sorted({int(p) for p in txn_prefixes} & bases)
-    return SegmentListing(sorted(bases), sorted(set(swaps)), leftovers, orphans, others,
+    return SegmentListing(sorted(bases), sorted(swap_bases), leftovers, orphans, others,
                           txn_bases, sorted(set(snapshots)))
 
 

@@ -81,6 +81,15 @@ class LogDirectory:
             self._remove_deleted_dirs()
         self._recovery_points = self._read_checkpoint(self._recovery_file)
         self._log_starts = self._read_checkpoint(self._start_file)
+        self._cleaner_file = OffsetCheckpointFile(
+            os.path.join(self.root, files.CLEANER_OFFSET_CHECKPOINT))
+        try:
+            self._cleaner_offsets = self._cleaner_file.read()
+        except CorruptCheckpointError as exc:
+            # Only where compaction goes on is lost: the next passes start from each log's
+            # start, which re-cleans what was clean (no record is lost or kept wrongly).
+            log.warning("%s; the cleaner starts over from each log's start", exc)
+            self._cleaner_offsets = {}
 
     def _read_checkpoint(self, checkpoint):
         try:
@@ -204,6 +213,7 @@ class LogDirectory:
         for tp in tps:
             found |= self._recovery_points.pop(tp, None) is not None
             found |= self._log_starts.pop(tp, None) is not None
+            found |= self._cleaner_offsets.pop(tp, None) is not None
         return found
 
     def _remove_dir_locked(self, tp):
@@ -236,6 +246,22 @@ class LogDirectory:
             self._log_starts.update({tp: pl.log_start_offset for tp, pl in self.logs.items()})
             self._recovery_file.write(self._recovery_points)
             self._start_file.write(self._log_starts)
+            if self._cleaner_offsets or os.path.exists(self._cleaner_file.path):
+                self._cleaner_file.write(self._cleaner_offsets)
+
+    def cleaner_checkpoint(self, tp):
+        """The first dirty offset the cleaner checkpointed for tp, or None."""
+        return self._cleaner_offsets.get(tp)
+
+    def write_cleaner_checkpoint(self, tp, offset):
+        """Record where tp's next cleaning pass starts (cleaner-offset-checkpoint)."""
+        if self.readonly:
+            raise KafkaStorageError(f"{self.root} is open read-only")
+        with self._lock, self._files_lock:
+            if tp not in self.logs:
+                return   # deleted meanwhile: its entry must not come back
+            self._cleaner_offsets[tp] = offset
+            self._cleaner_file.write(self._cleaner_offsets)
 
     def _write_log_start(self, tp, offset):
         with self._files_lock:

@@ -3,8 +3,11 @@ check or rebuild indexes, and recover the log after an unclean stop.
 
 Steps (writer), in order:
   1. Delete `.deleted`, `.cleaned` and `.tmp` files. Complete an interrupted
-     swap: every ordinary segment inside the offset range of the `.swap`
-     segments is deleted and the `.swap` files take their final names.
+     swap: every ordinary segment inside the offset range of a `.swap`
+     segment is deleted and the `.swap` files take their final names. A
+     `.cleaned` file beside `.swap` ones is a cleaner's swap that never
+     committed (PartitionLog.replace_segments): its `.swap` files are deleted
+     too, and the old segments stay.
   2. Delete index files that have no `.log`.
   3. Make every segment, opening only the last (and, after an unclean stop,
      those step 4 recovers): the others are lazy, opened at their first use.
@@ -260,10 +263,9 @@ def _complete_swaps(directory, swap_bases, config, report, now_ms):
         segment = LogSegment(directory, base, config, suffix=files.SWAP_SUFFIX, now_ms=now_ms)
         segment.recover()  # a .swap was complete when renamed, but its indexes may not be
         swapped.append(segment)
-    low = swap_bases[0]
-    high = max(_safe_next_offset(s) for s in swapped)
+    ranges = [(s.base_offset, _safe_next_offset(s)) for s in swapped]
     for base in segment_bases(directory):
-        if low <= base < high:
+        if any(low <= base < high for low, high in ranges):
             for suffix in files.SEGMENT_FILE_SUFFIXES:
                 path = os.path.join(directory, files.offset_prefix(base) + suffix)
                 if os.path.exists(path):

@@ -38,7 +38,8 @@ from ..errors import (CorruptRecordError, InvalidRecordError, KafkaStorageError,
 from . import files
 from .durable import fsync_dir
 from .file_records import IncompleteBatch
-from .log_loader import list_directory, load_log, segment_bases
+from .log_cleaner import CleanerSnapshot
+from .log_loader import list_directory, load_log
 from .open_files import OpenSegments
 from .record_batch import (CONTROL_ABORT, CONTROL_COMMIT, LOG_OVERHEAD, RECORD_BATCH_OVERHEAD,
                            RecordBatch, build_control_batch, iter_batches, set_log_append_time)
@@ -76,6 +77,10 @@ class FetchData(NamedTuple):
     @property
     def size(self):
         return sum(b.size_in_bytes for b in self.batches)
+
+
+# Read-only views: how many 1 ms looks a refresh takes at a writer's swap (_listed_bases).
+_SWAP_WAITS = 200
 
 
 class _MissingOffsets(CorruptRecordError):
@@ -225,6 +230,11 @@ class PartitionLog:
     def closed(self):
         return self._closed
 
+    @property
+    def open_files(self):
+        """The bound on open files this log's segments go through (open_files.py)."""
+        return self._open_files
+
     def __repr__(self):
         return (f"PartitionLog({self.name}, start={self.log_start_offset}, "
                 f"end={self._next_offset}, segments={len(self._segments)})")
@@ -351,6 +361,12 @@ class PartitionLog:
                     f"{self.name}; raise the topic's max.message.bytes or send less per batch")
             if batch.records_count == 0 and assign_offsets:
                 raise InvalidRecordError("a produced batch must hold at least one record")
+            if self.config.compact and not batch.is_control and batch.records_count and \
+                    (batch.records(verify=False).key_lens < 0).any():
+                # Kafka's LogValidator rule: the cleaner could only drop such a record.
+                raise InvalidRecordError(
+                    f"compacted topic partition {self.name} cannot accept a record without "
+                    "a key; give every record a key, or use cleanup.policy=delete")
             if batch.is_control and origin == CLIENT:
                 raise InvalidRecordError("a client may not write a control batch; transaction "
                                          "markers come from the transaction coordinator")
@@ -451,11 +467,18 @@ class PartitionLog:
             raise LogClosedError(f"partition log {self.name} is closed")
         if self.readonly and fetch_offset >= self._next_offset:
             self.refresh()  # caught up with what we know: look for more
+        segments = self._segments
         try:
             return self._read(fetch_offset, max_bytes, max_offset, min_one_batch, buffer)
         except (KafkaStorageError, _MissingOffsets) as exc:
-            if not self.readonly or not (isinstance(exc, _MissingOffsets) or
-                                         isinstance(exc.__cause__, FileNotFoundError)):
+            if not self.readonly:
+                if self._segments is segments:
+                    raise
+                # The cleaner or retention replaced segments under this read (one it held
+                # was removed): read again, from the log as it is now.
+                return self._read(fetch_offset, max_bytes, max_offset, min_one_batch, buffer)
+            if not (isinstance(exc, _MissingOffsets) or
+                    isinstance(exc.__cause__, FileNotFoundError)):
                 raise
             # Retention may have removed a segment under this view (its offsets are then
             # below the log start the writer moved; a lazy segment finds its file gone at
@@ -595,6 +618,87 @@ class PartitionLog:
                  self.log_start_offset)
         return len(deletable)
 
+    # --- compaction (log_cleaner.py) ----------------------------------------------
+
+    def cleaner_snapshot(self):
+        """What a cleaning pass reads of the log, taken at once (log_cleaner.CleanerSnapshot)."""
+        with self._lock:
+            self._check_writable()
+            producers = {pid: (e.batches[-1].last_offset if e.batches else None, e.epoch)
+                         for pid, e in self.producer_state.producers.items()}
+            return CleanerSnapshot(tuple(self._segments), self.log_start_offset,
+                                   self.last_stable_offset, tuple(self.txn_indexes.entries()),
+                                   producers)
+
+    def replace_segments(self, replacements):
+        """Swap cleaned segments in for the ones they replace, all at once.
+
+        replacements: [(old segments, the `.cleaned` segment replacing them, the
+        AbortedTxn its .txnindex holds)]. Returns False, having removed the cleaned files
+        and changed nothing, when an old segment left the log meanwhile (retention).
+
+        Crash safety, with log_loader's step 1; every cleaned file is already fsynced:
+          1. every `.cleaned` file is renamed `.swap`, then the directory is fsynced: the
+             commit point. A directory with a `.cleaned` file beside `.swap` ones is a
+             swap that never committed: the loader removes both, the old log stays.
+          2. the old segments are renamed `.deleted` (closed after file.delete.delay.ms,
+             as retention's: a reader holding one reads on);
+          3. every `.swap` file takes its final name; the directory is fsynced.
+        The loader completes a swap a crash cut in 2 or 3: it removes the ordinary
+        segments inside each `.swap` segment's offsets and renames the `.swap` files.
+        """
+        if not replacements:
+            return True
+        with self._lock:
+            self._check_writable()
+            current = {id(s) for s in self._segments}
+            if any(id(s) not in current for old, _, _ in replacements for s in old):
+                for _, cleaned, _ in replacements:
+                    cleaned.delete()
+                return False
+            try:
+                for _, cleaned, _ in replacements:
+                    cleaned.rename_suffix(files.CLEANED_SUFFIX, files.SWAP_SUFFIX)
+                fsync_dir(self.directory)
+            except BaseException:
+                for _, cleaned, _ in replacements:   # not committed: the old log stays
+                    cleaned.delete()
+                raise
+            deadline = self.clock_ms() + self.config.file_delete_delay_ms
+            old_bases = {s.base_offset for old, _, _ in replacements for s in old}
+            self._delete_pending_locked(old_bases)
+            for old, _, _ in replacements:
+                for segment in old:
+                    segment.rename_suffix("", files.DELETED_SUFFIX)
+                    self._pending_deletes.append((deadline, segment))
+            new_by_first = {}
+            for old, cleaned, _ in replacements:
+                cleaned.rename_suffix(files.SWAP_SUFFIX, "")
+                new_by_first[id(old[0])] = cleaned
+            fsync_dir(self.directory)
+            replaced = {id(s) for old, _, _ in replacements for s in old}
+            segments = []
+            for segment in self._segments:
+                if id(segment) in new_by_first:
+                    segments.append(new_by_first[id(segment)])
+                elif id(segment) not in replaced:
+                    segments.append(segment)
+            self._segments = segments
+            self._bases = [s.base_offset for s in segments]
+            self.txn_indexes.replace_segments(
+                old_bases, {cleaned.base_offset: kept for _, cleaned, kept in replacements})
+            return True
+
+    def _delete_pending_locked(self, bases):
+        """Remove now the pending deletions of segments at these bases: a segment renamed
+        `.deleted` again takes the same file names (readers of the older one read again
+        from the log as it is, see read())."""
+        due = [(d, s) for d, s in self._pending_deletes if s.base_offset in bases]
+        if due:
+            self._pending_deletes = [p for p in self._pending_deletes if p not in due]
+            for _, segment in due:
+                segment.delete()
+
     def delete_pending_files(self, now_ms=None, force=False):
         """Close and remove segments deleted at least file.delete.delay.ms ago; returns count."""
         with self._lock:
@@ -664,19 +768,28 @@ class PartitionLog:
         if not self.readonly:
             return
         with self._lock:
-            present = set(segment_bases(self.directory))
+            listed = self._listed_bases()
+            present = set(listed)
             previous_last = self._segments[-1].base_offset if self._segments else -1
             keep = []
             removed = False
+            compact = self.config.compact
             for segment in self._segments:
-                if segment.base_offset in present:
+                if segment.base_offset in present and not (compact and
+                                                           segment.replaced_on_disk()):
                     keep.append(segment)
                 else:
-                    segment.close()  # deleted by the writer's retention
+                    segment.close()  # deleted by the writer's retention, or its cleaner
                     removed = True
-            new = [base for base in sorted(present) if not keep or base > keep[-1].base_offset]
-            keep.extend(open_readonly_segments(self.directory, new, self.config,
-                                               open_files=self._open_files))
+            held = {s.base_offset for s in keep}
+            # Retention only removes segments and rolls add them at the end; the cleaner
+            # also puts new files under the names of segments it replaced.
+            new = [base for base in listed if base not in held and
+                   (compact or not keep or base > keep[-1].base_offset)]
+            if new:
+                keep = sorted(keep + open_readonly_segments(
+                    self.directory, new, self.config, open_files=self._open_files),
+                    key=lambda s: s.base_offset)
             if not keep:
                 return
             for segment in keep:
@@ -688,6 +801,20 @@ class PartitionLog:
             self._next_offset = max(self._next_offset, self._scan_tail(keep))
             self._follow_to(self._next_offset)
             self.high_watermark = self._next_offset
+
+    def _listed_bases(self):
+        """Read-only: the ordinary segments' bases as listed now. While `.swap` files are
+        listed, the writer's cleaner is swapping segments in (a few renames); the listing
+        waits them out, up to a bound: a view made mid-swap could miss a cleaned range
+        (PartitionLog.replace_segments). Past the bound (a writer that died mid-swap) it
+        goes on: the old segments it lists are whole, and the next writable open finishes
+        the swap."""
+        for _ in range(_SWAP_WAITS):
+            listing = list_directory(self.directory)
+            if not listing.swap_bases:
+                break
+            time.sleep(0.001)
+        return listing.bases
 
     def _writer_log_start(self, removed):
         """Read-only: the log start the writer has moved to, as far as this view can prove it.

@@ -242,7 +242,10 @@ class RecordBatch:
                                        partition, self.timestamp_type, min_offset, record_type)
 
     def control_type(self):
-        """CONTROL_ABORT / CONTROL_COMMIT / other type id of a control batch's record."""
+        """CONTROL_ABORT / CONTROL_COMMIT / other type id of a control batch's record;
+        -1 for a control batch the log cleaner emptied (its transaction is gone)."""
+        if self.records_count == 0:
+            return -1
         recs = self.records()
         key = recs.key(0)
         if key is None or len(key) < 4:

@@ -93,12 +93,23 @@ def open_readonly_segments(directory, bases, config, now_ms=None, open_files=Non
     segments = []
     for base in bases:
         try:
-            segments.append(LogSegment(directory, base, config, readonly=True, now_ms=now_ms,
-                                       open_files=open_files, lazy=True))
-        except KafkaStorageError as exc:
-            if not isinstance(exc.__cause__, FileNotFoundError):
+            segment = LogSegment(directory, base, config, readonly=True, now_ms=now_ms,
+                                 open_files=open_files, lazy=True)
+            if config.compact:
+                # The cleaner replaces a segment by another of the same name: the view
+                # tells them apart by the file (replaced_on_disk).
+                segment.disk_identity = _file_identity(segment.path)
+            segments.append(segment)
+        except (KafkaStorageError, FileNotFoundError) as exc:
+            if not isinstance(exc, FileNotFoundError) and \
+                    not isinstance(exc.__cause__, FileNotFoundError):
                 raise
     return segments
+
+
+def _file_identity(path):
+    st = os.stat(path)
+    return st.st_dev, st.st_ino
 
 
 def _uses_files(method):
@@ -114,6 +125,9 @@ def _uses_files(method):
 
 
 class LogSegment:
+    # Read-only views of compacted logs: (device, inode) of the log file when listed.
+    disk_identity = None
+
     def __init__(self, directory, base_offset, config, readonly=False, suffix="", now_ms=None,
                  open_files=None, lazy=False, new=False, recovering=False):
         """open_files: the root's OpenSegments (None: a bound of its own, unbounded).
@@ -270,6 +284,11 @@ class LogSegment:
     @property
     def path(self):
         return self.log.path
+
+    @property
+    def suffix(self):
+        """The temporary suffix of the segment's file names ('' for an ordinary segment)."""
+        return self._suffix
 
     @property
     def closed(self):
@@ -656,6 +675,16 @@ class LogSegment:
             with self.pinned():
                 self.offset_index.flush()
                 self.time_index.flush()
+
+    def replaced_on_disk(self):
+        """Read-only, compacted log: whether the file under this segment's name is no longer
+        the one the view opened (the cleaner swapped a cleaned segment in, or removed it)."""
+        if self.disk_identity is None:
+            return False
+        try:
+            return _file_identity(self.path) != self.disk_identity
+        except FileNotFoundError:
+            return True
 
     def refresh_size(self):
         """Read-only: the log file's length now (a writer may have appended)."""

@@ -32,6 +32,17 @@ TXN_INDEX_VERSION = 0
 _ENTRY = struct.Struct(">hqqqq")  # 34 bytes
 
 
+def write_index_file(path, txns):
+    """A whole .txnindex file of txns (a cleaned segment's), fsynced."""
+    try:
+        with open(path, "wb") as f:
+            f.write(b"".join(encode_entry(t) for t in txns))
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError as exc:
+        raise KafkaStorageError(f"cannot write {path}: {exc}") from exc
+
+
 class AbortedTxn(NamedTuple):
     producer_id: int
     first_offset: int
@@ -172,6 +183,16 @@ class TxnIndexes:
                     del self._by_segment[base]
             except OSError as exc:
                 raise KafkaStorageError(f"cannot truncate {path}: {exc}") from exc
+        self._rebuild()
+
+    def replace_segments(self, old_bases, new_entries):
+        """The cleaner swapped segments in for old_bases; new_entries: {new base: the
+        AbortedTxn its .txnindex holds}."""
+        for base in old_bases:
+            self._by_segment.pop(base, None)
+        for base, txns in new_entries.items():
+            if txns:
+                self._by_segment[base] = list(txns)
         self._rebuild()
 
     def forget_segments(self, bases):

@@ -4,7 +4,9 @@ Reads every segment of every partition read-only and checks, without
 changing anything: batch headers and CRCs, record framing (every record is
 decoded), offsets increasing within and across segments, no offsets missing
 (below the first segment, against the log start offset checkpoint, or between
-segments or batches of a topic whose topic.json says it is not compacted), that
+segments or batches of a topic whose topic.json says it is not compacted; a
+compacted log's gaps and empty batches are its cleaner's), that the checkpoint
+files parse (the cleaner's too, whose offsets must lie within their logs), that
 every offset-index and time-index entry says what the log says, and that every
 .txnindex entry names an ABORT marker of its producer in its segment. A live writer
 may be appending: a partial batch at the very end of a partition is reported
@@ -82,7 +84,8 @@ def verify_directory(root, progress=None):
             progress(done[0], total, path)
 
     checkpoints = {}
-    for name in (files.RECOVERY_POINT_CHECKPOINT, files.LOG_START_OFFSET_CHECKPOINT):
+    for name in (files.RECOVERY_POINT_CHECKPOINT, files.LOG_START_OFFSET_CHECKPOINT,
+                 files.CLEANER_OFFSET_CHECKPOINT):
         try:
             checkpoints[name] = OffsetCheckpointFile(os.path.join(root, name)).read()
         except CorruptCheckpointError as exc:
@@ -97,15 +100,21 @@ def verify_directory(root, progress=None):
             continue
         report.partitions += 1
         parsed = files.parse_partition_dir_name(os.path.basename(directory))
-        log_start = log_starts.get(TopicPartition(*parsed)) if parsed else None
-        verify_partition(directory, report, advance, log_start)
+        tp = TopicPartition(*parsed) if parsed else None
+        last = verify_partition(directory, report, advance, log_starts.get(tp))
+        first_dirty = checkpoints.get(files.CLEANER_OFFSET_CHECKPOINT, {}).get(tp)
+        if first_dirty is not None and last is not None and first_dirty > last + 1:
+            report.notes.append(
+                f"{directory}: the cleaner checkpoint says {first_dirty}, past the log end "
+                f"{last + 1}; the log cleaner starts over from the log start (nothing is lost)")
     if progress is not None:
         progress(total, total, "")
     return report
 
 
 def verify_partition(directory, report, advance=lambda n, p: None, log_start=None):
-    """log_start: the checkpointed log start of the partition, None if unknown."""
+    """log_start: the checkpointed log start of the partition, None if unknown. Returns the
+    last offset the partition holds (None when it holds none)."""
     bases = segment_bases(directory)
     if bases and log_start is not None and log_start < bases[0]:
         # Retention checkpoints the new start before it removes a segment (log_directory).
@@ -125,6 +134,7 @@ def verify_partition(directory, report, advance=lambda n, p: None, log_start=Non
                 f"ends at {previous_last}"))
         previous_last = _verify_segment(directory, base, previous_last, is_last, report, advance,
                                         dense)
+    return previous_last
 
 
 def _is_dense(directory, report):

@@ -19,11 +19,17 @@ names = st.one_of(
 def by_parsing_each(listing):
     parsed = [(name, files.parse_segment_file_name(name)) for name in listing]
     logs = {p[0] for _, p in parsed if p and p[1] == files.LOG_SUFFIX and p[2] == ""}
+    cleaned = any(p and p[2] == files.CLEANED_SUFFIX for _, p in parsed)
+    # A swap beside a .cleaned file never committed; swap files without a .log.swap
+    # belong to no swap: both are leftovers.
+    swaps = set() if cleaned else {p[0] for _, p in parsed if p and p[1] == files.LOG_SUFFIX
+                                   and p[2] == files.SWAP_SUFFIX}
+    stray_swaps = [name for name, p in parsed if p and p[2] == files.SWAP_SUFFIX
+                   and p[0] not in swaps]
     return files.SegmentListing(
         sorted(logs),
-        sorted({p[0] for _, p in parsed if p and p[1] == files.LOG_SUFFIX
-                and p[2] == files.SWAP_SUFFIX}),
-        [name for name, p in parsed if files.is_leftover_file_name(name, p)],
+        sorted(swaps),
+        [name for name, p in parsed if files.is_leftover_file_name(name, p)] + stray_swaps,
         [name for name, p in parsed if p and p[2] == "" and p[0] not in logs
          and p[1] in (files.INDEX_SUFFIX, files.TIME_INDEX_SUFFIX, files.TXN_INDEX_SUFFIX)],
         [name for name, p in parsed if p is None and not files.is_leftover_file_name(name, p)],
@@ -48,3 +54,14 @@ def test_a_typical_directory():
     assert listing.leftovers == ["00000000000000000000.log.deleted", "topic.json.tmp"]
     assert listing.orphan_indexes == ["00000000000000000200.index"]
     assert listing.other_names == ["partition.metadata", "topic.json"]
+
+
+def test_swap_files_beside_a_cleaned_file_never_committed():
+    listing = files.list_segments([
+        "00000000000000000000.log", "00000000000000000000.log.swap",
+        "00000000000000000000.index.swap", "00000000000000000050.log.cleaned",
+        "00000000000000000070.index.swap"])
+    assert listing.swap_bases == []
+    assert sorted(listing.leftovers) == [
+        "00000000000000000000.index.swap", "00000000000000000000.log.swap",
+        "00000000000000000050.log.cleaned", "00000000000000000070.index.swap"]

@@ -1,0 +1,178 @@
+"""The broker's log cleaner thread: compacts the logs whose cleanup.policy has compact.
+
+Shaped like flusher.py: one daemon thread. Each round measures every open
+compacted log from its checkpointed first dirty offset
+(storage.cleaner_manager.log_to_clean), gives the dirtiest one that qualifies
+one pass (storage.log_cleaner.clean_log) and records the pass's new first dirty
+offset in `cleaner-offset-checkpoint`. With none qualifying it sleeps
+log.cleaner.backoff.ms, or until compact() asks for passes now.
+
+compact() passes are forced: each named log is cleaned whatever its dirty
+ratio, after its active segment is rolled (Kafka never cleans the active
+segment; a caller asking for compaction now means what was written so far).
+min.compaction.lag.ms and the LSO still hold records back.
+
+A pass that fails (a damaged segment, a full disk) marks its log uncleanable,
+as Kafka does: logged, and skipped by later rounds until the database is
+reopened; compact() on it tries again and raises.
+
+Thread-safety: compact() and close() may be called from any thread; passes run
+only on the cleaner thread, so one log never has two at once.
+"""
+import logging
+import threading
+from typing import NamedTuple
+
+from ..errors import StreamlogError
+from ..storage.cleaner_manager import filthiest, log_to_clean
+from ..storage.log_cleaner import clean_log
+
+log = logging.getLogger("streamlog.broker")
+
+
+class CompactionResult(NamedTuple):
+    """One forced pass: where the log's next pass starts, and what this one did
+    (storage.log_cleaner.CleanStats), or stats None when nothing was cleanable."""
+
+    tp: object
+    first_dirty: int
+    stats: object
+
+
+class _Request:
+    def __init__(self, tps, progress):
+        self.tps = tps
+        self.progress = progress
+        self.results = []
+        self.error = None
+        self.done = threading.Event()
+
+
+class LogCleaner:
+    def __init__(self, logs, clock_ms, enabled=True, dedupe_buffer_size=128 << 20,
+                 backoff_ms=15_000):
+        """logs: the broker's LogDirectory (every open log, internal ones included)."""
+        self._logs = logs
+        self._clock_ms = clock_ms
+        self._enabled = enabled
+        self.dedupe_buffer_size = dedupe_buffer_size
+        self._backoff_s = backoff_ms / 1000
+        self._cond = threading.Condition()
+        self._requests = []
+        self._closing = False
+        self.uncleanable = {}   # tp -> the error that stopped its last pass
+        self.passes = 0         # passes completed (tests and describe wait on it)
+        self._thread = threading.Thread(target=self._run, name="streamlog-cleaner", daemon=True)
+        self._thread.start()
+
+    # --- requests ---------------------------------------------------------------------
+
+    def compact(self, tps, wait=True, progress=None):
+        """Clean each of tps (TopicPartitions of compacted logs) now; with wait, return
+        [CompactionResult] once done (raising the first failure), else None at once.
+        progress(bytes): called as the passes read."""
+        request = _Request(list(tps), progress)
+        with self._cond:
+            if self._closing:
+                raise StreamlogError("the database is closing")
+            self._requests.append(request)
+            self._cond.notify()
+        if not wait:
+            return None
+        request.done.wait()
+        if request.error is not None:
+            raise request.error
+        return request.results
+
+    def wake(self):
+        """Measure the logs again now (a topic's config changed)."""
+        with self._cond:
+            self._cond.notify()
+
+    # --- the thread -----------------------------------------------------------------------
+
+    def _run(self):
+        while True:
+            with self._cond:
+                if not self._requests and not self._closing:
+                    self._cond.wait(self._backoff_s if self._enabled else None)
+                if self._closing:
+                    requests, self._requests = self._requests, []
+                    for request in requests:
+                        request.error = StreamlogError("the database closed before compaction")
+                        request.done.set()
+                    return
+                requests, self._requests = self._requests, []
+            for request in requests:
+                self._serve(request)
+            if self._enabled:
+                try:
+                    while not self._closing and self._clean_filthiest():
+                        pass
+                except Exception:
+                    log.exception("the log cleaner's round failed")
+
+    def _serve(self, request):
+        try:
+            for tp in request.tps:
+                partition_log = self._logs.get(tp)
+                partition_log.roll()
+                result = self._clean(tp, partition_log, request.progress, forced=True)
+                request.results.append(result)
+        except Exception as exc:
+            request.error = exc
+        finally:
+            request.done.set()
+
+    def _clean_filthiest(self):
+        """One pass on the dirtiest qualifying log; False when none qualifies."""
+        now_ms = self._clock_ms()
+        candidates = []
+        for tp, partition_log in list(self._logs.logs.items()):
+            if tp in self.uncleanable or partition_log.closed or \
+                    not partition_log.config.compact:
+                continue
+            candidates.append((tp, log_to_clean(partition_log,
+                                                self._logs.cleaner_checkpoint(tp), now_ms)))
+        chosen = filthiest(c for _, c in candidates)
+        if chosen is None:
+            return False
+        tp = next(tp for tp, c in candidates if c is chosen)
+        try:
+            self._clean(tp, chosen.log, None, forced=False, measured=chosen)
+        except Exception:
+            return False   # marked uncleanable and logged by _clean
+        return True
+
+    def _clean(self, tp, partition_log, progress, forced, measured=None):
+        now_ms = self._clock_ms()
+        if measured is None:
+            measured = log_to_clean(partition_log, self._logs.cleaner_checkpoint(tp), now_ms)
+        if measured.first_uncleanable <= measured.first_dirty:
+            return CompactionResult(tp, measured.first_dirty, None)
+        try:
+            result = clean_log(partition_log, measured.first_dirty, measured.first_uncleanable,
+                               now_ms, self.dedupe_buffer_size, progress)
+        except Exception as exc:
+            if partition_log.closed:
+                return CompactionResult(tp, measured.first_dirty, None)  # deleted meanwhile
+            self.uncleanable[tp] = exc
+            log.error("cleaning %s failed; it is not cleaned again until the database is "
+                      "reopened: %s", tp, exc)
+            raise
+        self.uncleanable.pop(tp, None)
+        if result is None:   # retention changed the log under the pass: the next one retries
+            return CompactionResult(tp, measured.first_dirty, None)
+        self._logs.write_cleaner_checkpoint(tp, result.first_dirty)
+        self.passes += 1
+        stats = result.stats
+        log.info("cleaned %s%s: %d of %d records kept, %d -> %d bytes, %.3f s", tp,
+                 " (forced)" if forced else "", stats.records_kept, stats.records_read,
+                 stats.bytes_read, stats.bytes_written, stats.elapsed_s)
+        return CompactionResult(tp, result.first_dirty, stats)
+
+    def close(self):
+        with self._cond:
+            self._closing = True
+            self._cond.notify()
+        self._thread.join()
