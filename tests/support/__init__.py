@@ -33,6 +33,7 @@ def read_all(log, start=None, max_bytes=1 << 16):
         if not fetch.batches:
             break
         for batch in fetch.batches:
+            assert batch.next_offset > offset, f"a read at {offset} returned {batch!r}"
             for off, ts, key, value, _headers in batch.records():
                 if off >= offset:
                     out.append((off, ts, key, value))

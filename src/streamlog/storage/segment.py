@@ -200,6 +200,7 @@ class LogSegment:
         # from the last sparse index entry. Replaced (never shrunk in place) so lock-free
         # readers always see a consistent list.
         self._recent = []
+        self._recent_end = -1   # the last offset the newest of them holds
         # The first append's largest timestamp decides time-based rolling; loaded lazily.
         self._rolling_based_timestamp = None
         self._timestamps_loaded = False
@@ -389,12 +390,15 @@ class LogSegment:
         recent = self._recent
         if len(recent) >= 2 * _RECENT_BATCHES:
             recent = self._recent = recent[_RECENT_BATCHES:]
-        base = first_offset
+        # Each entry starts where the batch before ended (a compacted log's gaps included), so
+        # bisection finds the first batch ending at or after an offset.
+        base = self._recent_end + 1 if recent else first_offset
         for info in batch_infos:
             self._index_batch(info.last_offset, info.max_timestamp, info.size, position)
             recent.append((base, position))
             base = info.last_offset + 1
             position += info.size
+        self._recent_end = base - 1
 
     def _index_batch(self, last_offset, max_timestamp, size, position):
         if max_timestamp > self.max_timestamp_so_far:
@@ -454,7 +458,7 @@ class LogSegment:
         and reading on in the next segment would skip records unseen.
         """
         recent = self._recent
-        if recent and recent[0][0] <= offset:
+        if recent and recent[0][0] <= offset <= self._recent_end:
             i = bisect.bisect_right(recent, (offset, float("inf"))) - 1
             base, position = recent[i]
             # Appended one after the other here: the previous batch ends just below this one.
