@@ -352,3 +352,8 @@ int64_t sl_marshal_slices(const uint8_t *src, const int32_t *pos, const int32_t 
     }
     return (int64_t)(p - dst);
 }
+
+size_t sl_varint_size(int32_t v) { return varint_size(v); }
+size_t sl_varlong_size(int64_t v) { return varlong_size(v); }
+uint8_t *sl_put_varint(uint8_t *p, int32_t v) { return put_varint(p, v); }
+uint8_t *sl_put_varlong(uint8_t *p, int64_t v) { return put_varlong(p, v); }

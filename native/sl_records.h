@@ -105,4 +105,11 @@ int sl_record_next(const uint8_t *buf, const uint8_t **pp, const uint8_t *end, s
  * used, 0 when truncated, -1 when longer than 5 bytes. */
 int sl_read_varint(const uint8_t *p, const uint8_t *end, int32_t *out);
 
+/* The encoding helpers the record writers share (see sl_cleaner.c): the bytes a
+ * zig-zag varint / varlong of v takes, and writing one at p (returns p past it). */
+size_t sl_varint_size(int32_t v);
+size_t sl_varlong_size(int64_t v);
+uint8_t *sl_put_varint(uint8_t *p, int32_t v);
+uint8_t *sl_put_varlong(uint8_t *p, int64_t v);
+
 #endif

@@ -245,6 +245,101 @@ def murmur2_partitions(keys, lens, num_partitions):
     return out
 
 
+# --- log cleaner (native/sl_cleaner.h) -------------------------------------
+#
+# The native paths hash keys with XXH3-128 as the Python map does: the function itself,
+# which the xxhash package's extension exports, handed to the C code by address. Where it
+# cannot be found the cleaner runs its Python paths (CLEANER_UNAVAILABLE_REASON says why).
+
+CLEANER_AVAILABLE = False
+CLEANER_UNAVAILABLE_REASON = UNAVAILABLE_REASON
+_xxhash_handle = None
+
+
+def _install_cleaner_hash():
+    global CLEANER_AVAILABLE, CLEANER_UNAVAILABLE_REASON, _xxhash_handle
+    try:
+        import cffi
+        import xxhash._xxhash as xxhash_extension
+        hash_ffi = cffi.FFI()
+        hash_ffi.cdef("typedef struct { uint64_t low64; uint64_t high64; } XXH128_hash_t;"
+                      "XXH128_hash_t XXH3_128bits(const void *data, size_t len);")
+        _xxhash_handle = hash_ffi.dlopen(xxhash_extension.__file__)
+        address = int(hash_ffi.cast("uintptr_t", hash_ffi.addressof(_xxhash_handle,
+                                                                    "XXH3_128bits")))
+        lib.sl_cleaner_set_hash(address)
+        CLEANER_AVAILABLE = bool(lib.sl_cleaner_has_hash())
+    except (ImportError, OSError, AttributeError, cffi.FFIError) as exc:
+        CLEANER_UNAVAILABLE_REASON = f"XXH3_128bits not found in the xxhash package: {exc}"
+
+
+if AVAILABLE:
+    _install_cleaner_hash()
+
+
+class _MapView:
+    """An OffsetMap's table as the C struct sees it (size and latest offset copied in
+    before each call and back after it)."""
+
+    __slots__ = ("struct", "_keep")
+
+    def __init__(self, offset_map):
+        self._keep = offset_map.table
+        self.struct = ffi.new("sl_offset_map *", {
+            "table": ffi.from_buffer("uint64_t[]", offset_map.table),
+            "slots": offset_map.slots, "max_entries": offset_map.max_entries})
+
+
+def _map_struct(offset_map):
+    view = offset_map.native_view
+    if view is None:
+        view = offset_map.native_view = _MapView(offset_map)
+    struct = view.struct
+    struct.size = offset_map.size
+    struct.latest_offset = offset_map.latest_offset
+    return struct
+
+
+def map_put_section(offset_map, buf, pos, length, n, base_offset, start_offset, path=None):
+    """Put the keyed records of a records section into offset_map (sl_map_put_section);
+    returns (records put, whether the map filled)."""
+    struct = _map_struct(offset_map)
+    put = ffi.new("int64_t *")
+    full = ffi.new("int *")
+    rc = lib.sl_map_put_section(struct, ffi.from_buffer(buf) + pos, length, n, base_offset,
+                                start_offset, put, full)
+    offset_map.size, offset_map.latest_offset = struct.size, struct.latest_offset
+    if rc != 0:
+        raise CorruptRecordError(f"malformed record: {_DECODE_ERRORS.get(rc, rc)}", path)
+    return put[0], bool(full[0])
+
+
+def map_get(offset_map, key):
+    return lib.sl_map_get(_map_struct(offset_map), key, len(key))
+
+
+def clean_section(offset_map, buf, pos, length, n, base_offset, base_timestamp, latest_offset,
+                  keep_tombstones, horizon_base=None, path=None):
+    """The records of a section the cleaner keeps (sl_clean_section): (bytes, kept, last
+    offset delta, max timestamp, tombstones kept, keyless dropped, rebased). horizon_base:
+    the delete horizon to give the batch if it keeps a tombstone (None: none to give)."""
+    struct = _map_struct(offset_map)
+    keep = ffi.new("uint8_t[]", max(n, 1))
+    cap = length + 16 * n
+    out = bytearray(cap)
+    res = ffi.new("sl_clean_result *")
+    rc = lib.sl_clean_section(struct, ffi.from_buffer(buf) + pos, length, n, base_offset,
+                              base_timestamp, latest_offset, int(keep_tombstones),
+                              int(horizon_base is not None),
+                              0 if horizon_base is None else horizon_base, keep,
+                              ffi.from_buffer(out), cap, res)
+    if rc != 0:
+        raise CorruptRecordError(f"malformed record: {_DECODE_ERRORS.get(rc, rc)}", path)
+    del out[res.out_len:]
+    return (out, res.kept, res.last_offset_delta, res.max_timestamp, res.tombstones_kept,
+            res.keyless, bool(res.rebased))
+
+
 # --- timing wheel --------------------------------------------------------
 # (bindings for native/sl_timer.h are added below by the timing-wheel module)
 # Imported here rather than at the top so this section stays self-contained.

@@ -5,12 +5,17 @@ clock ticks runs on a PartitionLog with small segments. After every pass, a full
 yield exactly what the model says (KAFKA_REFERENCE.md §4): below the pass's end, per key
 only its last record, at its original offset, a tombstone only while the delete horizon its
 first pass gave it has not passed; above it (the head), every record as written; all in
-offset order. The same holds after a reopen."""
+offset order. The same holds after a reopen, and with the native per-batch paths
+(native/sl_cleaner.h) as with their pure-Python twins."""
 import tempfile
+
+import pytest
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from streamlog import native
+from streamlog.storage import log_cleaner
 from streamlog.storage.partition_log import PartitionLog
 from streamlog.storage.record_batch import build_batch
 
@@ -63,9 +68,20 @@ class Model:
         return [w for w in self.written if w[0] not in self.removed]
 
 
+@pytest.mark.parametrize("use_native", [False, True], ids=["python", "native"])
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.lists(step, max_size=30))
-def test_a_compacted_log_reads_as_the_model_says(steps):
+@given(steps=st.lists(step, max_size=30))
+def test_a_compacted_log_reads_as_the_model_says(use_native, steps):
+    if use_native and not native.CLEANER_AVAILABLE:
+        pytest.skip(str(native.CLEANER_UNAVAILABLE_REASON))
+    saved, log_cleaner.USE_NATIVE = log_cleaner.USE_NATIVE, use_native
+    try:
+        run(steps)
+    finally:
+        log_cleaner.USE_NATIVE = saved
+
+
+def run(steps):
     clock = Clock()
     with tempfile.TemporaryDirectory() as directory:
         cfg = config(cleanup_policy="compact", segment_bytes=300, index_interval_bytes=64,

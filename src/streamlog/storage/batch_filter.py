@@ -48,7 +48,6 @@ def filter_batch(batch, keep, delete_horizon_ms=None):
         return None
     if len(kept) == len(spans) and (delete_horizon_ms is None or batch.has_delete_horizon):
         return bytes(batch.view())   # nothing removed, no horizon to set: the batch as it is
-    attributes = batch.attributes
     # A record's time is the batch's baseTimestamp field plus its delta, whether that field
     # holds the first timestamp or (delete horizon bit set) the horizon, as in Kafka.
     old_base = batch.base_timestamp
@@ -69,18 +68,29 @@ def filter_batch(batch, keep, delete_horizon_ms=None):
         rest = bytes(view[body:body + 1]) + encode_varlong(timestamp - new_base) + \
             bytes(view[after_ts:end])
         section += encode_varint(len(rest)) + rest
+    return sealed_batch(batch, section, len(kept), kept[-1][3], max_ts, delete_horizon_ms)
+
+
+def sealed_batch(batch, section, count, last_offset_delta, max_timestamp, delete_horizon_ms):
+    """The bytes of a batch holding `section` (count records, uncompressed, whose timestamp
+    deltas are relative to the delete horizon when one is given, else to batch's base
+    timestamp) with batch's header fields: filter_batch's last step, and the native
+    filter's (streamlog.native.clean_section)."""
+    attributes = batch.attributes
+    base_timestamp = batch.base_timestamp
     if delete_horizon_ms is not None:
         attributes |= DELETE_HORIZON_FLAG
+        base_timestamp = delete_horizon_ms
     if batch.timestamp_type == LOG_APPEND_TIME:
-        max_ts = batch.max_timestamp
+        max_timestamp = batch.max_timestamp
     cid = batch.compression
     records = bytes(section) if cid == compression.NONE else compression.compress(cid, section)
     out = bytearray(RECORDS_OFFSET) + records
     seal(out, 0, base_offset=batch.base_offset, attributes=attributes,
-         last_offset_delta=kept[-1][3], base_timestamp=new_base, max_timestamp=max_ts,
-         producer_id=batch.producer_id, producer_epoch=batch.producer_epoch,
-         base_sequence=batch.base_sequence, records_count=len(kept),
-         partition_leader_epoch=batch.partition_leader_epoch)
+         last_offset_delta=last_offset_delta, base_timestamp=base_timestamp,
+         max_timestamp=max_timestamp, producer_id=batch.producer_id,
+         producer_epoch=batch.producer_epoch, base_sequence=batch.base_sequence,
+         records_count=count, partition_leader_epoch=batch.partition_leader_epoch)
     return bytes(out)
 
 

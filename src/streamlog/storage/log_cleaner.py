@@ -48,22 +48,22 @@ import time
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from .. import native
 from ..errors import CorruptRecordError, KafkaStorageError
 from . import files
-from .batch_filter import empty_batch, filter_batch
+from .batch_filter import empty_batch, filter_batch, sealed_batch
 from .file_records import IncompleteBatch
 from .offset_map import SLOT_BYTES, OffsetMap
 from .record_batch import CONTROL_ABORT, CONTROL_COMMIT, RecordBatch
 from .segment import BatchInfo, LogSegment
 from .txn_index import write_index_file
 
+# The per-record work (keys into the map, the record rule) in C, one call per batch
+# (native/sl_cleaner.h); the Python paths below are its twin (tests hold them to parity).
+USE_NATIVE = native.CLEANER_AVAILABLE
 _INT32_MAX = 2**31 - 1
 # Bytes of cleaned batches gathered before one write to the cleaned segment.
 _WRITE_CHUNK = 1 << 20
-# The smallest record (length, attributes, timestamp and offset deltas, key length, a
-# 1-byte key, value length, header count): a map of dirty bytes / this many entries holds
-# every key of an uncompressed dirty section.
-_MIN_RECORD_BYTES = 8
 
 
 @dataclass
@@ -232,19 +232,33 @@ def build_offset_map(snapshot, offset_map, start, end, stats, progress=None):
             if batch.is_control or not batch.records_count or aborted.contains(batch):
                 offset_map.update_latest(batch.last_offset)
                 continue
-            records = batch.records(verify=False)
-            offsets = records.offsets.tolist()
-            for offset, key in zip(offsets, records.keys(), strict=True):
-                if key is None or offset < start:
-                    continue
-                if not offset_map.put(key, offset):
-                    return offset_map.latest_offset + 1   # full: the range ends here
-                stats.map_records += 1
+            put, full = _put_keys(offset_map, batch, start)
+            stats.map_records += put
+            if full:
+                return offset_map.latest_offset + 1   # the range ends here
             offset_map.update_latest(batch.last_offset)
         offset_map.update_latest(min(next_base, end) - 1)
         if progress is not None:
             progress(segment.size)
     return offset_map.latest_offset + 1
+
+
+def _put_keys(offset_map, batch, start):
+    """Key -> offset for each keyed record of batch at or after start: (records put,
+    whether the map filled before the batch's end)."""
+    if USE_NATIVE:
+        buf, pos, length, _ = batch._records_section()
+        return native.map_put_section(offset_map, buf, pos, length, batch.records_count,
+                                      batch.base_offset, start, batch.path)
+    records = batch.records(verify=False)
+    put = 0
+    for offset, key in zip(records.offsets.tolist(), records.keys(), strict=True):
+        if key is None or offset < start:
+            continue
+        if not offset_map.put(key, offset):
+            return put, True
+        put += 1
+    return put, False
 
 
 # --- grouping ------------------------------------------------------------------------------
@@ -322,6 +336,8 @@ def _clean_batch(batch, rules, txns, stats):
         return None, False
     count = batch.records_count
     stats.records_read += count
+    if count and not discard_records and not batch.is_control and USE_NATIVE:
+        return _clean_records_native(batch, rules, stats), retain_empty
     if discard_records or not count:
         keep = [False] * count
     elif batch.is_control:
@@ -342,6 +358,26 @@ def _clean_batch(batch, rules, txns, stats):
     if kept is not None:
         stats.records_kept += sum(keep)
     return kept, retain_empty
+
+
+def _clean_records_native(batch, rules, stats):
+    """_records_to_keep and filter_batch of a data batch in one native call."""
+    buf, pos, length, _ = batch._records_section()
+    has_horizon = batch.has_delete_horizon
+    keep_tombstones = not has_horizon or rules.now_ms < batch.delete_horizon_ms
+    section, kept, last_delta, max_ts, _tombstones, keyless, rebased = native.clean_section(
+        rules.offset_map, buf, pos, length, batch.records_count, batch.base_offset,
+        batch.base_timestamp, rules.offset_map.latest_offset, keep_tombstones,
+        None if has_horizon else rules.now_ms + rules.delete_retention_ms, batch.path)
+    stats.keyless_records_removed += keyless
+    stats.records_kept += kept
+    if not kept:
+        return None
+    if kept == batch.records_count and not rebased:
+        return bytes(batch.view())   # nothing removed, no horizon to set
+    horizon = batch.base_timestamp if has_horizon else \
+        rules.now_ms + rules.delete_retention_ms if rebased else None
+    return sealed_batch(batch, section, kept, last_delta, max_ts, horizon)
 
 
 def _records_to_keep(batch, rules, stats):
@@ -444,10 +480,11 @@ def _remove_cleaned_files(directory, base):
 # --- the pass --------------------------------------------------------------------------
 
 
-def map_memory(dirty_bytes, max_bytes):
-    """Bytes of offset map for a dirty section of dirty_bytes: enough for every record it
-    can hold uncompressed, never more than max_bytes (log.cleaner.dedupe.buffer.size)."""
-    wanted = (dirty_bytes // _MIN_RECORD_BYTES + 64) * SLOT_BYTES * 10 // 9
+def map_memory(dirty_offsets, max_bytes):
+    """Bytes of offset map for a dirty section of dirty_offsets offsets: a slot for each
+    record it can hold (no more than it has offsets), at the load factor, never more than
+    max_bytes (log.cleaner.dedupe.buffer.size)."""
+    wanted = (dirty_offsets + 64) * SLOT_BYTES * 10 // 9
     return max(SLOT_BYTES * 64, min(max_bytes, wanted))
 
 
@@ -461,18 +498,10 @@ def clean_log(partition_log, first_dirty, first_uncleanable, now_ms, max_map_byt
     stats = CleanStats()
     snapshot = partition_log.cleaner_snapshot()
     config = partition_log.config
-    dirty_bytes = sum(s.size for s in snapshot.segments[:-1]
-                      if s.base_offset < first_uncleanable)
-    memory = map_memory(dirty_bytes, max_map_bytes)
-    while True:
-        offset_map = OffsetMap(memory)
-        end = build_offset_map(snapshot, offset_map, first_dirty, first_uncleanable, stats,
-                               progress)
-        if not offset_map.full or memory >= max_map_bytes:
-            break
-        # Compressed batches hold more records than their bytes suggest: a bigger map.
-        memory = min(max_map_bytes, memory * 4)
-        stats.map_records = 0
+    memory = map_memory(first_uncleanable - first_dirty, max_map_bytes)
+    offset_map = OffsetMap(memory)
+    end = build_offset_map(snapshot, offset_map, first_dirty, first_uncleanable, stats,
+                           progress)
     stats.map_bytes = memory
     if end <= first_dirty:
         raise KafkaStorageError(

@@ -8,8 +8,11 @@ odds for a million keys are about 1 in 10^26. The hash is xxHash's XXH3-128
 (the project's chosen dependency), not MD5: as strong for this purpose, and
 ten times faster.
 
-The table is three numpy arrays (the two hash halves and the offsets), probed
-linearly from the slot the low half names; offset -1 marks an empty slot.
+The table is one numpy array of slots x 3 uint64: the two hash halves and the
+offset + 1 (0: an empty slot), side by side so that a probe touches one cache line,
+and all zero at first so that a large map costs memory only where keys land. It
+is probed linearly from the slot the low half names. The native paths
+(native/sl_cleaner.h) probe the same array the same way.
 `put` refuses a new key once the map holds `max_entries` (the pass then
 stops its dirty range there, as Kafka's does when its map is full); a key it
 already holds is always updated.
@@ -21,7 +24,7 @@ import xxhash
 
 SLOT_BYTES = 24
 DEFAULT_LOAD_FACTOR = 0.9
-_EMPTY = -1
+_HIGH, _LOW, _OFFSET = 0, 1, 2   # columns; the offset column holds offset + 1, 0 = empty
 _MASK64 = (1 << 64) - 1
 
 
@@ -39,11 +42,10 @@ class OffsetMap:
         if self.slots < 1:
             raise ValueError(f"{memory_bytes} bytes hold no {SLOT_BYTES}-byte slot")
         self.max_entries = max(1, int(self.slots * load_factor))
-        self._high = np.zeros(self.slots, np.uint64)
-        self._low = np.zeros(self.slots, np.uint64)
-        self._offsets = np.full(self.slots, _EMPTY, np.int64)
+        self.table = np.zeros((self.slots, 3), np.uint64)
         self.size = 0
         self.latest_offset = -1   # the largest offset put (Kafka's latestOffset)
+        self.native_view = None   # the C struct over the table (streamlog.native), once made
 
     @property
     def full(self):
@@ -57,11 +59,12 @@ class OffsetMap:
         """The slot holding (high, low), or the empty slot where it would go; -1 when the
         table has neither (every slot taken by other keys: load factor 1)."""
         slots = self.slots
-        offsets, highs, lows = self._offsets, self._high, self._low
+        table = self.table
         i = low % slots
         for _ in range(slots):
             # int(): a uint64 compared with a Python int must not go through float64.
-            if offsets[i] == _EMPTY or (int(lows[i]) == low and int(highs[i]) == high):
+            row = table[i]
+            if not row[_OFFSET] or (int(row[_LOW]) == low and int(row[_HIGH]) == high):
                 return i
             i += 1
             if i == slots:
@@ -75,12 +78,13 @@ class OffsetMap:
         i = self._slot(high, low)
         if i < 0:
             return False
-        if self._offsets[i] == _EMPTY:
+        table = self.table
+        if not table[i, _OFFSET]:
             if self.size >= self.max_entries:
                 return False
-            self._high[i], self._low[i] = high, low
+            table[i, _HIGH], table[i, _LOW] = high, low
             self.size += 1
-        self._offsets[i] = offset
+        table[i, _OFFSET] = offset + 1
         if offset > self.latest_offset:
             self.latest_offset = offset
         return True
@@ -89,7 +93,7 @@ class OffsetMap:
         """The offset recorded for key, or -1."""
         high, low = key_hash(key)
         i = self._slot(high, low)
-        return -1 if i < 0 else int(self._offsets[i])
+        return -1 if i < 0 else int(self.table[i, _OFFSET]) - 1
 
     def update_latest(self, offset):
         """The pass covered the log up to offset (a batch's or a segment's end) though no
@@ -98,6 +102,6 @@ class OffsetMap:
             self.latest_offset = offset
 
     def clear(self):
-        self._offsets.fill(_EMPTY)
+        self.table.fill(0)
         self.size = 0
         self.latest_offset = -1

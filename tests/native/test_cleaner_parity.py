@@ -1,0 +1,93 @@
+"""The log cleaner's native per-batch paths (native/sl_cleaner.h) and their pure-Python twins
+(storage/offset_map.py, storage/log_cleaner.py, storage/batch_filter.py) agree: the same map
+table, the same verdicts, the same bytes, on any batch, map state, horizon and tombstones."""
+import os
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from streamlog import native
+from streamlog.storage import log_cleaner
+from streamlog.storage.batch_filter import filter_batch
+from streamlog.storage.log_cleaner import CleanStats, _clean_records_native, _records_to_keep
+from streamlog.storage.offset_map import OffsetMap
+from streamlog.storage.record_batch import RecordBatch, build_batch
+
+pytestmark = pytest.mark.skipif(not native.CLEANER_AVAILABLE and os.environ.get(
+    "STREAMLOG_EXPECT_NATIVE") != "1", reason=str(native.CLEANER_UNAVAILABLE_REASON))
+
+T0 = 1_700_000_000_000
+keys = st.one_of(st.none(), st.sampled_from([b"", b"a", b"b", b"key-1", b"key-2", b"x" * 40]))
+records = st.lists(st.tuples(keys, st.one_of(st.none(), st.binary(max_size=20)),
+                             st.integers(-3000, 3000)), min_size=1, max_size=30)
+
+
+def test_the_native_cleaner_is_in_use():
+    assert native.CLEANER_AVAILABLE, native.CLEANER_UNAVAILABLE_REASON
+    assert log_cleaner.USE_NATIVE
+
+
+def make(rows, base_offset, horizon=None):
+    data = build_batch([v for _, v, _ in rows], keys=[k for k, _, _ in rows],
+                       timestamps=[T0 + t for _, _, t in rows], base_offset=base_offset)
+    batch = RecordBatch(bytes(data))
+    if horizon is not None:   # a batch an earlier pass gave a delete horizon
+        batch = RecordBatch(filter_batch(batch, [True] * len(rows), horizon))
+    return batch
+
+
+def python_put(offset_map, batch, start):
+    put = 0
+    for offset, key in zip(batch.records().offsets.tolist(), batch.records().keys(),
+                           strict=True):
+        if key is None or offset < start:
+            continue
+        if not offset_map.put(key, offset):
+            return put, True
+        put += 1
+    return put, False
+
+
+@settings(max_examples=300)
+@given(st.lists(records, min_size=1, max_size=5), st.integers(1, 40), st.integers(0, 20))
+def test_map_puts_agree(batches, slots, start):
+    py, nat = OffsetMap(24 * slots), OffsetMap(24 * slots)
+    base = 0
+    for rows in batches:
+        batch = make(rows, base)
+        buf, pos, length, _ = batch._records_section()
+        got = native.map_put_section(nat, buf, pos, length, batch.records_count, base, start)
+        assert got == python_put(py, batch, start)
+        assert (nat.size, nat.latest_offset) == (py.size, py.latest_offset)
+        assert np.array_equal(nat.table, py.table)
+        if got[1]:
+            break
+        base = batch.next_offset + 3
+    for key in (b"", b"a", b"b", b"key-1", b"key-2", b"x" * 40, b"absent"):
+        assert native.map_get(nat, key) == py.get(key)
+
+
+@settings(max_examples=300)
+@given(records, records, st.integers(-1, 60), st.booleans(), st.booleans(),
+       st.integers(-2000, 2000))
+def test_kept_records_and_bytes_agree(history, rows, latest_cut, had_horizon, late, ahead):
+    offset_map = OffsetMap(24 * 64)
+    for i, (key, _, _) in enumerate(history):
+        if key is not None:
+            offset_map.put(key, i * 2)   # some keys later (or earlier) than the batch's
+    offset_map.latest_offset = max(offset_map.latest_offset, latest_cut)
+    now = T0 + ahead
+    batch = make(rows, 10, horizon=T0 + 500 if had_horizon else None)
+    rules = log_cleaner._Rules(offset_map, now + (1000 if late else 0), 86_400_000, -1, {})
+    py_stats, native_stats = CleanStats(), CleanStats()
+    keep = _records_to_keep(batch, rules, py_stats)
+    needs_horizon = not batch.has_delete_horizon and any(
+        k and n < 0 for k, n in zip(keep, batch.records().value_lens.tolist(), strict=True))
+    expected = filter_batch(batch, keep, rules.now_ms + rules.delete_retention_ms
+                            if needs_horizon else None)
+    py_stats.records_kept = sum(keep)
+    assert _clean_records_native(batch, rules, native_stats) == expected
+    assert (native_stats.records_kept, native_stats.keyless_records_removed) == \
+        (py_stats.records_kept, py_stats.keyless_records_removed)
