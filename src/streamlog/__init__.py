@@ -14,7 +14,7 @@ The public API is exactly `__all__`; everything else is internal.
 """
 from . import errors
 from .client.consumer import Consumer, OffsetAndTimestamp
-from .client.database import Database, PartitionInfo, TopicDescription
+from .client.database import CompactionResult, Database, PartitionInfo, TopicDescription
 from .client.database import open  # noqa: A004 - the API's name, as sqlite3.connect
 from .client.database import RepairReport, repair
 from .client.futures import FutureRecordMetadata, SendBatchResult
@@ -30,6 +30,7 @@ __version__ = "0.1.0"
 __all__ = ["open", "repair", "RepairReport", "Database", "Producer", "Consumer", "TopicPartition", "Record",
            "RecordMetadata", "RecordColumns", "FutureRecordMetadata", "SendBatchResult",
            "OffsetAndTimestamp", "OffsetAndMetadata", "ConsumerGroupMetadata",
-           "TopicDescription", "PartitionInfo", "GroupDescription", "GroupListing",
+           "TopicDescription", "PartitionInfo", "CompactionResult", "GroupDescription",
+           "GroupListing",
            "GroupMember", "PartitionLag", "errors",
            "__version__"] + [name for name in dir(errors) if name.endswith("Error")]

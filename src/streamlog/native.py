@@ -326,18 +326,19 @@ def clean_section(offset_map, buf, pos, length, n, base_offset, base_timestamp, 
     struct = _map_struct(offset_map)
     keep = ffi.new("uint8_t[]", max(n, 1))
     cap = length + 16 * n
-    out = bytearray(cap)
+    # A reused buffer: a fresh one would be zeroed for every batch, and most of what a pass
+    # reads is dropped (the result is copied out at its real length).
+    out = _scratch(cap)
     res = ffi.new("sl_clean_result *")
     rc = lib.sl_clean_section(struct, ffi.from_buffer(buf) + pos, length, n, base_offset,
                               base_timestamp, latest_offset, int(keep_tombstones),
                               int(horizon_base is not None),
                               0 if horizon_base is None else horizon_base, keep,
-                              ffi.from_buffer(out), cap, res)
+                              ffi.from_buffer(out), len(out), res)
     if rc != 0:
         raise CorruptRecordError(f"malformed record: {_DECODE_ERRORS.get(rc, rc)}", path)
-    del out[res.out_len:]
-    return (out, res.kept, res.last_offset_delta, res.max_timestamp, res.tombstones_kept,
-            res.keyless, bool(res.rebased))
+    return (bytes(memoryview(out)[:res.out_len]), res.kept, res.last_offset_delta,
+            res.max_timestamp, res.tombstones_kept, res.keyless, bool(res.rebased))
 
 
 # --- timing wheel --------------------------------------------------------

@@ -264,3 +264,14 @@ def test_the_metadata_log_is_compacted_and_topics_survive(db_path):
     db = streamlog.open(db_path)
     assert db.topics() == before
     db.close()
+
+
+def test_compaction_cannot_be_taken_off_a_topic_the_cleaner_compacted(db):
+    db.create_topic("table", config=SMALL)
+    produce(db, updates(10, 5))
+    db.alter_topic_config("table", {"cleanup.policy": "compact,delete"})   # still compacted
+    db.compact("table")
+    with pytest.raises(InvalidConfigurationError, match="has been compacted"):
+        db.alter_topic_config("table", {"cleanup.policy": "delete"})
+    db.create_topic("fresh", config=SMALL)
+    db.alter_topic_config("fresh", {"cleanup.policy": "delete"})   # never cleaned: allowed

@@ -7,12 +7,14 @@ import pytest
 from streamlog.storage import checkpoint, files, record_batch
 from streamlog.storage.log_directory import LogDirectory
 from streamlog.storage.offset_index import OffsetIndex
+from streamlog.storage.partition_log import PartitionLog
+from streamlog.storage.record_batch import RecordBatch, build_batch
 from streamlog.storage.time_index import TimeIndex
 from streamlog.storage.varint import (MAX_VARINT_BYTES, MAX_VARLONG_BYTES, encode_varint,
                                       encode_varlong)
 from streamlog.structs import TopicPartition
 
-from support import config, make_batch
+from support import clean_pass, config, make_batch
 
 DOC = os.path.join(os.path.dirname(__file__), "..", "..", "docs", "FORMAT.md")
 
@@ -135,7 +137,7 @@ def test_producer_snapshot_tables_match_the_structs():
 def test_file_names_in_the_doc_match_the_code():
     text = open(DOC, encoding="utf-8").read()
     for name in (files.RECOVERY_POINT_CHECKPOINT, files.LOG_START_OFFSET_CHECKPOINT,
-                 files.CLEAN_SHUTDOWN_MARKER, files.LOCK_FILE):
+                 files.CLEANER_OFFSET_CHECKPOINT, files.CLEAN_SHUTDOWN_MARKER, files.LOCK_FILE):
         assert name in text
     for suffix in (files.CLEANED_SUFFIX, files.SWAP_SUFFIX, files.DELETED_SUFFIX,
                    files.TMP_SUFFIX):
@@ -274,8 +276,12 @@ def test_checkpoint_table_matches_what_a_log_directory_writes(tmp_path):
         expected[tp] = log.recovery_point
     assert sorted(expected.values()) == [10, 20]
     directory.checkpoint()
+    first_dirty = dict(zip(expected, (7, 3), strict=True))
+    for tp, offset in first_dirty.items():
+        directory.write_cleaner_checkpoint(tp, offset)
     for name, want in ((files.RECOVERY_POINT_CHECKPOINT, expected),
-                       (files.LOG_START_OFFSET_CHECKPOINT, dict.fromkeys(expected, 0))):
+                       (files.LOG_START_OFFSET_CHECKPOINT, dict.fromkeys(expected, 0)),
+                       (files.CLEANER_OFFSET_CHECKPOINT, first_dirty)):
         lines = open(os.path.join(root, name), encoding="utf-8").read().splitlines()
         assert lines[0] == version
         assert int(lines[1]) == len(lines) - 2 == len(want)
@@ -292,3 +298,25 @@ def test_checkpoint_table_matches_what_a_log_directory_writes(tmp_path):
         .replace("<offset>", str(offset)) for tp, offset in by_hand.items()]) + "\n"
     (tmp_path / "by-hand").write_text(text, encoding="utf-8")
     assert checkpoint.OffsetCheckpointFile(str(tmp_path / "by-hand")).read() == by_hand
+
+
+# --- delete horizon -------------------------------------------------------------
+
+
+def test_delete_horizon_table_matches_what_the_cleaner_writes(tmp_path):
+    rows = {r[0]: r[1] for r in table_after("Delete horizon (compacted logs)")}
+    bit = int(re.fullmatch(r"attributes bit (\d+)", next(k for k in rows if k.startswith(
+        "attributes bit"))).group(1))
+    assert 1 << bit == record_batch.DELETE_HORIZON_FLAG
+    now, retention = 1_800_000_000_000, 3_600_000
+    log = PartitionLog(str(tmp_path / "p"), config(cleanup_policy="compact",
+                                                   delete_retention_ms=retention),
+                       clock_ms=lambda: now)
+    log.append(build_batch([b"x", None], keys=[b"a", b"b"], timestamps=[now - 50, now - 20]))
+    clean_pass(log)
+    batch = RecordBatch(next(iter(log.read(0).batches)).view())
+    assert batch.attributes & (1 << bit)
+    assert batch.base_timestamp == now + retention == batch.delete_horizon_ms
+    assert [ts for _, ts, *_ in batch.records()] == [now - 50, now - 20]
+    assert batch.max_timestamp == now - 20
+    log.close()

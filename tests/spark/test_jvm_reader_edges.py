@@ -418,6 +418,36 @@ def test_a_compacted_log_split_into_single_offsets(spark, gapped_db):
     assert python == offsets
 
 
+def test_a_log_the_cleaner_compacted(spark, tmp_path):
+    """What the log cleaner leaves (docs/COMPACTION.md): gaps, tombstones with a delete
+    horizon in the base timestamp, batches emptied but kept, merged segments."""
+    path = str(tmp_path / "db")
+    with streamlog.open(path) as db:
+        db.create_topic("c", partitions=1, config={"cleanup.policy": "compact",
+                                                   "segment.bytes": 2048})
+        producer = db.producer(linger_ms=0, batch_size=200)
+        for i in range(400):
+            producer.send("c", key=b"key-%d" % (i % 13), partition=0,
+                          value=None if i % 50 == 49 else b"v%d" % i)
+            if i % 7 == 6:
+                producer.flush()
+        producer.close()
+        (result,) = db.compact("c")
+        assert result.stats.records_kept < 40
+    batches = [b for log in _segment_logs(path, "c", 0) for b in _batches(log)]
+    counts = [int.from_bytes(open(log, "rb").read()[pos + 57:pos + 61], "big")
+              for log in _segment_logs(path, "c", 0) for pos, *_ in _batches(log)]
+    assert 0 in counts and len(batches) == len(counts)     # emptied batches are there
+    truth = _truth(path, "c")
+    assert any(t.value is None for t in truth)               # a tombstone within its horizon
+    df = read(spark, path, subscribe="c", includeHeaders="true")
+    assert _rows(df) == _expected(truth)
+    assert df.count() == len(truth)
+    python = _with_python_reader(spark, lambda: _rows(read(spark, path, subscribe="c",
+                                                           includeHeaders="true")))
+    assert python == _expected(truth)
+
+
 def _copy(path, tmp_path, name="copy"):
     copy = str(tmp_path / name)
     shutil.copytree(path, copy)

@@ -372,6 +372,7 @@ class Broker:
     def alter_topic_config(self, name, overrides):
         self._check_writable()
         with self._lock:
+            self._check_compaction_kept(name, overrides)
             info = self.metadata.alter_config(name, overrides)
             for p in range(info.partitions):
                 tp = TopicPartition(name, p)
@@ -380,6 +381,26 @@ class Broker:
                     partition_log.config = info.config
                     self._write_topic_config(tp, info)
             return info
+
+    def _check_compaction_kept(self, name, overrides):
+        """Refuse to take compaction off a topic the cleaner has compacted: its logs hold
+        offset gaps, which a log that is not compacted reads as damage (storage/segment.py
+        invariant 1). Kafka allows the change; here it waits until density is known per log
+        rather than per policy."""
+        current = self.topic(name)
+        if not current.config.compact:
+            return
+        changed = current.config.with_overrides(overrides)
+        if changed.compact:
+            return
+        cleaned = [p for p in range(current.partitions)
+                   if self.logs.cleaner_checkpoint(TopicPartition(name, p)) is not None]
+        if cleaned:
+            raise InvalidConfigurationError(
+                f"topic {name!r} has been compacted (partitions {cleaned[:5]}): its logs have "
+                "offsets the cleaner removed, which a topic without compaction would read as "
+                "missing data; keep compact in cleanup.policy (compact,delete adds "
+                "retention), or copy the topic to a new one")
 
     def topics(self):
         if self.readonly:

@@ -12,6 +12,7 @@ ratio, after its active segment is rolled (Kafka never cleans the active
 segment; a caller asking for compaction now means what was written so far).
 min.compaction.lag.ms and the LSO still hold records back.
 
+close() stops a pass in progress at its next segment (nothing of it is swapped in).
 A pass that fails (a damaged segment, a full disk) marks its log uncleanable,
 as Kafka does: logged, and skipped by later rounds until the database is
 reopened; compact() on it tries again and raises.
@@ -25,7 +26,7 @@ from typing import NamedTuple
 
 from ..errors import StreamlogError
 from ..storage.cleaner_manager import filthiest, log_to_clean
-from ..storage.log_cleaner import clean_log
+from ..storage.log_cleaner import CleaningAborted, clean_log
 
 log = logging.getLogger("streamlog.broker")
 
@@ -152,7 +153,10 @@ class LogCleaner:
             return CompactionResult(tp, measured.first_dirty, None)
         try:
             result = clean_log(partition_log, measured.first_dirty, measured.first_uncleanable,
-                               now_ms, self.dedupe_buffer_size, progress)
+                               now_ms, self.dedupe_buffer_size, progress,
+                               stop=lambda: self._closing)
+        except CleaningAborted:
+            raise StreamlogError("the database closed during the cleaning pass") from None
         except Exception as exc:
             if partition_log.closed:
                 return CompactionResult(tp, measured.first_dirty, None)  # deleted meanwhile

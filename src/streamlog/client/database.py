@@ -13,6 +13,7 @@ from typing import NamedTuple
 
 from ..broker import registry
 from ..broker.broker import Broker, PartitionInfo  # noqa: F401 - public as streamlog.PartitionInfo
+from ..broker.cleaner import CompactionResult  # noqa: F401 - public as streamlog.CompactionResult
 from ..broker.repair import RepairReport, repair as _repair
 from ..coordinator.transaction_coordinator import find_transaction_coordinator, has_transactions
 from ..errors import InvalidConfigurationError, LogClosedError, ReadOnlyError

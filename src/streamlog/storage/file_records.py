@@ -246,15 +246,21 @@ class FileRecords:
             yield batch
             pos += batch.size_in_bytes
 
-    def batches(self, start=0, end=None):
+    def batches(self, start=0, end=None, buffer=None):
         """Yield each whole batch in [start, end) (its bytes in the view's buffer).
 
-        Raises IncompleteBatch at a partial tail, as headers() does.
+        buffer: a bytearray reused for every chunk read (see read()); a batch yielded is
+        then valid only until the next one is asked for. Raises IncompleteBatch at a
+        partial tail, as headers() does.
         """
         end = self.size if end is None else min(end, self.size)
+        if buffer is not None and len(buffer) < _SCAN_CHUNK_BYTES:
+            # Grown once, before any batch is a view into it: a bytearray with live views
+            # cannot be resized.
+            buffer.extend(bytes(_SCAN_CHUNK_BYTES - len(buffer)))
         pos = start
         while pos < end:
-            buf = self.read(pos, min(_SCAN_CHUNK_BYTES, end - pos))
+            buf = self.read(pos, min(_SCAN_CHUNK_BYTES, end - pos), buffer)
             consumed = 0
             for batch in iter_batches(buf, 0, len(buf), self.path, pos):
                 yield batch

@@ -88,6 +88,10 @@ class CleanStats:
         return self
 
 
+class CleaningAborted(Exception):
+    """The pass was asked to stop (the database is closing); nothing was swapped in."""
+
+
 class CleanResult(NamedTuple):
     first_dirty: int        # the next pass starts here (cleaner-offset-checkpoint)
     stats: CleanStats
@@ -198,8 +202,9 @@ class _AbortedRanges:
 # --- reading the segments ----------------------------------------------------------------
 
 
-def _segment_batches(segment, start_offset=None):
-    """Every batch of a sealed segment, CRC-checked, from the one holding start_offset."""
+def _segment_batches(segment, start_offset=None, buffer=None):
+    """Every batch of a sealed segment, CRC-checked, from the one holding start_offset.
+    buffer: a bytearray the reads reuse (a batch is then valid until the next one)."""
     with segment.pinned():
         position = 0
         if start_offset is not None and start_offset > segment.base_offset:
@@ -207,7 +212,7 @@ def _segment_batches(segment, start_offset=None):
             if position is None:
                 return
         try:
-            for batch in segment.log.batches(position):
+            for batch in segment.log.batches(position, buffer=buffer):
                 batch.ensure_valid()
                 yield batch
         except IncompleteBatch as exc:
@@ -215,10 +220,16 @@ def _segment_batches(segment, start_offset=None):
                                      segment.path, exc.position) from None
 
 
-def build_offset_map(snapshot, offset_map, start, end, stats, progress=None):
+def _check_stop(stop):
+    if stop is not None and stop():
+        raise CleaningAborted()
+
+
+def build_offset_map(snapshot, offset_map, start, end, stats, progress=None, stop=None):
     """Step 1 over [start, end); returns the offset after the last one it covered."""
     aborted = _AbortedRanges(snapshot.aborted)
     segments = snapshot.segments
+    buffer = bytearray()
     offset_map.update_latest(start - 1)
     for i, segment in enumerate(segments[:-1]):
         next_base = segments[i + 1].base_offset
@@ -226,7 +237,8 @@ def build_offset_map(snapshot, offset_map, start, end, stats, progress=None):
             continue
         if segment.base_offset >= end:
             break
-        for batch in _segment_batches(segment, start):
+        _check_stop(stop)
+        for batch in _segment_batches(segment, start, buffer):
             if batch.base_offset >= end:
                 break
             if batch.is_control or not batch.records_count or aborted.contains(batch):
@@ -398,7 +410,7 @@ def _records_to_keep(batch, rules, stats):
     return keep
 
 
-def clean_group(partition_log, group, rules, txns, stats, progress=None):
+def clean_group(partition_log, group, rules, txns, stats, progress=None, stop=None):
     """Step 3 for one group: its `.cleaned` segment, sealed and fsynced, with the aborted
     transactions it keeps; None when the group holds no batch at all."""
     directory = partition_log.directory
@@ -406,13 +418,15 @@ def clean_group(partition_log, group, rules, txns, stats, progress=None):
     _remove_cleaned_files(directory, base)
     cleaned = LogSegment(directory, base, partition_log.config, suffix=files.CLEANED_SUFFIX,
                          now_ms=rules.now_ms, open_files=partition_log.open_files, new=True)
+    buffer = bytearray()
     try:
         infos, pieces, pending = [], [], 0
         first = None
         last_empty = None   # the last batch read, emptied, if nothing of it was kept
         for segment in group:
+            _check_stop(stop)
             stats.segments_read += 1
-            for batch in _segment_batches(segment):
+            for batch in _segment_batches(segment, buffer=buffer):
                 stats.bytes_read += batch.size_in_bytes
                 kept, retain_empty = _clean_batch(batch, rules, txns, stats)
                 last_empty = None
@@ -420,7 +434,7 @@ def clean_group(partition_log, group, rules, txns, stats, progress=None):
                     if retain_empty:
                         kept = empty_batch(batch)
                     else:
-                        last_empty = batch
+                        last_empty = empty_batch(batch)   # the batch's bytes are reused
                         continue
                 _gather(kept, infos, pieces)
                 if first is None:
@@ -434,10 +448,9 @@ def clean_group(partition_log, group, rules, txns, stats, progress=None):
                 progress(segment.size)
         if last_empty is not None:
             # The group's last batch: kept, emptied, so the segment ends where its sources did.
-            kept = empty_batch(last_empty)
-            _gather(kept, infos, pieces)
-            first = last_empty.base_offset if first is None else first
-            pending += len(kept)
+            _gather(last_empty, infos, pieces)
+            first = RecordBatch(last_empty).base_offset if first is None else first
+            pending += len(last_empty)
         if infos:
             cleaned.append(infos, pieces, first)
             stats.bytes_written += pending
@@ -489,19 +502,20 @@ def map_memory(dirty_offsets, max_bytes):
 
 
 def clean_log(partition_log, first_dirty, first_uncleanable, now_ms, max_map_bytes,
-              progress=None):
+              progress=None, stop=None):
     """One pass over partition_log's dirty section [first_dirty, first_uncleanable);
     returns CleanResult, or None when the log changed under the pass (retention removed
     a segment it cleaned): nothing was swapped in, the next pass tries again.
     progress(nbytes): called as each segment is read (the map's dirty segments, then every
-    segment copied), for a progress bar."""
+    segment copied), for a progress bar. stop(): asked before each segment; True ends the
+    pass with CleaningAborted, nothing swapped in."""
     stats = CleanStats()
     snapshot = partition_log.cleaner_snapshot()
     config = partition_log.config
     memory = map_memory(first_uncleanable - first_dirty, max_map_bytes)
     offset_map = OffsetMap(memory)
     end = build_offset_map(snapshot, offset_map, first_dirty, first_uncleanable, stats,
-                           progress)
+                           progress, stop)
     stats.map_bytes = memory
     if end <= first_dirty:
         raise KafkaStorageError(
@@ -522,7 +536,7 @@ def clean_log(partition_log, first_dirty, first_uncleanable, now_ms, max_map_byt
     try:
         for group in groups:
             cleaned, retained = clean_group(partition_log, group, rules, txns, stats,
-                                            progress)
+                                            progress, stop)
             if cleaned is not None:
                 replacements.append((group, cleaned, retained))
         swapped = partition_log.replace_segments(replacements)

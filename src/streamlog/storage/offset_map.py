@@ -42,6 +42,8 @@ class OffsetMap:
         if self.slots < 1:
             raise ValueError(f"{memory_bytes} bytes hold no {SLOT_BYTES}-byte slot")
         self.max_entries = max(1, int(self.slots * load_factor))
+        # numpy backs a large zeroed array with huge pages where the kernel allows (keys land
+        # at random slots: with 4 KiB pages most probes would also miss the TLB).
         self.table = np.zeros((self.slots, 3), np.uint64)
         self.size = 0
         self.latest_offset = -1   # the largest offset put (Kafka's latestOffset)

@@ -9,7 +9,7 @@ import pytest
 from streamlog.errors import InvalidRecordError
 from streamlog.storage import files
 from streamlog.storage.cleaner_manager import filthiest, log_to_clean
-from streamlog.storage.log_cleaner import clean_log
+from streamlog.storage.log_cleaner import CleaningAborted, clean_log
 from streamlog.storage.partition_log import PartitionLog
 from streamlog.storage.record_batch import build_batch, iter_batches
 
@@ -423,4 +423,23 @@ def test_a_commit_marker_stays_while_its_transactions_batch_does_even_emptied(tm
     batches = {b.base_offset: b for b in all_batches(log)}
     assert batches[10].records_count == 0      # superseded, kept as the producer's last batch
     assert batches[at].records_count == 1
+    log.close()
+
+
+def test_a_pass_asked_to_stop_changes_nothing(tmp_path):
+    log = compacted(tmp_path / "p")
+    write_many(log, 200)
+    log.roll()
+    before = contents(log)
+    measured = log_to_clean(log, None, log.clock_ms())
+    asked = []
+
+    def stop():   # let the map be built, then stop while groups are copied
+        asked.append(True)
+        return len(asked) > len(log.segments) + 1
+    with pytest.raises(CleaningAborted):
+        clean_log(log, measured.first_dirty, measured.first_uncleanable, log.clock_ms(),
+                  1 << 20, stop=stop)
+    assert contents(log) == before
+    assert not [n for n in os.listdir(log.directory) if n.endswith((".cleaned", ".swap"))]
     log.close()
