@@ -10,6 +10,7 @@ int64, keys and values as Arrow-style (data, offsets, null mask) buffers.
 to_arrow() turns it into a pyarrow.RecordBatch with the schema of Spark's
 Kafka source.
 """
+import functools
 from typing import NamedTuple
 
 import numpy as np
@@ -107,23 +108,25 @@ class RecordColumns:
             pa.array(self.timestamps * 1000, pa.timestamp("us", tz="UTC")),
             pa.array(np.full(n, self.timestamp_type, np.int32)),
         ]
-        fields = list(ARROW_SCHEMA)
+        schema, headers_field = _arrow_schema()
+        fields = list(schema)
         if include_headers:
             if self.headers is None:
                 raise ValueError("these columns were read without headers: use "
                                  "poll_batch(include_headers=True)")
             columns.append(pa.array([None if h is None else [{"key": k, "value": v}
                                                               for k, v in h]
-                                     for h in self.headers], HEADERS_FIELD.type))
-            fields.append(HEADERS_FIELD)
+                                     for h in self.headers], headers_field.type))
+            fields.append(headers_field)
         return pa.RecordBatch.from_arrays(columns, schema=pa.schema(fields))
 
 
+@functools.cache
 def _arrow_schema():
-    try:
-        import pyarrow as pa
-    except ImportError:  # pyarrow is optional: only to_arrow() needs it
-        return None, None
+    """(the Arrow schema of Spark's Kafka source, its optional headers field) of to_arrow(),
+    made at its first call: importing pyarrow
+    costs about 30 MiB of memory and 20 ms, which no other use of the library needs."""
+    import pyarrow as pa
     schema = pa.schema([("key", pa.binary()), ("value", pa.binary()), ("topic", pa.string()),
                         ("partition", pa.int32()), ("offset", pa.int64()),
                         ("timestamp", pa.timestamp("us", tz="UTC")),
@@ -132,6 +135,3 @@ def _arrow_schema():
                                                       ("value", pa.binary())])))
     return schema, headers
 
-
-# The Arrow schema of Spark's Kafka source (to_arrow), and its optional headers field.
-ARROW_SCHEMA, HEADERS_FIELD = _arrow_schema()

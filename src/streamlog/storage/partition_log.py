@@ -809,7 +809,7 @@ class PartitionLog:
         (PartitionLog.replace_segments). Past the bound (a writer that died mid-swap) it
         goes on: the old segments it lists are whole, and the next writable open finishes
         the swap."""
-        for _ in range(_SWAP_WAITS):
+        for _ in range(_SWAP_WAITS if self.config.compact else 1):
             listing = list_directory(self.directory)
             if not listing.swap_bases:
                 break
