@@ -5,6 +5,7 @@
  */
 #include "sl_cleaner.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -60,11 +61,11 @@ int sl_map_put_section(sl_offset_map *m, const uint8_t *buf, size_t len, int32_t
     int32_t keyed = 0;
     *put = 0;
     *full = 0;
-    if (hash128 == NULL || n < 0)
+    if (hash128 == NULL || n < 0 || len > INT32_MAX)
         return SL_ERR_BAD_ARGUMENT;
     hashed_key *keys = malloc(sizeof(hashed_key) * (size_t)(n > 0 ? n : 1));
     if (keys == NULL)
-        return SL_ERR_BAD_ARGUMENT;
+        return SL_ERR_NO_MEMORY;
     for (int32_t k = 0; k < n; k++) {
         rc = sl_record_next(buf, &p, end, &r);
         if (rc != SL_OK)
@@ -140,14 +141,14 @@ int sl_clean_section(const sl_offset_map *m, const uint8_t *buf, size_t len, int
     memset(res, 0, sizeof(*res));
     res->last_offset_delta = -1;
     res->max_timestamp = -1;
-    if (hash128 == NULL || n < 0 || out_cap < len + 16 * (size_t)n)
+    if (hash128 == NULL || n < 0 || len > INT32_MAX || out_cap < len + 16 * (size_t)n)
         return SL_ERR_BAD_ARGUMENT;
     size_t count = (size_t)(n > 0 ? n : 1);
     hashed_key *keys = malloc(sizeof(hashed_key) * count);
     int32_t *asking = malloc(sizeof(int32_t) * count);
     record_span *spans = malloc(sizeof(record_span) * count);
     if (keys == NULL || asking == NULL || spans == NULL) {
-        rc = SL_ERR_BAD_ARGUMENT;
+        rc = SL_ERR_NO_MEMORY;
         goto done;
     }
     /* Pass 1: decode once, and the verdicts that need no map. The keys the map must be
@@ -194,7 +195,8 @@ int sl_clean_section(const sl_offset_map *m, const uint8_t *buf, size_t len, int
             continue;
         const record_span *sp = &spans[k];
         const uint8_t *start = buf + sp->start, *stop = buf + sp->end;
-        int64_t timestamp = base_timestamp + sp->timestamp_delta;
+        /* Wrapping arithmetic: a hostile delta must not be undefined behaviour. */
+        int64_t timestamp = (int64_t)((uint64_t)base_timestamp + (uint64_t)sp->timestamp_delta);
         res->kept++;
         res->last_offset_delta = sp->offset_delta;
         if (timestamp > res->max_timestamp)
@@ -206,9 +208,13 @@ int sl_clean_section(const sl_offset_map *m, const uint8_t *buf, size_t len, int
         }
         int32_t body_len;
         const uint8_t *body = start + sl_read_varint(start, stop, &body_len);
-        /* body: attributes, timestamp delta, then the rest as it is */
-        const uint8_t *rest = body + 1 + sl_varlong_size(sp->timestamp_delta);
-        int64_t delta = timestamp - horizon_base;
+        /* body: attributes, timestamp delta, then the rest as it is. The delta's own bytes
+         * are walked, not recomputed: a writer may have used more than the fewest. */
+        const uint8_t *rest = body + 1;
+        while (rest < stop && (*rest & 0x80))
+            rest++;
+        rest++;
+        int64_t delta = (int64_t)((uint64_t)timestamp - (uint64_t)horizon_base);
         size_t new_body = 1 + sl_varlong_size(delta) + (size_t)(stop - rest);
         o = sl_put_varint(o, (int32_t)new_body);
         *o++ = body[0];

@@ -27,7 +27,8 @@ enum {
     SL_ERR_RECORD_LENGTH = -4,    /* decode: fields do not add up to the record's length */
     SL_ERR_NEGATIVE_LENGTH = -5,  /* decode: a length below -1, or a null header key */
     SL_ERR_TRAILING_BYTES = -6,   /* decode: bytes left after the declared record count */
-    SL_ERR_BAD_ARGUMENT = -7      /* a negative count or length in the inputs */
+    SL_ERR_BAD_ARGUMENT = -7,     /* a negative count or length in the inputs */
+    SL_ERR_NO_MEMORY = -8         /* a working buffer could not be allocated */
 };
 
 /* Largest number of bytes sl_records_encode can write for these inputs. */

@@ -300,6 +300,12 @@ def _map_struct(offset_map):
     return struct
 
 
+def _cleaner_error(rc, path):
+    if rc == -8:
+        return MemoryError("the log cleaner could not allocate its working buffers")
+    return CorruptRecordError(f"malformed record: {_DECODE_ERRORS.get(rc, rc)}", path)
+
+
 def map_put_section(offset_map, buf, pos, length, n, base_offset, start_offset, path=None):
     """Put the keyed records of a records section into offset_map (sl_map_put_section);
     returns (records put, whether the map filled)."""
@@ -310,7 +316,7 @@ def map_put_section(offset_map, buf, pos, length, n, base_offset, start_offset, 
                                 start_offset, put, full)
     offset_map.size, offset_map.latest_offset = struct.size, struct.latest_offset
     if rc != 0:
-        raise CorruptRecordError(f"malformed record: {_DECODE_ERRORS.get(rc, rc)}", path)
+        raise _cleaner_error(rc, path)
     return put[0], bool(full[0])
 
 
@@ -336,7 +342,7 @@ def clean_section(offset_map, buf, pos, length, n, base_offset, base_timestamp, 
                               0 if horizon_base is None else horizon_base, keep,
                               ffi.from_buffer(out), len(out), res)
     if rc != 0:
-        raise CorruptRecordError(f"malformed record: {_DECODE_ERRORS.get(rc, rc)}", path)
+        raise _cleaner_error(rc, path)
     return (bytes(memoryview(out)[:res.out_len]), res.kept, res.last_offset_delta,
             res.max_timestamp, res.tombstones_kept, res.keyless, bool(res.rebased))
 

@@ -13,7 +13,8 @@ from streamlog.storage import log_cleaner
 from streamlog.storage.batch_filter import filter_batch
 from streamlog.storage.log_cleaner import CleanStats, _clean_records_native, _records_to_keep
 from streamlog.storage.offset_map import OffsetMap
-from streamlog.storage.record_batch import RecordBatch, build_batch
+from streamlog.storage.record_batch import RECORDS_OFFSET, RecordBatch, build_batch, seal
+from streamlog.storage.varint import encode_varint
 
 pytestmark = pytest.mark.skipif(not native.CLEANER_AVAILABLE and os.environ.get(
     "STREAMLOG_EXPECT_NATIVE") != "1", reason=str(native.CLEANER_UNAVAILABLE_REASON))
@@ -91,3 +92,29 @@ def test_kept_records_and_bytes_agree(history, rows, latest_cut, had_horizon, la
     assert _clean_records_native(batch, rules, native_stats) == expected
     assert (native_stats.records_kept, native_stats.keyless_records_removed) == \
         (py_stats.records_kept, py_stats.keyless_records_removed)
+
+
+def test_a_timestamp_delta_written_in_more_bytes_than_needed_is_rebased_right():
+    # A zero delta as 0x80 0x00: valid to the decoder (a writer may pad), and the rebase for
+    # a delete horizon must skip the bytes the record has, not the fewest it could have.
+    def record(offset_delta, key, value):
+        body = b"\x00" + b"\x80\x00" + encode_varint(offset_delta) + encode_varint(len(key)) + key
+        body += encode_varint(-1) if value is None else encode_varint(len(value)) + value
+        return encode_varint(len(body) + 1) + body + encode_varint(0)
+    section = record(0, b"k", None) + record(1, b"j", b"v")
+    data = bytearray(RECORDS_OFFSET) + section
+    seal(data, 0, base_offset=0, attributes=0, last_offset_delta=1, base_timestamp=T0,
+         max_timestamp=T0, producer_id=-1, producer_epoch=-1, base_sequence=-1, records_count=2)
+    batch = RecordBatch(bytes(data))
+    batch.ensure_valid()
+    offset_map = OffsetMap(24 * 64)
+    rules = log_cleaner._Rules(offset_map, T0 + 5, 1000, -1, {})
+    keep = _records_to_keep(batch, rules, CleanStats())
+    assert keep == [True, True]
+    expected = filter_batch(batch, keep, T0 + 5 + 1000)
+    got = _clean_records_native(batch, rules, CleanStats())
+    assert got == expected
+    cleaned = RecordBatch(got)
+    cleaned.ensure_valid()
+    assert [(o, ts, k, v) for o, ts, k, v, _ in cleaned.records()] == [
+        (0, T0, b"k", None), (1, T0, b"j", b"v")]

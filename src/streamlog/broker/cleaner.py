@@ -151,6 +151,10 @@ class LogCleaner:
             measured = log_to_clean(partition_log, self._logs.cleaner_checkpoint(tp), now_ms)
         if measured.first_uncleanable <= measured.first_dirty:
             return CompactionResult(tp, measured.first_dirty, None)
+        if self._logs.cleaner_checkpoint(tp) is None:
+            # Durable before the log's first swap: the entry is what tells that the log may
+            # now have offset gaps (Broker.alter_topic_config keeps compaction on it).
+            self._logs.write_cleaner_checkpoint(tp, measured.first_dirty)
         try:
             result = clean_log(partition_log, measured.first_dirty, measured.first_uncleanable,
                                now_ms, self.dedupe_buffer_size, progress,

@@ -94,9 +94,11 @@ class FileRecords:
         """Give back the descriptor and the map; `size` stays, and open() takes them again.
         Views handed out keep their mapping alive."""
         self._map = None
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            # Forgotten before closed: a racing read then fails on None, never on a number
+            # the kernel may already have given to another file.
+            os.close(fd)
 
     # --- writing -----------------------------------------------------------
 

@@ -145,12 +145,22 @@ class TransactionTracker:
             self._ongoing_aborted.setdefault(txn.producer_id, _Aborted(txn))
             self._next += 1
 
+    def _aborted_of(self, batch):
+        """The aborted transaction of batch's producer that spans it, if any. An entry whose
+        marker lies below the batch is over (its marker was in a segment this pass did not
+        read): it must not claim the producer's later, committed transactions."""
+        aborted = self._ongoing_aborted.get(batch.producer_id)
+        if aborted is not None and batch.base_offset > aborted.txn.last_offset:
+            del self._ongoing_aborted[batch.producer_id]
+            return None
+        return aborted
+
     def data_batch(self, batch):
         """True when the batch belongs to an aborted transaction (remove it)."""
         self._start_up_to(batch.last_offset)
         if not batch.is_transactional:
             return False
-        aborted = self._ongoing_aborted.get(batch.producer_id)
+        aborted = self._aborted_of(batch)
         if aborted is not None:
             aborted.seen_data = True
             return True
@@ -165,7 +175,8 @@ class TransactionTracker:
             return True   # emptied by an earlier pass
         pid = batch.producer_id
         if control_type == CONTROL_ABORT:
-            aborted = self._ongoing_aborted.pop(pid, None)
+            aborted = self._aborted_of(batch)
+            self._ongoing_aborted.pop(pid, None)
             if aborted is not None and aborted.seen_data:
                 self.retained.append(aborted.txn)
                 return False
@@ -531,7 +542,10 @@ def clean_log(partition_log, first_dirty, first_uncleanable, now_ms, max_map_byt
     groups = group_segments(sealed, ends, config.segment_bytes, config.segment_index_bytes)
     rules = _Rules(offset_map, now_ms, config.delete_retention_ms, end,
                    snapshot.active_producers)
-    txns = TransactionTracker(snapshot.aborted)
+    # Kafka's collectAbortedTransactions: the aborted transactions the cleaned segments
+    # can hold (a marker below the first of them was removed with its segment).
+    txns = TransactionTracker(t for t in snapshot.aborted
+                              if sealed and t.last_offset >= sealed[0].base_offset)
     replacements = []
     try:
         for group in groups:

@@ -29,6 +29,7 @@ it lists the ordinary segments (lazy) and finds the end of the last whole batch.
 """
 import logging
 import os
+import time
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -241,6 +242,23 @@ def list_directory(directory):
     return files.list_segments(os.listdir(directory))
 
 
+# Read-only views of a compacted log: how many 1 ms looks a listing takes at a writer's swap.
+SWAP_WAITS = 500
+
+
+def settled_listing(directory, compact):
+    """Read-only: list_directory, waiting out a writer's cleaner swap (`.swap` files listed:
+    a few renames long, see PartitionLog.replace_segments), during which a listing could
+    miss a cleaned range. None when a swap is still there after SWAP_WAITS looks: a writer
+    that stopped in the middle of one, which its next writable open finishes."""
+    for _ in range(SWAP_WAITS if compact else 1):
+        listing = list_directory(directory)
+        if not listing.swap_bases or not compact:
+            return listing
+        time.sleep(0.001)
+    return None
+
+
 def segment_bases(directory):
     """Sorted base offsets of the ordinary segments in a directory."""
     return files.list_segments(os.listdir(directory)).bases
@@ -288,7 +306,11 @@ def _load_readonly(directory, config, log_start_offset, now_ms, open_files):
     report = RecoveryReport(directory, clean_shutdown=False)
     if not os.path.isdir(directory):
         raise KafkaStorageError(f"partition directory {directory} does not exist")
-    listing = list_directory(directory)
+    listing = settled_listing(directory, config.compact)
+    if listing is None:
+        raise KafkaStorageError(
+            f"{directory} holds a log cleaner's swap that did not finish (its .swap files); "
+            "open the database for writing once to finish it, then read it again")
     segments = open_readonly_segments(directory, listing.bases, config, now_ms, open_files)
     if not segments:
         raise KafkaStorageError(f"partition directory {directory} holds no segment")

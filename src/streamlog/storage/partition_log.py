@@ -39,7 +39,7 @@ from . import files
 from .durable import fsync_dir
 from .file_records import IncompleteBatch
 from .log_cleaner import CleanerSnapshot
-from .log_loader import list_directory, load_log
+from .log_loader import list_directory, load_log, settled_listing
 from .open_files import OpenSegments
 from .record_batch import (CONTROL_ABORT, CONTROL_COMMIT, LOG_OVERHEAD, RECORD_BATCH_OVERHEAD,
                            RecordBatch, build_control_batch, iter_batches, set_log_append_time)
@@ -77,10 +77,6 @@ class FetchData(NamedTuple):
     @property
     def size(self):
         return sum(b.size_in_bytes for b in self.batches)
-
-
-# Read-only views: how many 1 ms looks a refresh takes at a writer's swap (_listed_bases).
-_SWAP_WAITS = 200
 
 
 class _MissingOffsets(CorruptRecordError):
@@ -471,12 +467,13 @@ class PartitionLog:
         try:
             return self._read(fetch_offset, max_bytes, max_offset, min_one_batch, buffer)
         except (KafkaStorageError, _MissingOffsets) as exc:
-            if not self.readonly:
-                if self._segments is segments:
-                    raise
-                # The cleaner or retention replaced segments under this read (one it held
-                # was removed): read again, from the log as it is now.
+            if self._segments is not segments:
+                # The cleaner, retention or a read-only view's refresh replaced segments
+                # under this read (one it held was closed or removed): read again, from the
+                # log as it is now.
                 return self._read(fetch_offset, max_bytes, max_offset, min_one_batch, buffer)
+            if not self.readonly:
+                raise
             if not (isinstance(exc, _MissingOffsets) or
                     isinstance(exc.__cause__, FileNotFoundError)):
                 raise
@@ -652,7 +649,10 @@ class PartitionLog:
         with self._lock:
             self._check_writable()
             current = {id(s) for s in self._segments}
-            if any(id(s) not in current for old, _, _ in replacements for s in old):
+            if not self.config.compact or \
+                    any(id(s) not in current for old, _, _ in replacements for s in old):
+                # Retention removed a segment meanwhile, or compaction was taken off the
+                # topic (Broker.alter_topic_config): nothing of the pass goes in.
                 for _, cleaned, _ in replacements:
                     cleaned.delete()
                 return False
@@ -664,40 +664,45 @@ class PartitionLog:
                 for _, cleaned, _ in replacements:   # not committed: the old log stays
                     cleaned.delete()
                 raise
+            # Committed: from here on this process's view is the new log whatever fails (a
+            # rename left undone is finished by the next open, see above).
             deadline = self.clock_ms() + self.config.file_delete_delay_ms
             old_bases = {s.base_offset for old, _, _ in replacements for s in old}
-            self._delete_pending_locked(old_bases)
-            for old, _, _ in replacements:
-                for segment in old:
-                    segment.rename_suffix("", files.DELETED_SUFFIX)
-                    self._pending_deletes.append((deadline, segment))
-            new_by_first = {}
-            for old, cleaned, _ in replacements:
-                cleaned.rename_suffix(files.SWAP_SUFFIX, "")
-                new_by_first[id(old[0])] = cleaned
-            fsync_dir(self.directory)
-            replaced = {id(s) for old, _, _ in replacements for s in old}
-            segments = []
-            for segment in self._segments:
-                if id(segment) in new_by_first:
-                    segments.append(new_by_first[id(segment)])
-                elif id(segment) not in replaced:
-                    segments.append(segment)
-            self._segments = segments
-            self._bases = [s.base_offset for s in segments]
-            self.txn_indexes.replace_segments(
-                old_bases, {cleaned.base_offset: kept for _, cleaned, kept in replacements})
+            new_by_first = {id(old[0]): cleaned for old, cleaned, _ in replacements}
+            try:
+                self._delete_pending_locked(old_bases)
+                for old, _, _ in replacements:
+                    for segment in old:
+                        segment.rename_suffix("", files.DELETED_SUFFIX)
+                        self._pending_deletes.append((deadline, segment))
+                for _, cleaned, _ in replacements:
+                    cleaned.rename_suffix(files.SWAP_SUFFIX, "")
+                fsync_dir(self.directory)
+            finally:
+                self._install_replacements(replacements, new_by_first, old_bases)
             return True
 
+    def _install_replacements(self, replacements, new_by_first, old_bases):
+        """replace_segments' change of the segment list (under the append lock)."""
+        replaced = {id(s) for old, _, _ in replacements for s in old}
+        segments = []
+        for segment in self._segments:
+            if id(segment) in new_by_first:
+                segments.append(new_by_first[id(segment)])
+            elif id(segment) not in replaced:
+                segments.append(segment)
+        self._segments = segments
+        self._bases = [s.base_offset for s in segments]
+        self.txn_indexes.replace_segments(
+            old_bases, {cleaned.base_offset: kept for _, cleaned, kept in replacements})
+
     def _delete_pending_locked(self, bases):
-        """Remove now the pending deletions of segments at these bases: a segment renamed
-        `.deleted` again takes the same file names (readers of the older one read again
-        from the log as it is, see read())."""
-        due = [(d, s) for d, s in self._pending_deletes if s.base_offset in bases]
-        if due:
-            self._pending_deletes = [p for p in self._pending_deletes if p not in due]
-            for _, segment in due:
-                segment.delete()
+        """Pending deletions of segments at these bases give up their `.deleted` names, which
+        the segments replaced now take: their files are unlinked at once, but the segments
+        stay open until their own deadline, so a reader holding one reads on."""
+        for _, segment in self._pending_deletes:
+            if segment.base_offset in bases:
+                segment.unlink_files()
 
     def delete_pending_files(self, now_ms=None, force=False):
         """Close and remove segments deleted at least file.delete.delay.ms ago; returns count."""
@@ -768,7 +773,10 @@ class PartitionLog:
         if not self.readonly:
             return
         with self._lock:
-            listed = self._listed_bases()
+            listing = settled_listing(self.directory, self.config.compact)
+            if listing is None:
+                return   # a swap left unfinished: the view stays as it is (log_loader)
+            listed = listing.bases
             present = set(listed)
             previous_last = self._segments[-1].base_offset if self._segments else -1
             keep = []
@@ -801,20 +809,6 @@ class PartitionLog:
             self._next_offset = max(self._next_offset, self._scan_tail(keep))
             self._follow_to(self._next_offset)
             self.high_watermark = self._next_offset
-
-    def _listed_bases(self):
-        """Read-only: the ordinary segments' bases as listed now. While `.swap` files are
-        listed, the writer's cleaner is swapping segments in (a few renames); the listing
-        waits them out, up to a bound: a view made mid-swap could miss a cleaned range
-        (PartitionLog.replace_segments). Past the bound (a writer that died mid-swap) it
-        goes on: the old segments it lists are whole, and the next writable open finishes
-        the swap."""
-        for _ in range(_SWAP_WAITS if self.config.compact else 1):
-            listing = list_directory(self.directory)
-            if not listing.swap_bases:
-                break
-            time.sleep(0.001)
-        return listing.bases
 
     def _writer_log_start(self, removed):
         """Read-only: the log start the writer has moved to, as far as this view can prove it.

@@ -127,6 +127,7 @@ def _uses_files(method):
 class LogSegment:
     # Read-only views of compacted logs: (device, inode) of the log file when listed.
     disk_identity = None
+    _unlinked = False   # unlink_files() took the files' names away
 
     def __init__(self, directory, base_offset, config, readonly=False, suffix="", now_ms=None,
                  open_files=None, lazy=False, new=False, recovering=False):
@@ -731,10 +732,27 @@ class LogSegment:
                                                         new_suffix))
         self._suffix = new_suffix
 
+    def unlink_files(self):
+        """Remove the segment's files now but keep it usable: what it has open stays readable
+        (an open descriptor and a map outlive the name). delete() then only closes. For a
+        segment pending deletion whose `.deleted` names are about to be taken again."""
+        for path in (self.log.path, self.offset_index.path, self.time_index.path,
+                     files.txn_index_file(self.directory, self.base_offset, self._suffix)):
+            try:
+                os.remove(path)
+            except FileNotFoundError:
+                pass
+        self._unlinked = True
+
     def delete(self):
         """Close and remove every file of the segment."""
         self._closed = True
         self._open_files_of.forget(self)
+        if self._unlinked:
+            self.offset_index.close(trim=False)
+            self.time_index.close(trim=False)
+            self.log.close()
+            return
         self.offset_index.delete()
         self.time_index.delete()
         try:
