@@ -15,6 +15,9 @@ LAYERS = [
     ("storage", ["streamlog.storage"]),
     ("broker", ["streamlog.broker"]),
     ("coordination", ["streamlog.coordinator"]),
+    # The Kafka wire-protocol server: over the broker and coordinators, never the client
+    # layer (Database.serve starts one).
+    ("server", ["streamlog.server"]),
     ("client", ["streamlog.client"]),
     ("integrations", ["streamlog.cli", "streamlog.testing", "streamlog.progress"]),
 ]

@@ -17,6 +17,7 @@ from ..broker.cleaner import CompactionResult  # noqa: F401 - public as streamlo
 from ..broker.repair import RepairReport, repair as _repair
 from ..coordinator.transaction_coordinator import find_transaction_coordinator, has_transactions
 from ..errors import InvalidConfigurationError, LogClosedError, ReadOnlyError
+from ..server import KafkaServer
 from . import group_admin
 from .consumer import Consumer
 from .producer import Producer
@@ -172,6 +173,19 @@ class Database:
         if self.readonly:
             raise ReadOnlyError("a read-only database cannot compact; open it for writing")
         return self._broker.compact(topic, wait, progress)
+
+    def serve(self, host="127.0.0.1", port=0):
+        """A Kafka wire-protocol server on this database, in background threads: Kafka's own
+        clients connect to `server.bootstrap_servers` (port 0: a free port). Closed with
+        the handle, or by server.close(). What it serves so far: docs/SERVER.md."""
+        self._check()
+        if self.readonly:
+            raise ReadOnlyError("a read-only database cannot serve Kafka clients; open it for "
+                                "writing")
+        server = KafkaServer(self._broker, host, port)
+        with self._lock:
+            self._children.append(server)
+        return server
 
     # --- consumer groups -------------------------------------------------------------------
 

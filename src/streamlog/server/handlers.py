@@ -1,0 +1,274 @@
+"""What the server answers to each request it serves: an adapter from Kafka's request types
+to the broker's methods of the same names (broker/broker.py), and from the library's errors
+to Kafka's error codes.
+
+Every handler runs on a worker thread (network.py), so it may wait: a Fetch for its
+max_wait, a Produce with acks=all for its fsync. A handler returns the response entity, or
+None when the request wants none (Produce with acks=0).
+"""
+import datetime
+import threading
+import uuid
+
+from kio.schema.errors import ErrorCode
+from kio.static.primitive import i16, i32, i64, i32Timedelta
+
+from .. import errors
+from ..broker.broker import EARLIEST_TIMESTAMP
+from ..structs import TopicPartition
+from .protocol import (API_VERSIONS, FETCH, INIT_PRODUCER_ID, LIST_OFFSETS, METADATA, PRODUCE,
+                       SUPPORTED, RecordsChunks, build, response_types)
+
+NODE_ID = 0
+NO_THROTTLE = i32Timedelta.parse(datetime.timedelta(0))
+
+# The library's errors as Kafka's codes (most specific first: subclasses before bases).
+_ERROR_CODES = [
+    (errors.UnknownTopicOrPartitionError, ErrorCode.unknown_topic_or_partition),
+    (errors.OffsetOutOfRangeError, ErrorCode.offset_out_of_range),
+    (errors.RecordBatchTooLargeError, ErrorCode.record_list_too_large),
+    (errors.RecordTooLargeError, ErrorCode.message_too_large),
+    (errors.InvalidRecordError, ErrorCode.invalid_record),
+    (errors.CorruptRecordError, ErrorCode.corrupt_message),
+    (errors.DuplicateSequenceError, ErrorCode.duplicate_sequence_number),
+    (errors.OutOfOrderSequenceError, ErrorCode.out_of_order_sequence_number),
+    (errors.InvalidProducerEpochError, ErrorCode.invalid_producer_epoch),
+    (errors.ProducerFencedError, ErrorCode.producer_fenced),
+    (errors.UnsupportedCompressionTypeError, ErrorCode.unsupported_compression_type),
+    (errors.RequestTimedOutError, ErrorCode.request_timed_out),
+    (errors.KafkaStorageError, ErrorCode.kafka_storage_error),
+    (errors.LogClosedError, ErrorCode.not_leader_or_follower),
+]
+
+
+def error_code(exc):
+    """Kafka's error code for an exception (UNKNOWN_SERVER_ERROR when none fits)."""
+    if exc is None:
+        return ErrorCode.none
+    for cls, code in _ERROR_CODES:
+        if isinstance(exc, cls):
+            return code
+    return ErrorCode.unknown_server_error
+
+
+class Handlers:
+    def __init__(self, broker, cluster_id):
+        self.broker = broker
+        self.cluster_id = cluster_id
+        self._by_key = {API_VERSIONS: self.api_versions, METADATA: self.metadata,
+                        PRODUCE: self.produce, FETCH: self.fetch,
+                        LIST_OFFSETS: self.list_offsets, INIT_PRODUCER_ID: self.init_producer_id}
+
+    def handle(self, header, body, address):
+        """The response entity to one decoded request; address: (host, port) the client
+        connected to, which Metadata advertises."""
+        key, version = header.request_api_key, header.request_api_version
+        if key == API_VERSIONS:
+            return self.api_versions(version, body)
+        return self._by_key[key](version, body, address)
+
+    # --- ApiVersions --------------------------------------------------------------
+
+    def api_versions(self, version, body):
+        lo, hi = SUPPORTED[API_VERSIONS]
+        error = ErrorCode.none
+        if body is None or not lo <= version <= hi:
+            version, error = 0, ErrorCode.unsupported_version   # KIP-511
+        cls, types = response_types(API_VERSIONS, version)
+        return build(cls, error_code=error, throttle_time=NO_THROTTLE, api_keys=tuple(
+            types.ApiVersion(api_key=i16(key), min_version=i16(low), max_version=i16(high))
+            for key, (low, high) in sorted(SUPPORTED.items())))
+
+    # --- Metadata -----------------------------------------------------------------
+
+    def metadata(self, version, body, address):
+        cls, types = response_types(METADATA, version)
+        known = self.broker.topics()
+        if body.topics is None:
+            names = sorted(name for name, info in known.items() if not info.internal)
+        else:
+            names = [t.name for t in body.topics]
+        allow_create = getattr(body, "allow_auto_topic_creation", True)
+        topics = []
+        for name in names:
+            try:
+                info = self.broker.ensure_topic(name) if allow_create else self.broker.topic(name)
+            except errors.StreamlogError as exc:
+                topics.append(build(types.MetadataResponseTopic, error_code=error_code(exc),
+                                    name=name, topic_id=uuid.UUID(int=0), is_internal=False,
+                                    partitions=(), topic_authorized_operations=i32(-2**31)))
+                continue
+            partitions = tuple(build(
+                types.MetadataResponsePartition, error_code=ErrorCode.none,
+                partition_index=i32(p), leader_id=i32(NODE_ID), leader_epoch=i32(0),
+                replica_nodes=(i32(NODE_ID),), isr_nodes=(i32(NODE_ID),), offline_replicas=())
+                for p in range(info.partitions))
+            topics.append(build(types.MetadataResponseTopic, error_code=ErrorCode.none,
+                                name=name, topic_id=uuid.UUID(hex=info.topic_id),
+                                is_internal=info.internal, partitions=partitions,
+                                topic_authorized_operations=i32(-2**31)))
+        host, port = address
+        return build(cls, throttle_time=NO_THROTTLE, cluster_id=self.cluster_id,
+                     controller_id=i32(NODE_ID), cluster_authorized_operations=i32(-2**31),
+                     brokers=(build(types.MetadataResponseBroker, node_id=i32(NODE_ID),
+                                    host=host, port=i32(port), rack=None),),
+                     topics=tuple(topics))
+
+    # --- Produce ------------------------------------------------------------------
+
+    def produce(self, version, body, address):
+        cls, types = response_types(PRODUCE, version)
+        waits = []
+        answers = []
+        for topic in body.topic_data:
+            parts = []
+            for partition in topic.partition_data:
+                tp = TopicPartition(topic.name, partition.index)
+                answer = {"index": partition.index, "error": None, "base": -1,
+                          "append_time": None, "start": -1}
+                try:
+                    info = self.broker.produce(tp, partition.records or b"")
+                    answer["base"] = info.first_offset
+                    if info.log_append_time >= 0:
+                        answer["append_time"] = datetime.datetime.fromtimestamp(
+                            info.log_append_time / 1000, datetime.timezone.utc)
+                    answer["start"] = self.broker.partition_log(tp).log_start_offset
+                    if body.acks == -1:
+                        waits.append((self._durable(tp, info.last_offset + 1), answer))
+                except errors.StreamlogError as exc:
+                    answer["error"] = exc
+                parts.append(answer)
+            answers.append((topic.name, parts))
+        if body.acks == 0:
+            return None
+        timeout_s = body.timeout.total_seconds()
+        for done, answer in waits:
+            if not done[0].wait(timeout_s):
+                answer["error"] = errors.RequestTimedOutError("not fsynced within the timeout")
+            elif done[1] is not None:
+                answer["error"] = done[1]
+        return build(cls, throttle_time=NO_THROTTLE, responses=tuple(
+            build(types.TopicProduceResponse, name=name, partition_responses=tuple(
+                build(types.PartitionProduceResponse, index=a["index"],
+                      error_code=error_code(a["error"]), base_offset=i64(a["base"]),
+                      log_append_time=a["append_time"], log_start_offset=i64(a["start"]),
+                      record_errors=(), error_message=None if a["error"] is None
+                      else str(a["error"])[:500])
+                for a in parts)) for name, parts in answers))
+
+    def _durable(self, tp, offset):
+        """(event, [error]) set once tp is fsynced below offset (acks=all)."""
+        event, result = threading.Event(), [None, None]
+
+        def callback(error):
+            result[1] = error
+            event.set()
+        result[0] = event
+        self.broker.when_durable(tp, offset, callback)
+        return result
+
+    # --- Fetch --------------------------------------------------------------------
+
+    def fetch(self, version, body, address):
+        cls, types = response_types(FETCH, version)
+        positions, order = {}, []
+        partition_max = 0
+        for topic in body.topics:
+            for partition in topic.partitions:
+                tp = TopicPartition(topic.topic, partition.partition)
+                positions[tp] = partition.fetch_offset
+                order.append(tp)
+                partition_max = max(partition_max, partition.partition_max_bytes)
+        results = {}
+        known = {tp: tp for tp in positions if self._exists(tp)}
+        if known:
+            try:
+                results = self.broker.fetch(
+                    {tp: positions[tp] for tp in known},
+                    max_wait_ms=int(body.max_wait.total_seconds() * 1000),
+                    min_bytes=body.min_bytes, max_bytes=body.max_bytes,
+                    partition_max_bytes=partition_max or (1 << 20),
+                    read_committed=getattr(body, "isolation_level", 0) == 1)
+            except errors.StreamlogError as exc:
+                results = {tp: exc for tp in known}
+        by_topic = {}
+        for tp in order:
+            result = results.get(tp)
+            if result is None or isinstance(result, Exception):
+                exc = result if result is not None else \
+                    errors.UnknownTopicOrPartitionError(f"{tp} does not exist")
+                part = build(types.PartitionData, partition_index=i32(tp.partition),
+                             error_code=error_code(exc), high_watermark=i64(-1),
+                             last_stable_offset=i64(-1), log_start_offset=i64(-1),
+                             aborted_transactions=None, preferred_read_replica=i32(-1),
+                             records=None)
+            else:
+                aborted = None if result.aborted_transactions is None else tuple(
+                    build(types.AbortedTransaction, producer_id=i64(t.producer_id),
+                          first_offset=i64(t.first_offset))
+                    for t in result.aborted_transactions)
+                part = build(types.PartitionData, partition_index=i32(tp.partition),
+                             error_code=error_code(result.error),
+                             high_watermark=i64(result.high_watermark),
+                             last_stable_offset=i64(result.last_stable_offset),
+                             log_start_offset=i64(result.log_start_offset),
+                             aborted_transactions=aborted, preferred_read_replica=i32(-1),
+                             records=RecordsChunks([b.view() for b in result.batches]))
+            by_topic.setdefault(tp.topic, []).append(part)
+        return build(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.none,
+                     session_id=i32(0), responses=tuple(
+                         build(types.FetchableTopicResponse, topic=name, partitions=tuple(parts))
+                         for name, parts in by_topic.items()))
+
+    def _exists(self, tp):
+        try:
+            self.broker.partition_log(tp)
+            return True
+        except errors.StreamlogError:
+            return False
+
+    # --- ListOffsets ---------------------------------------------------------------
+
+    def list_offsets(self, version, body, address):
+        cls, types = response_types(LIST_OFFSETS, version)
+        read_committed = getattr(body, "isolation_level", 0) == 1
+        topics = []
+        for topic in body.topics:
+            parts = []
+            for partition in topic.partitions:
+                tp = TopicPartition(topic.name, partition.partition_index)
+                offset, timestamp, exc = -1, -1, None
+                try:
+                    found = self.broker.list_offsets({tp: partition.timestamp},
+                                                     read_committed)[tp]
+                    if found is not None:
+                        offset, timestamp = found
+                        if partition.timestamp == EARLIEST_TIMESTAMP:
+                            timestamp = -1
+                except (errors.StreamlogError, ValueError) as exc_:
+                    exc = exc_ if isinstance(exc_, errors.StreamlogError) else \
+                        errors.InvalidRequestError(str(exc_))
+                parts.append(build(types.ListOffsetsPartitionResponse,
+                                   partition_index=partition.partition_index,
+                                   error_code=error_code(exc), timestamp=i64(timestamp),
+                                   offset=i64(offset), leader_epoch=i32(0)))
+            topics.append(build(types.ListOffsetsTopicResponse, name=topic.name,
+                                partitions=tuple(parts)))
+        return build(cls, throttle_time=NO_THROTTLE, topics=tuple(topics))
+
+    # --- InitProducerId -------------------------------------------------------------
+
+    def init_producer_id(self, version, body, address):
+        cls, _ = response_types(INIT_PRODUCER_ID, version)
+        if body.transactional_id is not None:
+            # Transactional ids over the wire come with the transaction APIs (not served yet).
+            return build(cls, throttle_time=NO_THROTTLE,
+                         error_code=ErrorCode.transactional_id_authorization_failed,
+                         producer_id=i64(-1), producer_epoch=i16(-1))
+        try:
+            producer_id, epoch = self.broker.init_producer_id()
+            error = ErrorCode.none
+        except errors.StreamlogError as exc:
+            producer_id, epoch, error = -1, -1, error_code(exc)
+        return build(cls, throttle_time=NO_THROTTLE, error_code=error,
+                     producer_id=i64(producer_id), producer_epoch=i16(epoch))

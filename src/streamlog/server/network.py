@@ -1,0 +1,150 @@
+"""The listener: Kafka clients' connections to one database, served in background threads.
+
+One thread runs an asyncio event loop that accepts connections and reads their frames; the
+requests run on a small pool of worker threads (a Fetch may wait for data, a Produce with
+acks=all for its fsync), never on the loop. A connection's requests are answered one at a
+time, in order, as Kafka's broker does (it reads a connection's next request only once the
+last one's response is queued), so responses never overtake each other.
+
+A frame that does not decode, or names an API or version not served, closes that one
+connection (logged); the server and every other connection go on.
+
+Lifecycle: KafkaServer() binds and starts serving; close() stops accepting, closes every
+connection, waits for the requests in progress, and ends the threads.
+"""
+import asyncio
+import concurrent.futures
+import logging
+import struct
+import threading
+
+from .. import errors
+from .handlers import Handlers
+from .protocol import UnsupportedRequest, decode_request, encode_response
+
+log = logging.getLogger("streamlog.server")
+
+# The largest request frame accepted (Kafka's socket.request.max.bytes default).
+MAX_REQUEST_BYTES = 100 << 20
+_WORKERS = 16
+
+
+class KafkaServer:
+    def __init__(self, broker, host="127.0.0.1", port=0, cluster_id="streamlog"):
+        self._handlers = Handlers(broker, cluster_id)
+        self._pool = concurrent.futures.ThreadPoolExecutor(_WORKERS,
+                                                           thread_name_prefix="streamlog-kafka")
+        self._loop = asyncio.new_event_loop()
+        self._connections = set()
+        self._closed = False
+        started = threading.Event()
+        failure = []
+
+        def run():
+            asyncio.set_event_loop(self._loop)
+            try:
+                self._server = self._loop.run_until_complete(
+                    asyncio.start_server(self._serve_connection, host, port))
+            except OSError as exc:
+                failure.append(exc)
+                started.set()
+                return
+            started.set()
+            self._loop.run_forever()
+        self._thread = threading.Thread(target=run, name="streamlog-kafka-listener",
+                                        daemon=True)
+        self._thread.start()
+        started.wait()
+        if failure:
+            self._thread.join()
+            self._loop.close()
+            self._pool.shutdown()
+            raise errors.StreamlogError(f"cannot listen on {host}:{port}: {failure[0]}") \
+                from failure[0]
+        self.host, self.port = self._server.sockets[0].getsockname()[:2]
+
+    @property
+    def bootstrap_servers(self):
+        return f"{self.host}:{self.port}"
+
+    @property
+    def closed(self):
+        return self._closed
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __repr__(self):
+        return f"<streamlog.KafkaServer {self.bootstrap_servers}{' closed' if self._closed else ''}>"
+
+    # --- connections ------------------------------------------------------------------
+
+    async def _serve_connection(self, reader, writer):
+        task = asyncio.current_task()
+        self._connections.add(task)
+        address = writer.get_extra_info("sockname")[:2]
+        peer = writer.get_extra_info("peername")
+        loop = asyncio.get_running_loop()
+        try:
+            while True:
+                (size,) = struct.unpack(">i", await reader.readexactly(4))
+                if not 0 < size <= MAX_REQUEST_BYTES:
+                    log.warning("closing %s: a %d-byte request frame", peer, size)
+                    return
+                frame = await reader.readexactly(size)
+                chunks = await loop.run_in_executor(self._pool, self._answer, frame, address)
+                if chunks is not None:
+                    writer.writelines(chunks)
+                    await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError, asyncio.CancelledError):
+            pass   # the client went away, or the server closes
+        except _CloseConnection as exc:
+            log.warning("closing %s: %s", peer, exc)
+        finally:
+            self._connections.discard(task)
+            writer.close()
+
+    def _answer(self, frame, address):
+        """The framed response to one request frame (on a worker thread); None for none."""
+        try:
+            header, body = decode_request(frame)
+        except UnsupportedRequest as exc:
+            raise _CloseConnection(str(exc)) from None
+        except Exception as exc:   # a frame kio cannot read: this connection only
+            raise _CloseConnection(f"a request that does not decode ({exc})") from None
+        try:
+            response = self._handlers.handle(header, body, address)
+        except Exception as exc:
+            log.exception("request api %d v%d failed", header.request_api_key,
+                          header.request_api_version)
+            raise _CloseConnection(f"the request failed ({exc})") from None
+        if response is None:
+            return None
+        return encode_response(header.correlation_id, response)
+
+    # --- lifecycle ------------------------------------------------------------------
+
+    def close(self):
+        if self._closed:
+            return
+        self._closed = True
+
+        async def shutdown():
+            self._server.close()
+            for task in list(self._connections):
+                task.cancel()
+            await self._server.wait_closed()
+        try:
+            asyncio.run_coroutine_threadsafe(shutdown(), self._loop).result(timeout=10)
+        finally:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join()
+            self._pool.shutdown(wait=True)
+            self._loop.close()
+
+
+class _CloseConnection(Exception):
+    pass

@@ -1,0 +1,110 @@
+"""The Kafka wire protocol's framing, through kio (generated from Kafka's own message schemas):
+a request frame into its header and body, a response into the buffers to send.
+
+Record batches pass through as bytes: a Produce request's records field is the client's
+batches, appended as they are; a Fetch response's records field is built from the batches'
+own views of the segment files (RecordsChunks), written out without being joined.
+
+The versions served (SUPPORTED) are those of the APIs built so far, capped below the
+versions that name topics by id only (Fetch 13, Produce 13). An ApiVersions request of a
+version this side does not know is answered with version 0 and UNSUPPORTED_VERSION, listing
+what is served (KIP-511), so a newer client retries at a version both know.
+"""
+import dataclasses
+import struct
+import sys
+
+from kio.index import UnknownEntity, load_request_schema, load_response_schema
+from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
+from kio.serial import entity_reader, entity_writer
+
+API_VERSIONS = 18
+PRODUCE, FETCH, LIST_OFFSETS, METADATA, INIT_PRODUCER_ID = 0, 1, 2, 3, 22
+
+# api key -> (min version, max version) served.
+SUPPORTED = {
+    PRODUCE: (3, 11),
+    FETCH: (4, 12),
+    LIST_OFFSETS: (1, 7),
+    METADATA: (0, 12),
+    API_VERSIONS: (0, 4),
+    INIT_PRODUCER_ID: (0, 4),
+}
+
+
+class UnsupportedRequest(Exception):
+    """A request of an API or version this server does not serve."""
+
+    def __init__(self, api_key, api_version, correlation_id):
+        super().__init__(f"api {api_key} version {api_version} is not served")
+        self.api_key, self.api_version, self.correlation_id = api_key, api_version, correlation_id
+
+
+def decode_request(frame):
+    """(header, body) of a request frame (the bytes after its length); body None for an
+    ApiVersions request of a version kio does not know (answered per KIP-511)."""
+    api_key, api_version, correlation_id = struct.unpack_from(">hhi", frame, 0)
+    served = SUPPORTED.get(api_key)
+    try:
+        schema = load_request_schema(api_key, api_version)
+    except UnknownEntity:
+        schema = None
+    if schema is None or served is None or not served[0] <= api_version <= served[1]:
+        if api_key == API_VERSIONS:
+            # A newer client's ApiVersions: its header is v2 whatever its body is.
+            header, _ = entity_reader(RequestHeaderV2)(frame, 0)
+            return header, None
+        raise UnsupportedRequest(api_key, api_version, correlation_id)
+    header, position = entity_reader(schema.__header_schema__)(frame, 0)
+    body, _ = entity_reader(schema)(frame, position)
+    return header, body
+
+
+def response_types(api_key, api_version):
+    """(response class, its module: the nested entity classes) of one API version."""
+    cls = load_response_schema(api_key, api_version)
+    return cls, sys.modules[cls.__module__]
+
+
+def build(cls, **fields):
+    """An entity of cls from the fields this version has (the others are left out)."""
+    names = {f.name for f in dataclasses.fields(cls)}
+    return cls(**{k: v for k, v in fields.items() if k in names})
+
+
+class RecordsChunks:
+    """A records field made of several buffers (batch views of segment files): kio asks for
+    its length and writes it; _Chunks splices the buffers in without joining them."""
+
+    __slots__ = ("chunks", "_size")
+
+    def __init__(self, chunks):
+        self.chunks = chunks
+        self._size = sum(len(c) for c in chunks)
+
+    def __len__(self):
+        return self._size
+
+
+class _Chunks:
+    __slots__ = ("chunks",)
+
+    def __init__(self):
+        self.chunks = []
+
+    def write(self, data):
+        if isinstance(data, RecordsChunks):
+            self.chunks.extend(data.chunks)
+        else:
+            self.chunks.append(data)
+        return len(data)
+
+
+def encode_response(correlation_id, response):
+    """The buffers of a framed response: length, header (v0 or v1 as the API version wants),
+    body."""
+    out = _Chunks()
+    header = type(response).__header_schema__
+    entity_writer(header)(out, header(correlation_id=correlation_id))
+    entity_writer(type(response))(out, response)
+    return [struct.pack(">i", sum(len(c) for c in out.chunks))] + out.chunks

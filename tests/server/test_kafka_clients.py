@@ -1,0 +1,186 @@
+"""The Kafka wire-protocol server (streamlog.server) with Kafka's own clients, unchanged:
+kafka-python, confluent-kafka (librdkafka) and aiokafka produce to it and fetch from it, and
+what they write is the database's own log, read in process too. The first slice of the
+server: ApiVersions, Metadata, Produce, Fetch, ListOffsets, InitProducerId."""
+import asyncio
+import socket
+import struct
+import threading
+
+import pytest
+
+import streamlog
+from streamlog import TopicPartition
+from streamlog.client.murmur2 import murmur2_py, to_positive
+
+kafka = pytest.importorskip("kafka")
+confluent_kafka = pytest.importorskip("confluent_kafka")
+aiokafka = pytest.importorskip("aiokafka")
+
+
+@pytest.fixture
+def db(tmp_path):
+    database = streamlog.open(str(tmp_path / "db"))
+    database.create_topic("t", partitions=3)
+    yield database
+    database.close()
+
+
+@pytest.fixture
+def server(db):
+    with db.serve() as kafka_server:
+        yield kafka_server
+
+
+def in_process(db, partitions=3):
+    """(partition, offset, key, value, headers) of everything in topic t, read in process."""
+    consumer = db.consumer(auto_offset_reset="earliest")
+    consumer.assign([TopicPartition("t", p) for p in range(partitions)])
+    rows = []
+    while True:
+        got = consumer.poll(timeout=0.1)
+        if not got:
+            break
+        rows += [(r.partition, r.offset, r.key, r.value, list(r.headers)) for r in got]
+    consumer.close()
+    return sorted(rows)
+
+
+def java_partition(key, partitions=3):
+    """Kafka's default partitioner for a keyed record (Utils.toPositive(murmur2(key)) % n)."""
+    return to_positive(murmur2_py(key)) % partitions
+
+
+def test_kafka_python_produces_and_consumes(db, server):
+    producer = kafka.KafkaProducer(bootstrap_servers=server.bootstrap_servers, acks="all",
+                                   compression_type="gzip")
+    sent = [producer.send("t", key=b"k%d" % i, value=b"v%d" % i, headers=[("h", b"%d" % i)])
+            for i in range(30)]
+    producer.flush()
+    metadata = [f.get(timeout=10) for f in sent]
+    producer.close()
+    # Keys land where Kafka's Java-compatible partitioner puts them, at the offsets the log gave.
+    assert [m.partition for m in metadata] == [java_partition(b"k%d" % i) for i in range(30)]
+    rows = in_process(db)
+    assert sorted((p, o, k, v) for p, o, k, v, _ in rows) == sorted(
+        (m.partition, m.offset, b"k%d" % i, b"v%d" % i) for i, m in enumerate(metadata))
+    consumer = kafka.KafkaConsumer(bootstrap_servers=server.bootstrap_servers,
+                                   auto_offset_reset="earliest", consumer_timeout_ms=3000)
+    consumer.assign([kafka.TopicPartition("t", p) for p in range(3)])
+    got = sorted((m.partition, m.offset, m.key, m.value, [(k, v) for k, v in m.headers])
+                 for m in consumer)
+    consumer.close()
+    assert got == rows
+
+
+def test_confluent_kafka_produces_and_consumes(db, server):
+    producer = confluent_kafka.Producer({"bootstrap.servers": server.bootstrap_servers,
+                                         "acks": "all", "compression.type": "lz4",
+                                         "partitioner": "murmur2_random"})
+    delivered = []
+    for i in range(30):
+        producer.produce("t", key=b"k%d" % i, value=b"c%d" % i,
+                         on_delivery=lambda err, msg: delivered.append((err, msg.partition())))
+    assert producer.flush(30) == 0
+    assert [err for err, _ in delivered] == [None] * 30
+    assert sorted(p for _, p in delivered) == sorted(java_partition(b"k%d" % i)
+                                                     for i in range(30))
+    consumer = confluent_kafka.Consumer({"bootstrap.servers": server.bootstrap_servers,
+                                         "group.id": "unused", "enable.auto.commit": False})
+    consumer.assign([confluent_kafka.TopicPartition("t", p, 0) for p in range(3)])
+    got = []
+    while len(got) < 30:
+        message = consumer.poll(10)
+        assert message is not None and message.error() is None, message and message.error()
+        got.append((message.partition(), message.offset(), message.key(), message.value(),
+                    message.headers() or []))
+    low, high = consumer.get_watermark_offsets(confluent_kafka.TopicPartition("t", 0),
+                                               timeout=10)
+    consumer.close()
+    assert sorted(got) == in_process(db)
+    assert (low, high) == (0, sum(1 for p, *_ in got if p == 0))
+
+
+def test_aiokafka_produces_and_consumes(db, server):
+    async def run():
+        producer = aiokafka.AIOKafkaProducer(bootstrap_servers=server.bootstrap_servers)
+        await producer.start()
+        for i in range(20):
+            await producer.send_and_wait("t", key=b"a%d" % i, value=b"x%d" % i)
+        await producer.stop()
+        consumer = aiokafka.AIOKafkaConsumer(bootstrap_servers=server.bootstrap_servers,
+                                             auto_offset_reset="earliest", group_id=None)
+        await consumer.start()
+        consumer.assign([aiokafka.TopicPartition("t", p) for p in range(3)])
+        got = []
+        while len(got) < 20:
+            batches = await consumer.getmany(timeout_ms=5000)
+            assert batches
+            got += [(m.partition, m.offset, m.key, m.value) for ms in batches.values()
+                    for m in ms]
+        await consumer.stop()
+        return got
+    got = asyncio.run(run())
+    assert sorted(got) == [(p, o, k, v) for p, o, k, v, _ in in_process(db)]
+
+
+def test_a_long_poll_returns_when_a_record_arrives(db, server):
+    consumer = kafka.KafkaConsumer(bootstrap_servers=server.bootstrap_servers,
+                                   fetch_max_wait_ms=10_000, consumer_timeout_ms=20_000)
+    consumer.assign([kafka.TopicPartition("t", 0)])
+    consumer.seek_to_end()
+    consumer.poll(timeout_ms=100)
+    threading.Timer(0.3, lambda: db.producer().send("t", b"late", partition=0)).start()
+    message = next(consumer)
+    consumer.close()
+    assert message.value == b"late"
+
+
+def request(sock, frame):
+    sock.sendall(struct.pack(">i", len(frame)) + frame)
+    size = struct.unpack(">i", recv_exactly(sock, 4))[0]
+    return recv_exactly(sock, size)
+
+
+def recv_exactly(sock, n):
+    data = b""
+    while len(data) < n:
+        chunk = sock.recv(n - len(data))
+        assert chunk, "the server closed the connection"
+        data += chunk
+    return data
+
+
+def test_an_api_versions_request_of_an_unknown_version_gets_v0_with_the_versions(server):
+    # KIP-511: api key 18, version 99, correlation 7, client id "x", then a v2 header's tags.
+    frame = struct.pack(">hhih", 18, 99, 7, 1) + b"x" + b"\x00"
+    with socket.create_connection((server.host, server.port)) as sock:
+        answer = request(sock, frame)
+    correlation, error, count = struct.unpack_from(">ihi", answer, 0)
+    assert (correlation, error) == (7, 35)   # UNSUPPORTED_VERSION, in response header v0
+    served = {struct.unpack_from(">hhh", answer, 10 + 6 * i)[0] for i in range(count)}
+    assert {0, 1, 2, 3, 18, 22} <= served
+
+
+def test_a_malformed_frame_closes_only_its_connection(db, server):
+    with socket.create_connection((server.host, server.port)) as bad:
+        bad.sendall(struct.pack(">i", 12) + b"\x00\x03\x00\x63garbage!")
+        bad.settimeout(10)
+        assert bad.recv(10) == b""   # closed
+    producer = kafka.KafkaProducer(bootstrap_servers=server.bootstrap_servers)
+    producer.send("t", b"after", partition=1).get(timeout=10)
+    producer.close()
+    assert [r[3] for r in in_process(db)] == [b"after"]
+
+
+def test_servers_start_and_stop_without_leaving_threads_or_sockets(db):
+    before = set(threading.enumerate())
+    for _ in range(20):
+        with db.serve() as server:
+            with socket.create_connection((server.host, server.port)):
+                pass
+    leftover = [t for t in threading.enumerate() if t not in before and t.is_alive()]
+    assert leftover == []
+    with pytest.raises(streamlog.errors.StreamlogError, match="cannot listen"):
+        with db.serve() as first:
+            db.serve(port=first.port)
