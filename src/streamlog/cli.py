@@ -12,6 +12,9 @@
     streamlog compact [TOPIC] --path DIR
                                         run a log cleaning pass now on a compacted topic
                                         (every compacted log without TOPIC)
+    streamlog serve --path DIR [--host 127.0.0.1] [--port 9092]
+                                        serve the database to Kafka clients until Ctrl-C or
+                                        SIGTERM (docs/SERVER.md)
     streamlog repair --path DIR [--dry-run]
                                         rebuild the metadata log from the partition directories
 
@@ -122,6 +125,29 @@ def cmd_dump(args, out=sys.stdout):
             print(f"streamlog dump: {exc}", file=sys.stderr)
             status = EXIT_USAGE
     return status
+
+
+def cmd_serve(args, out=sys.stdout):
+    import signal
+    import threading
+    stop = threading.Event()
+    previous = {sig: signal.signal(sig, lambda *_: stop.set())
+                for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        db = _open(args.path)
+        try:
+            server = db.serve(args.host, args.port)
+            print(f"serving {os.path.abspath(args.path)} to Kafka clients on "
+                  f"{server.bootstrap_servers} (Ctrl-C or SIGTERM stops)", file=out, flush=True)
+            while not stop.wait(0.5):
+                pass
+            print("stopping: closing connections and flushing the logs", file=out, flush=True)
+        finally:
+            db.close()   # the server first, then every log flushed: nothing acknowledged lost
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    return EXIT_OK
 
 
 def cmd_compact(args, out=sys.stdout):
@@ -589,6 +615,17 @@ def build_parser():
     p.add_argument("--path", help=path_help)
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_verify)
+
+    p = sub.add_parser("serve", help="serve the database to Kafka clients (a Kafka listener)",
+                       description="Listen for Kafka clients (confluent-kafka, kafka-python, "
+                                   "aiokafka, ...) on HOST:PORT, in front of the database, "
+                                   "until Ctrl-C or SIGTERM; then close every connection and "
+                                   "flush. Port 0 picks a free port (printed). Needs the "
+                                   "writer's lock. What is served: docs/SERVER.md.")
+    p.add_argument("--path", required=True, help=path_help)
+    p.add_argument("--host", default="127.0.0.1", help="the address to listen on (loopback)")
+    p.add_argument("--port", type=int, default=9092, help="the port (default 9092; 0: any)")
+    p.set_defaults(func=cmd_serve)
 
     p = sub.add_parser("compact", help="run a log cleaning pass now on compacted topics",
                        description="Compact TOPIC (cleanup.policy=compact or compact,delete), "
