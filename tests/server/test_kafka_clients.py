@@ -184,3 +184,27 @@ def test_servers_start_and_stop_without_leaving_threads_or_sockets(db):
     with pytest.raises(streamlog.errors.StreamlogError, match="cannot listen"):
         with db.serve() as first:
             db.serve(port=first.port)
+
+
+def test_admin_clients_create_and_delete_topics(db, server):
+    from confluent_kafka.admin import AdminClient, NewTopic
+    from kafka.admin import KafkaAdminClient, NewTopic as KafkaNewTopic
+    admin = KafkaAdminClient(bootstrap_servers=server.bootstrap_servers)
+    admin.create_topics([KafkaNewTopic("table", 4, 1,
+                                       topic_configs={"cleanup.policy": "compact"})])
+    with pytest.raises(kafka.errors.TopicAlreadyExistsError):
+        admin.create_topics([KafkaNewTopic("table", 4, 1)])
+    described = db.describe_topic("table")
+    assert len(described.partitions) == 4 and described.overrides == {"cleanup.policy": "compact"}
+    admin.delete_topics(["table"])
+    admin.close()
+    assert "table" not in db.topics()
+    confluent = AdminClient({"bootstrap.servers": server.bootstrap_servers})
+    for future in confluent.create_topics([NewTopic("events", 2, 1)]).values():
+        assert future.result(10) is None
+    for future in confluent.create_topics([NewTopic("wide", 2, 3)]).values():
+        with pytest.raises(confluent_kafka.KafkaException, match="INVALID_REPLICATION_FACTOR"):
+            future.result(10)
+    for future in confluent.delete_topics(["events"]).values():
+        assert future.result(10) is None
+    assert db.topics() == ["t"]

@@ -15,9 +15,11 @@ from kio.static.primitive import i16, i32, i64, i32Timedelta
 
 from .. import errors
 from ..broker.broker import EARLIEST_TIMESTAMP
+from ..broker.metadata import validate_partitions, validate_topic_name
 from ..structs import TopicPartition
-from .protocol import (API_VERSIONS, FETCH, INIT_PRODUCER_ID, LIST_OFFSETS, METADATA, PRODUCE,
-                       SUPPORTED, RecordsChunks, build, response_types)
+from .protocol import (API_VERSIONS, CREATE_TOPICS, DELETE_TOPICS, FETCH, INIT_PRODUCER_ID,
+                       LIST_OFFSETS, METADATA, PRODUCE, SUPPORTED, RecordsChunks, build,
+                       response_types)
 
 NODE_ID = 0
 NO_THROTTLE = i32Timedelta.parse(datetime.timedelta(0))
@@ -25,6 +27,11 @@ NO_THROTTLE = i32Timedelta.parse(datetime.timedelta(0))
 # The library's errors as Kafka's codes (most specific first: subclasses before bases).
 _ERROR_CODES = [
     (errors.UnknownTopicOrPartitionError, ErrorCode.unknown_topic_or_partition),
+    (errors.TopicAlreadyExistsError, ErrorCode.topic_already_exists),
+    (errors.InvalidTopicError, ErrorCode.invalid_topic_exception),
+    (errors.InvalidPartitionsError, ErrorCode.invalid_partitions),
+    (errors.InvalidConfigurationError, ErrorCode.invalid_config),
+    (errors.ReadOnlyError, ErrorCode.policy_violation),
     (errors.OffsetOutOfRangeError, ErrorCode.offset_out_of_range),
     (errors.RecordBatchTooLargeError, ErrorCode.record_list_too_large),
     (errors.RecordTooLargeError, ErrorCode.message_too_large),
@@ -57,7 +64,8 @@ class Handlers:
         self.cluster_id = cluster_id
         self._by_key = {API_VERSIONS: self.api_versions, METADATA: self.metadata,
                         PRODUCE: self.produce, FETCH: self.fetch,
-                        LIST_OFFSETS: self.list_offsets, INIT_PRODUCER_ID: self.init_producer_id}
+                        LIST_OFFSETS: self.list_offsets, INIT_PRODUCER_ID: self.init_producer_id,
+                        CREATE_TOPICS: self.create_topics, DELETE_TOPICS: self.delete_topics}
 
     def handle(self, header, body, address):
         """The response entity to one decoded request; address: (host, port) the client
@@ -272,3 +280,63 @@ class Handlers:
             producer_id, epoch, error = -1, -1, error_code(exc)
         return build(cls, throttle_time=NO_THROTTLE, error_code=error,
                      producer_id=i64(producer_id), producer_epoch=i16(epoch))
+
+
+    # --- CreateTopics, DeleteTopics ---------------------------------------------------
+
+    def create_topics(self, version, body, address):
+        cls, types = response_types(CREATE_TOPICS, version)
+        results = []
+        for topic in body.topics:
+            info, exc = None, None
+            try:
+                if topic.replication_factor not in (-1, 1):
+                    results.append(build(
+                        types.CreatableTopicResult, name=topic.name, topic_id=uuid.UUID(int=0),
+                        error_code=ErrorCode.invalid_replication_factor,
+                        error_message=f"replication factor {topic.replication_factor}: this "
+                                      "database is one broker, one replica",
+                        topic_config_error_code=ErrorCode.none, num_partitions=i32(-1),
+                        replication_factor=i16(-1), configs=()))
+                    continue
+                if topic.assignments:
+                    raise errors.InvalidRequestError("replica assignments are not served: "
+                                                     "give num_partitions")
+                partitions = None if topic.num_partitions == -1 else int(topic.num_partitions)
+                config = {c.name: c.value for c in topic.configs}
+                if body.validate_only:
+                    self._validate_new_topic(topic.name, partitions, config)
+                else:
+                    info = self.broker.create_topic(topic.name, partitions, config)
+            except errors.StreamlogError as exc_:
+                exc = exc_
+            results.append(build(
+                types.CreatableTopicResult, name=topic.name,
+                topic_id=uuid.UUID(hex=info.topic_id) if info is not None else uuid.UUID(int=0),
+                error_code=error_code(exc), error_message=None if exc is None else str(exc),
+                topic_config_error_code=ErrorCode.none,
+                num_partitions=i32(info.partitions if info is not None else -1),
+                replication_factor=i16(1 if info is not None else -1), configs=()))
+        return build(cls, throttle_time=NO_THROTTLE, topics=tuple(results))
+
+    def _validate_new_topic(self, name, partitions, config):
+        """CreateTopics with validate_only: the checks create_topic makes, nothing written."""
+        validate_topic_name(name)
+        if partitions is not None:
+            validate_partitions(partitions)
+        self.broker.config.topic_defaults.with_overrides(config)
+        if name in self.broker.topics():
+            raise errors.TopicAlreadyExistsError(f"topic {name!r} already exists")
+
+    def delete_topics(self, version, body, address):
+        cls, types = response_types(DELETE_TOPICS, version)
+        results = []
+        for name in body.topic_names:
+            exc = None
+            try:
+                self.broker.delete_topic(name)
+            except errors.StreamlogError as exc_:
+                exc = exc_
+            results.append(build(types.DeletableTopicResult, name=name, error_code=error_code(exc),
+                                 error_message=None if exc is None else str(exc)))
+        return build(cls, throttle_time=NO_THROTTLE, responses=tuple(results))

@@ -20,6 +20,7 @@ from kio.serial import entity_reader, entity_writer
 
 API_VERSIONS = 18
 PRODUCE, FETCH, LIST_OFFSETS, METADATA, INIT_PRODUCER_ID = 0, 1, 2, 3, 22
+CREATE_TOPICS, DELETE_TOPICS = 19, 20
 
 # api key -> (min version, max version) served.
 SUPPORTED = {
@@ -29,6 +30,8 @@ SUPPORTED = {
     METADATA: (0, 12),
     API_VERSIONS: (0, 4),
     INIT_PRODUCER_ID: (0, 4),
+    CREATE_TOPICS: (2, 7),
+    DELETE_TOPICS: (1, 5),   # 6 names topics by id
 }
 
 
