@@ -208,3 +208,30 @@ def test_admin_clients_create_and_delete_topics(db, server):
     for future in confluent.delete_topics(["events"]).values():
         assert future.result(10) is None
     assert db.topics() == ["t"]
+
+
+def test_admin_partitions_configs_records_and_cluster(db, server):
+    from confluent_kafka.admin import AdminClient, ConfigResource, NewPartitions
+    db.alter_topic_config("t", {"retention.ms": 60_000})
+    producer = db.producer()
+    for _ in range(10):
+        producer.send("t", b"x", partition=0)
+    producer.flush()
+    admin = AdminClient({"bootstrap.servers": server.bootstrap_servers})
+    for future in admin.create_partitions([NewPartitions("t", 5)]).values():
+        assert future.result(10) is None
+    assert len(db.describe_topic("t").partitions) == 5
+    for future in admin.create_partitions([NewPartitions("t", 2)]).values():
+        with pytest.raises(confluent_kafka.KafkaException, match="INVALID_PARTITIONS"):
+            future.result(10)
+    (future,) = admin.describe_configs([ConfigResource("topic", "t")]).values()
+    configs = future.result(10)
+    assert configs["retention.ms"].value == "60000"
+    assert configs["retention.ms"].source == confluent_kafka.admin.ConfigSource.DYNAMIC_TOPIC_CONFIG.value
+    assert configs["segment.bytes"].value == str(1 << 30)
+    assert configs["segment.bytes"].source == confluent_kafka.admin.ConfigSource.DEFAULT_CONFIG.value
+    (future,) = admin.delete_records([confluent_kafka.TopicPartition("t", 0, 4)]).values()
+    assert future.result(10).low_watermark == 4
+    assert db.describe_topic("t").partitions[0].log_start_offset == 4
+    cluster = admin.describe_cluster().result(10)
+    assert [(n.id, n.host, n.port) for n in cluster.nodes] == [(0, server.host, server.port)]

@@ -369,6 +369,21 @@ class Broker:
             self._sync_partitions()
             return info
 
+    def delete_records(self, offsets):
+        """{tp: offset} -> {tp: new log start} (Kafka's DeleteRecords): records below each
+        offset (-1: the high watermark) become unreadable; their segments go at the next
+        retention pass. OffsetOutOfRangeError past the high watermark."""
+        self._check_writable()
+        out = {}
+        for tp, offset in offsets.items():
+            partition_log = self.partition_log(tp)
+            target = partition_log.high_watermark if offset == -1 else offset
+            if target < 0:
+                raise OffsetOutOfRangeError(f"cannot delete records of {tp} below offset "
+                                            f"{offset}", tp.topic, offset)
+            out[tp] = partition_log.increase_log_start_offset(target)
+        return out
+
     def alter_topic_config(self, name, overrides):
         self._check_writable()
         with self._lock:

@@ -11,17 +11,21 @@ import threading
 import uuid
 
 from kio.schema.errors import ErrorCode
-from kio.static.primitive import i16, i32, i64, i32Timedelta
+from kio.static.primitive import i8, i16, i32, i64, i32Timedelta
 
 from .. import errors
 from ..broker.broker import EARLIEST_TIMESTAMP
 from ..broker.metadata import validate_partitions, validate_topic_name
 from ..structs import TopicPartition
-from .protocol import (API_VERSIONS, CREATE_TOPICS, DELETE_TOPICS, FETCH, INIT_PRODUCER_ID,
-                       LIST_OFFSETS, METADATA, PRODUCE, SUPPORTED, RecordsChunks, build,
-                       response_types)
+from .protocol import (API_VERSIONS, CREATE_PARTITIONS, CREATE_TOPICS, DELETE_RECORDS,
+                       DELETE_TOPICS, DESCRIBE_CLUSTER, DESCRIBE_CONFIGS, FETCH,
+                       INIT_PRODUCER_ID, LIST_OFFSETS, METADATA, PRODUCE, SUPPORTED,
+                       RecordsChunks, build, response_types)
 
 NODE_ID = 0
+# DescribeConfigs: Kafka's resource type of a topic, and config sources.
+TOPIC_RESOURCE = 2
+DYNAMIC_TOPIC_CONFIG, DEFAULT_CONFIG = 1, 5
 NO_THROTTLE = i32Timedelta.parse(datetime.timedelta(0))
 
 # The library's errors as Kafka's codes (most specific first: subclasses before bases).
@@ -65,7 +69,11 @@ class Handlers:
         self._by_key = {API_VERSIONS: self.api_versions, METADATA: self.metadata,
                         PRODUCE: self.produce, FETCH: self.fetch,
                         LIST_OFFSETS: self.list_offsets, INIT_PRODUCER_ID: self.init_producer_id,
-                        CREATE_TOPICS: self.create_topics, DELETE_TOPICS: self.delete_topics}
+                        CREATE_TOPICS: self.create_topics, DELETE_TOPICS: self.delete_topics,
+                        CREATE_PARTITIONS: self.create_partitions,
+                        DESCRIBE_CONFIGS: self.describe_configs,
+                        DELETE_RECORDS: self.delete_records,
+                        DESCRIBE_CLUSTER: self.describe_cluster}
 
     def handle(self, header, body, address):
         """The response entity to one decoded request; address: (host, port) the client
@@ -340,3 +348,88 @@ class Handlers:
             results.append(build(types.DeletableTopicResult, name=name, error_code=error_code(exc),
                                  error_message=None if exc is None else str(exc)))
         return build(cls, throttle_time=NO_THROTTLE, responses=tuple(results))
+
+
+    # --- CreatePartitions, DescribeConfigs, DeleteRecords, DescribeCluster -------------
+
+    def create_partitions(self, version, body, address):
+        cls, types = response_types(CREATE_PARTITIONS, version)
+        results = []
+        for topic in body.topics:
+            exc = None
+            try:
+                if topic.assignments:
+                    raise errors.InvalidRequestError("replica assignments are not served")
+                current = self.broker.topic(topic.name).partitions
+                if topic.count <= current:
+                    raise errors.InvalidPartitionsError(
+                        f"topic {topic.name!r} has {current} partitions; a count only grows")
+                if not body.validate_only:
+                    self.broker.create_partitions(topic.name, int(topic.count))
+            except errors.StreamlogError as exc_:
+                exc = exc_
+            results.append(build(types.CreatePartitionsTopicResult, name=topic.name,
+                                 error_code=error_code(exc),
+                                 error_message=None if exc is None else str(exc)))
+        return build(cls, throttle_time=NO_THROTTLE, results=tuple(results))
+
+    def describe_configs(self, version, body, address):
+        cls, types = response_types(DESCRIBE_CONFIGS, version)
+        results = []
+        for resource in body.resources:
+            configs, exc = (), None
+            try:
+                if resource.resource_type != TOPIC_RESOURCE:
+                    raise errors.InvalidRequestError("only topic configs are served")
+                info = self.broker.topic(resource.resource_name)
+                wanted = resource.configuration_keys
+                configs = tuple(build(
+                    types.DescribeConfigsResourceResult, name=name, value=_config_text(value),
+                    read_only=False, is_default=name not in info.overrides,
+                    config_source=i8(DYNAMIC_TOPIC_CONFIG if name in info.overrides
+                                      else DEFAULT_CONFIG),
+                    is_sensitive=False, synonyms=(), config_type=i8(0), documentation=None)
+                    for name, value in sorted(info.config.to_dict().items())
+                    if wanted is None or name in wanted)
+            except errors.StreamlogError as exc_:
+                exc = exc_
+            results.append(build(types.DescribeConfigsResult, error_code=error_code(exc),
+                                 error_message=None if exc is None else str(exc),
+                                 resource_type=resource.resource_type,
+                                 resource_name=resource.resource_name, configs=configs))
+        return build(cls, throttle_time=NO_THROTTLE, results=tuple(results))
+
+    def delete_records(self, version, body, address):
+        cls, types = response_types(DELETE_RECORDS, version)
+        topics = []
+        for topic in body.topics:
+            parts = []
+            for partition in topic.partitions:
+                tp = TopicPartition(topic.name, partition.partition_index)
+                low, exc = -1, None
+                try:
+                    low = self.broker.delete_records({tp: int(partition.offset)})[tp]
+                except errors.StreamlogError as exc_:
+                    exc = exc_
+                parts.append(build(types.DeleteRecordsPartitionResult,
+                                   partition_index=partition.partition_index,
+                                   low_watermark=i64(low), error_code=error_code(exc)))
+            topics.append(build(types.DeleteRecordsTopicResult, name=topic.name,
+                                partitions=tuple(parts)))
+        return build(cls, throttle_time=NO_THROTTLE, topics=tuple(topics))
+
+    def describe_cluster(self, version, body, address):
+        cls, types = response_types(DESCRIBE_CLUSTER, version)
+        host, port = address
+        return build(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.none,
+                     error_message=None, endpoint_type=i8(1), cluster_id=self.cluster_id,
+                     controller_id=i32(NODE_ID), cluster_authorized_operations=i32(-2**31),
+                     brokers=(build(types.DescribeClusterBroker, broker_id=i32(NODE_ID),
+                                    host=host, port=i32(port), rack=None),))
+
+
+def _config_text(value):
+    """A config value as Kafka's DescribeConfigs shows it."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)

@@ -20,7 +20,8 @@ from kio.serial import entity_reader, entity_writer
 
 API_VERSIONS = 18
 PRODUCE, FETCH, LIST_OFFSETS, METADATA, INIT_PRODUCER_ID = 0, 1, 2, 3, 22
-CREATE_TOPICS, DELETE_TOPICS = 19, 20
+CREATE_TOPICS, DELETE_TOPICS, DELETE_RECORDS, DESCRIBE_CONFIGS = 19, 20, 21, 32
+CREATE_PARTITIONS, DESCRIBE_CLUSTER = 37, 60
 
 # api key -> (min version, max version) served.
 SUPPORTED = {
@@ -32,6 +33,10 @@ SUPPORTED = {
     INIT_PRODUCER_ID: (0, 4),
     CREATE_TOPICS: (2, 7),
     DELETE_TOPICS: (1, 5),   # 6 names topics by id
+    DELETE_RECORDS: (0, 2),
+    DESCRIBE_CONFIGS: (1, 4),
+    CREATE_PARTITIONS: (0, 3),
+    DESCRIBE_CLUSTER: (0, 1),
 }
 
 
