@@ -235,3 +235,27 @@ def test_admin_partitions_configs_records_and_cluster(db, server):
     assert db.describe_topic("t").partitions[0].log_start_offset == 4
     cluster = admin.describe_cluster().result(10)
     assert [(n.id, n.host, n.port) for n in cluster.nodes] == [(0, server.host, server.port)]
+
+
+@pytest.mark.filterwarnings("ignore:alter_configs has been deprecated")  # it is what is tested
+def test_admin_clients_alter_topic_configs(db, server):
+    from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
+    db.alter_topic_config("t", {"retention.ms": 1000, "segment.bytes": 100_000})
+    admin = AdminClient({"bootstrap.servers": server.bootstrap_servers})
+    incremental = ConfigResource("topic", "t", incremental_configs=[
+        ConfigEntry("retention.ms", "5000", incremental_operation=AlterConfigOpType.SET),
+        ConfigEntry("segment.bytes", None, incremental_operation=AlterConfigOpType.DELETE),
+        ConfigEntry("cleanup.policy", "compact", incremental_operation=AlterConfigOpType.APPEND)])
+    for future in admin.incremental_alter_configs([incremental]).values():
+        assert future.result(10) is None
+    assert db.describe_topic("t").overrides == {"retention.ms": 5000,
+                                                "cleanup.policy": "compact,delete"}
+    # AlterConfigs (not incremental): the given configs become the whole set of overrides.
+    whole = ConfigResource("topic", "t", set_config={"retention.ms": "7000"})
+    for future in admin.alter_configs([whole]).values():
+        assert future.result(10) is None
+    assert db.describe_topic("t").overrides == {"retention.ms": 7000}
+    bad = ConfigResource("topic", "t", set_config={"retention.ms": "soon"})
+    for future in admin.alter_configs([bad]).values():
+        with pytest.raises(confluent_kafka.KafkaException, match="INVALID_CONFIG"):
+            future.result(10)

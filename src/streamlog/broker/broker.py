@@ -384,11 +384,12 @@ class Broker:
             out[tp] = partition_log.increase_log_start_offset(target)
         return out
 
-    def alter_topic_config(self, name, overrides):
+    def alter_topic_config(self, name, overrides, remove=()):
+        """Set topic config overrides; `remove`: configs taken back to their defaults."""
         self._check_writable()
         with self._lock:
-            self._check_compaction_kept(name, overrides)
-            info = self.metadata.alter_config(name, overrides)
+            self._check_compaction_kept(name, overrides, remove)
+            info = self.metadata.alter_config(name, overrides, remove)
             for p in range(info.partitions):
                 tp = TopicPartition(name, p)
                 partition_log = self.partitions.get(tp)
@@ -397,7 +398,7 @@ class Broker:
                     self._write_topic_config(tp, info)
             return info
 
-    def _check_compaction_kept(self, name, overrides):
+    def _check_compaction_kept(self, name, overrides, remove=()):
         """Refuse to take compaction off a topic the cleaner has compacted: its logs hold
         offset gaps, which a log that is not compacted reads as damage (storage/segment.py
         invariant 1). Kafka allows the change; here it waits until density is known per log
@@ -405,7 +406,9 @@ class Broker:
         current = self.topic(name)
         if not current.config.compact:
             return
-        changed = current.config.with_overrides(overrides)
+        kept = {k: v for k, v in current.overrides.items()
+                if k not in remove and k.replace(".", "_") not in remove}
+        changed = self.config.topic_defaults.with_overrides({**kept, **dict(overrides)})
         if changed.compact:
             return
         cleaned = [p for p in range(current.partitions)

@@ -30,7 +30,7 @@ from ..errors import (CorruptRecordError, InvalidConfigurationError, InvalidPart
                       InvalidTopicError, ReadOnlyError, TopicAlreadyExistsError,
                       UnknownTopicOrPartitionError)
 from ..storage.files import topic_name_problem
-from ..storage.log_config import LogConfig
+from ..storage.log_config import CONFIG_NAMES, LogConfig
 from ..storage.keyed_log import encode_changes, replay
 from ..structs import TopicPartition
 
@@ -227,10 +227,17 @@ class TopicRegistry:
                     f"(asked for {total})")
             return self._write(name, {**_doc(info), "partitions": total})
 
-    def alter_config(self, name, overrides):
+    def alter_config(self, name, overrides, remove=()):
+        """Set overrides on the topic, and take the configs named in `remove` back to their
+        defaults (Kafka's DELETE of an IncrementalAlterConfigs)."""
         with self._lock:
             info = self.get(name)
             merged = dict(info.overrides)
+            for key in remove:
+                dotted = key if key in CONFIG_NAMES else key.replace("_", ".")
+                if dotted not in CONFIG_NAMES:
+                    raise InvalidConfigurationError(f"unknown topic config {key!r}")
+                merged.pop(dotted, None)
             merged.update(normalized_overrides(overrides))
             self._default.with_overrides(merged)  # validate before writing
             return self._write(name, {**_doc(info), "config": merged})

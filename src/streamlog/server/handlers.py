@@ -17,9 +17,9 @@ from .. import errors
 from ..broker.broker import EARLIEST_TIMESTAMP
 from ..broker.metadata import validate_partitions, validate_topic_name
 from ..structs import TopicPartition
-from .protocol import (API_VERSIONS, CREATE_PARTITIONS, CREATE_TOPICS, DELETE_RECORDS,
+from .protocol import (ALTER_CONFIGS, API_VERSIONS, CREATE_PARTITIONS, CREATE_TOPICS, DELETE_RECORDS,
                        DELETE_TOPICS, DESCRIBE_CLUSTER, DESCRIBE_CONFIGS, FETCH,
-                       INIT_PRODUCER_ID, LIST_OFFSETS, METADATA, PRODUCE, SUPPORTED,
+                       INCREMENTAL_ALTER_CONFIGS, INIT_PRODUCER_ID, LIST_OFFSETS, METADATA, PRODUCE, SUPPORTED,
                        RecordsChunks, build, response_types)
 
 NODE_ID = 0
@@ -73,7 +73,9 @@ class Handlers:
                         CREATE_PARTITIONS: self.create_partitions,
                         DESCRIBE_CONFIGS: self.describe_configs,
                         DELETE_RECORDS: self.delete_records,
-                        DESCRIBE_CLUSTER: self.describe_cluster}
+                        DESCRIBE_CLUSTER: self.describe_cluster,
+                        ALTER_CONFIGS: self.alter_configs,
+                        INCREMENTAL_ALTER_CONFIGS: self.incremental_alter_configs}
 
     def handle(self, header, body, address):
         """The response entity to one decoded request; address: (host, port) the client
@@ -418,6 +420,64 @@ class Handlers:
                                 partitions=tuple(parts)))
         return build(cls, throttle_time=NO_THROTTLE, topics=tuple(topics))
 
+    def alter_configs(self, version, body, address):
+        """AlterConfigs: the given configs become the topic's whole set of overrides (the
+        others go back to their defaults), as Kafka's non-incremental API does."""
+        def change(info, configs):
+            given = {c.name: c.value for c in configs}
+            return given, [name for name in info.overrides if name not in given]
+        return self._alter(ALTER_CONFIGS, version, body, change)
+
+    def incremental_alter_configs(self, version, body, address):
+        def change(info, configs):
+            overrides, remove = {}, []
+            for c in configs:
+                if c.config_operation == SET:
+                    overrides[c.name] = c.value
+                elif c.config_operation == DELETE:
+                    remove.append(c.name)
+                elif c.config_operation in (APPEND, SUBTRACT):
+                    if c.name != "cleanup.policy":
+                        raise errors.InvalidConfigurationError(
+                            f"{c.name} is not a list config: APPEND and SUBTRACT apply to "
+                            "cleanup.policy only")
+                    items = list(info.config.cleanup_policy)
+                    for item in (c.value or "").split(","):
+                        if c.config_operation == APPEND and item and item not in items:
+                            items.append(item)
+                        elif c.config_operation == SUBTRACT and item in items:
+                            items.remove(item)
+                    overrides[c.name] = ",".join(items)
+                else:
+                    raise errors.InvalidRequestError(
+                        f"unknown config operation {c.config_operation}")
+            return overrides, remove
+        return self._alter(INCREMENTAL_ALTER_CONFIGS, version, body, change)
+
+    def _alter(self, api, version, body, change):
+        cls, types = response_types(api, version)
+        responses = []
+        for resource in body.resources:
+            exc = None
+            try:
+                if resource.resource_type != TOPIC_RESOURCE:
+                    raise errors.InvalidRequestError("only topic configs are served")
+                info = self.broker.topic(resource.resource_name)
+                overrides, remove = change(info, resource.configs)
+                if body.validate_only:
+                    kept = {k: v for k, v in info.overrides.items() if k not in remove}
+                    self.broker.config.topic_defaults.with_overrides({**kept, **overrides})
+                else:
+                    self.broker.alter_topic_config(resource.resource_name, overrides, remove)
+            except errors.StreamlogError as exc_:
+                exc = exc_
+            responses.append(build(types.AlterConfigsResourceResponse,
+                                   error_code=error_code(exc),
+                                   error_message=None if exc is None else str(exc),
+                                   resource_type=resource.resource_type,
+                                   resource_name=resource.resource_name))
+        return build(cls, throttle_time=NO_THROTTLE, responses=tuple(responses))
+
     def describe_cluster(self, version, body, address):
         cls, types = response_types(DESCRIBE_CLUSTER, version)
         host, port = address
@@ -426,6 +486,10 @@ class Handlers:
                      controller_id=i32(NODE_ID), cluster_authorized_operations=i32(-2**31),
                      brokers=(build(types.DescribeClusterBroker, broker_id=i32(NODE_ID),
                                     host=host, port=i32(port), rack=None),))
+
+
+# IncrementalAlterConfigs operations (Kafka's AlterConfigOp.OpType).
+SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 
 
 def _config_text(value):
