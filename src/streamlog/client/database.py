@@ -17,7 +17,6 @@ from ..broker.cleaner import CompactionResult  # noqa: F401 - public as streamlo
 from ..broker.repair import RepairReport, repair as _repair
 from ..coordinator.transaction_coordinator import find_transaction_coordinator, has_transactions
 from ..errors import InvalidConfigurationError, LogClosedError, ReadOnlyError
-from ..server import KafkaServer
 from . import group_admin
 from .consumer import Consumer
 from .producer import Producer
@@ -182,6 +181,9 @@ class Database:
         if self.readonly:
             raise ReadOnlyError("a read-only database cannot serve Kafka clients; open it for "
                                 "writing")
+        # Imported here: the server's codec (kio) is needed only by a database that serves
+        # (and kio imports hypothesis where installed, which pytest plugins must not do early).
+        from ..server import KafkaServer
         server = KafkaServer(self._broker, host, port)
         with self._lock:
             self._children.append(server)

@@ -1,0 +1,37 @@
+"""The pytest plugin (registered through the `pytest11` entry point, so installing streamlog is
+enough): a fresh database behind a Kafka listener per test, for application code that uses
+confluent-kafka, kafka-python or aiokafka unchanged.
+
+Fixtures:
+    streamlog_db      a temporary database, topics auto-created as a default Kafka broker does
+    kafka_server      a Kafka listener on it (127.0.0.1, a free port)
+    kafka_bootstrap   its bootstrap string, "127.0.0.1:<port>"
+    kafka_records     records(topic): every record the application wrote to topic
+No state is shared between tests: each gets its own directory and port.
+"""
+import pytest
+
+from . import fake_kafka_database, records
+
+
+@pytest.fixture
+def streamlog_db():
+    db = fake_kafka_database()
+    yield db
+    db.close()
+
+
+@pytest.fixture
+def kafka_server(streamlog_db):
+    with streamlog_db.serve() as server:
+        yield server
+
+
+@pytest.fixture
+def kafka_bootstrap(kafka_server):
+    return kafka_server.bootstrap_servers
+
+
+@pytest.fixture
+def kafka_records(streamlog_db):
+    return lambda topic, timeout=1.0: records(streamlog_db, topic, timeout)
