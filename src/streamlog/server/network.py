@@ -6,8 +6,9 @@ acks=all for its fsync), never on the loop. A connection's requests are answered
 time, in order, as Kafka's broker does (it reads a connection's next request only once the
 last one's response is queued), so responses never overtake each other.
 
-A frame that does not decode, or names an API or version not served, closes that one
-connection (logged); the server and every other connection go on.
+A request of an API or version not served is answered UNSUPPORTED_VERSION (protocol.py); a
+frame that does not decode closes that one connection (logged); the server and every other
+connection go on.
 
 Lifecycle: KafkaServer() binds and starts serving; close() stops accepting, closes every
 connection, waits for the requests in progress, and ends the threads.
@@ -20,7 +21,9 @@ import threading
 
 from .. import errors
 from .handlers import Handlers
-from .protocol import UnsupportedRequest, decode_request, encode_response
+from kio.schema.errors import ErrorCode
+
+from .protocol import UnsupportedRequest, decode_request, encode_response, error_response
 
 log = logging.getLogger("streamlog.server")
 
@@ -112,7 +115,10 @@ class KafkaServer:
         try:
             header, body = decode_request(frame)
         except UnsupportedRequest as exc:
-            raise _CloseConnection(str(exc)) from None
+            response = error_response(exc.api_key, exc.api_version, ErrorCode.unsupported_version)
+            if response is None:   # an API or version no Kafka release defines
+                raise _CloseConnection(str(exc)) from None
+            return encode_response(exc.correlation_id, response)
         except Exception as exc:   # a frame kio cannot read: this connection only
             raise _CloseConnection(f"a request that does not decode ({exc})") from None
         try:

@@ -8,15 +8,23 @@ own views of the segment files (RecordsChunks), written out without being joined
 The versions served (SUPPORTED) are those of the APIs built so far, capped below the
 versions that name topics by id only (Fetch 13, Produce 13). An ApiVersions request of a
 version this side does not know is answered with version 0 and UNSUPPORTED_VERSION, listing
-what is served (KIP-511), so a newer client retries at a version both know.
+what is served (KIP-511), so a newer client retries at a version both know. A request of any
+other API or version not served is answered with UNSUPPORTED_VERSION and nothing else
+(error_response), where kio knows that response; never by dropping the connection.
 """
 import dataclasses
+import datetime
 import struct
 import sys
+import types
+import typing
+import uuid
 
 from kio.index import UnknownEntity, load_request_schema, load_response_schema
 from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
+from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader, entity_writer
+from kio.static.primitive import i32Timedelta
 
 API_VERSIONS = 18
 PRODUCE, FETCH, LIST_OFFSETS, METADATA, INIT_PRODUCER_ID = 0, 1, 2, 3, 22
@@ -75,6 +83,46 @@ def response_types(api_key, api_version):
     """(response class, its module: the nested entity classes) of one API version."""
     cls = load_response_schema(api_key, api_version)
     return cls, sys.modules[cls.__module__]
+
+
+def error_response(api_key, api_version, code):
+    """A response of this API version saying `code`, every other field empty or zero (Kafka's
+    AbstractRequest.getErrorResponse); None when kio knows no such response."""
+    try:
+        cls = load_response_schema(api_key, api_version)
+    except UnknownEntity:
+        return None
+    try:
+        return _blank(cls, code)
+    except TypeError:   # a field type with no empty value here (delegation tokens' times)
+        return None
+
+
+def _blank(cls, code):
+    return cls(**{f.name: _blank_value(f.type, code) for f in dataclasses.fields(cls)
+                  if f.default is dataclasses.MISSING and
+                  f.default_factory is dataclasses.MISSING})
+
+
+def _blank_value(kind, code):
+    if kind is ErrorCode:
+        return code
+    origin = typing.get_origin(kind)
+    if origin is tuple:
+        return ()
+    if origin in (types.UnionType, typing.Union):
+        return None
+    if dataclasses.is_dataclass(kind):
+        return _blank(kind, code)
+    if isinstance(kind, type):
+        if issubclass(kind, datetime.timedelta):
+            return i32Timedelta.parse(datetime.timedelta(0))
+        for base, value in ((bool, False), (int, 0), (str, ""), (bytes, b"")):
+            if issubclass(kind, base):
+                return kind(value)
+        if issubclass(kind, uuid.UUID):
+            return uuid.UUID(int=0)
+    raise TypeError(f"no empty value for {kind!r}")
 
 
 def build(cls, **fields):
