@@ -262,14 +262,11 @@ def test_admin_clients_alter_topic_configs(db, server):
 
 
 def test_an_api_not_served_is_answered_unsupported_version_on_a_connection_that_stays(server):
-    # JoinGroup v5 (api 11): not served yet. Header v1: key, version, correlation, client id.
-    body = struct.pack(">h", 1) + b"g" + struct.pack(">ii", 10_000, 30_000) + \
-        struct.pack(">h", 0) + struct.pack(">h", -1) + struct.pack(">h", 8) + b"consumer" + \
-        struct.pack(">i", 0)
-    join = struct.pack(">hhih", 11, 5, 41, 1) + b"x" + body
+    # ListGroups v0 (api 16): not served yet. Header v1: key, version, correlation, client id;
+    # the v0 body is empty, the v0 response is error_code, then the groups.
     with socket.create_connection((server.host, server.port)) as sock:
-        answer = request(sock, join)
-        correlation, _throttle, error = struct.unpack_from(">iih", answer, 0)
-        assert (correlation, error) == (41, 35)   # UNSUPPORTED_VERSION
+        answer = request(sock, struct.pack(">hhih", 16, 0, 41, 1) + b"x")
+        correlation, error, groups = struct.unpack_from(">ihi", answer, 0)
+        assert (correlation, error, groups) == (41, 35, 0)   # UNSUPPORTED_VERSION, no groups
         versions = request(sock, struct.pack(">hhih", 18, 0, 42, 1) + b"x")   # still open
         assert struct.unpack_from(">ih", versions, 0) == (42, 0)

@@ -11,22 +11,22 @@ import threading
 import uuid
 
 from kio.schema.errors import ErrorCode
-from kio.static.primitive import i8, i16, i32, i64, i32Timedelta
+from kio.static.primitive import i8, i16, i32, i64
 
 from .. import errors
 from ..broker.broker import EARLIEST_TIMESTAMP
 from ..broker.metadata import validate_partitions, validate_topic_name
 from ..structs import TopicPartition
+from .group_handlers import GroupHandlers
 from .protocol import (ALTER_CONFIGS, API_VERSIONS, CREATE_PARTITIONS, CREATE_TOPICS, DELETE_RECORDS,
                        DELETE_TOPICS, DESCRIBE_CLUSTER, DESCRIBE_CONFIGS, FETCH,
-                       INCREMENTAL_ALTER_CONFIGS, INIT_PRODUCER_ID, LIST_OFFSETS, METADATA, PRODUCE, SUPPORTED,
+                       INCREMENTAL_ALTER_CONFIGS, INIT_PRODUCER_ID, NO_THROTTLE, LIST_OFFSETS, METADATA, PRODUCE, SUPPORTED,
                        RecordsChunks, build, response_types)
 
 NODE_ID = 0
 # DescribeConfigs: Kafka's resource type of a topic, and config sources.
 TOPIC_RESOURCE = 2
 DYNAMIC_TOPIC_CONFIG, DEFAULT_CONFIG = 1, 5
-NO_THROTTLE = i32Timedelta.parse(datetime.timedelta(0))
 
 # The library's errors as Kafka's codes (most specific first: subclasses before bases).
 _ERROR_CODES = [
@@ -76,6 +76,7 @@ class Handlers:
                         DESCRIBE_CLUSTER: self.describe_cluster,
                         ALTER_CONFIGS: self.alter_configs,
                         INCREMENTAL_ALTER_CONFIGS: self.incremental_alter_configs}
+        self._by_key.update(GroupHandlers(broker, NODE_ID, error_code).table)
 
     def handle(self, header, body, address):
         """The response entity to one decoded request; address: (host, port) the client

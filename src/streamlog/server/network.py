@@ -29,7 +29,9 @@ log = logging.getLogger("streamlog.server")
 
 # The largest request frame accepted (Kafka's socket.request.max.bytes default).
 MAX_REQUEST_BYTES = 100 << 20
-_WORKERS = 16
+# Worker threads: a JoinGroup or SyncGroup waits on one until its group settles, a Fetch
+# until data comes, so each waiting client holds one; requests beyond them queue.
+_WORKERS = 64
 
 
 class KafkaServer:

@@ -27,6 +27,7 @@ from kio.serial import entity_reader, entity_writer
 from kio.static.primitive import i32Timedelta
 
 API_VERSIONS = 18
+NO_THROTTLE = i32Timedelta.parse(datetime.timedelta(0))
 PRODUCE, FETCH, LIST_OFFSETS, METADATA, INIT_PRODUCER_ID = 0, 1, 2, 3, 22
 CREATE_TOPICS, DELETE_TOPICS, DELETE_RECORDS, DESCRIBE_CONFIGS = 19, 20, 21, 32
 CREATE_PARTITIONS, DESCRIBE_CLUSTER = 37, 60
@@ -48,6 +49,14 @@ SUPPORTED = {
     DESCRIBE_CLUSTER: (0, 1),
     ALTER_CONFIGS: (0, 2),
     INCREMENTAL_ALTER_CONFIGS: (0, 1),
+    # The consumer group APIs (group_handlers.py)
+    10: (0, 4),   # FindCoordinator
+    11: (0, 9),   # JoinGroup
+    14: (0, 5),   # SyncGroup
+    12: (0, 4),   # Heartbeat
+    13: (0, 5),   # LeaveGroup
+    8: (2, 9),    # OffsetCommit (10 names topics by id)
+    9: (1, 7),    # OffsetFetch (8 on asks for several groups at once)
 }
 
 

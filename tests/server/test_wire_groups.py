@@ -1,0 +1,152 @@
+"""Consumer groups over the wire: Kafka's clients join, sync, heartbeat, leave and commit
+through the server, in the same groups and offsets as the in-process consumers."""
+import asyncio
+import threading
+
+import pytest
+
+import streamlog
+
+from support import wait_until
+
+kafka = pytest.importorskip("kafka")
+confluent_kafka = pytest.importorskip("confluent_kafka")
+aiokafka = pytest.importorskip("aiokafka")
+
+PARTITIONS = 4
+
+
+@pytest.fixture
+def db(tmp_path):
+    database = streamlog.open(str(tmp_path / "db"))
+    database.create_topic("t", partitions=PARTITIONS)
+    producer = database.producer()
+    for i in range(40):
+        producer.send("t", key=b"k%d" % i, value=b"v%d" % i)
+    producer.flush()
+    yield database
+    database.close()
+
+
+@pytest.fixture
+def server(db):
+    with db.serve() as kafka_server:
+        yield kafka_server
+
+
+def committed_in_process(db, group):
+    return {tp.partition: lag.committed for tp, lag in db.describe_group(group).partitions.items()}
+
+
+def end_offsets(db):
+    return {p.partition: p.high_watermark for p in db.describe_topic("t").partitions}
+
+
+def test_kafka_python_subscribes_and_commits(db, server):
+    consumer = kafka.KafkaConsumer("t", bootstrap_servers=server.bootstrap_servers,
+                                   group_id="kp", auto_offset_reset="earliest",
+                                   enable_auto_commit=False, consumer_timeout_ms=5000)
+    values = sorted(m.value for m in consumer)
+    consumer.commit()
+    consumer.close()
+    assert values == sorted(b"v%d" % i for i in range(40))
+    assert committed_in_process(db, "kp") == end_offsets(db)
+
+
+def test_confluent_kafka_subscribes_and_commits(db, server):
+    consumer = confluent_kafka.Consumer({"bootstrap.servers": server.bootstrap_servers,
+                                         "group.id": "ck", "auto.offset.reset": "earliest",
+                                         "enable.auto.commit": False})
+    consumer.subscribe(["t"])
+    values = []
+    while len(values) < 40:
+        message = consumer.poll(10)
+        assert message is not None and message.error() is None, message and message.error()
+        values.append(message.value())
+    consumer.commit(asynchronous=False)
+    committed = consumer.committed([confluent_kafka.TopicPartition("t", p)
+                                    for p in range(PARTITIONS)], timeout=10)
+    consumer.close()
+    assert sorted(values) == sorted(b"v%d" % i for i in range(40))
+    assert {tp.partition: tp.offset for tp in committed} == end_offsets(db)
+    assert committed_in_process(db, "ck") == end_offsets(db)
+
+
+def test_aiokafka_subscribes_and_commits(db, server):
+    async def run():
+        consumer = aiokafka.AIOKafkaConsumer("t", bootstrap_servers=server.bootstrap_servers,
+                                             group_id="ak", auto_offset_reset="earliest",
+                                             enable_auto_commit=False)
+        await consumer.start()
+        values = []
+        while len(values) < 40:
+            batches = await consumer.getmany(timeout_ms=5000)
+            assert batches
+            values += [m.value for ms in batches.values() for m in ms]
+        await consumer.commit()
+        await consumer.stop()
+        return values
+    assert sorted(asyncio.run(run())) == sorted(b"v%d" % i for i in range(40))
+    assert committed_in_process(db, "ak") == end_offsets(db)
+
+
+def test_a_group_of_three_rebalances_as_one_leaves_and_loses_no_record(db, server):
+    seen, stop = [], threading.Event()
+    lock = threading.Lock()
+    consumers = [kafka.KafkaConsumer("t", bootstrap_servers=server.bootstrap_servers,
+                                     group_id="three", auto_offset_reset="earliest",
+                                     enable_auto_commit=False, max_poll_records=5)
+                 for _ in range(3)]
+
+    def run(consumer, leave_after):
+        polled = 0
+        while not stop.is_set():
+            for records in consumer.poll(timeout_ms=200).values():
+                with lock:
+                    seen.extend(r.value for r in records)
+                polled += len(records)
+            if consumer.assignment():
+                consumer.commit()
+            if leave_after is not None and polled >= leave_after:
+                break
+        consumer.close()
+
+    threads = [threading.Thread(target=run, args=(c, 5 if i == 0 else None))
+               for i, c in enumerate(consumers)]
+    for t in threads:
+        t.start()
+    threads[0].join(60)   # the first one leaves after its first records
+    producer = db.producer()
+    for i in range(40, 80):
+        producer.send("t", key=b"k%d" % i, value=b"v%d" % i)
+    producer.flush()
+    wait_until(lambda: committed_in_process(db, "three") == end_offsets(db),
+               "the two left to commit everything")
+    stop.set()
+    for t in threads:
+        t.join(60)
+    assert set(seen) == {b"v%d" % i for i in range(80)}   # at least once: none lost
+
+
+def test_one_group_of_wire_and_in_process_members(db, server):
+    wire = kafka.KafkaConsumer("t", bootstrap_servers=server.bootstrap_servers,
+                               group_id="mixed", auto_offset_reset="earliest",
+                               enable_auto_commit=False)
+    wire.poll(timeout_ms=2000)   # joins: the group is this member alone
+    local = db.consumer(group_id="mixed", auto_offset_reset="earliest",
+                        enable_auto_commit=False)
+    local.subscribe(["t"])
+
+    def both_assigned():
+        wire.poll(timeout_ms=100)
+        local.poll(timeout=0.1)
+        return wire.assignment() and local.assignment()
+    wait_until(both_assigned, "the wire and in-process members sharing the partitions")
+    wire_parts = {tp.partition for tp in wire.assignment()}
+    local_parts = {tp.partition for tp in local.assignment()}
+    assert wire_parts.isdisjoint(local_parts)
+    assert wire_parts | local_parts == set(range(PARTITIONS))
+    members = db.describe_group("mixed").members
+    assert len(members) == 2
+    local.close()
+    wire.close()
