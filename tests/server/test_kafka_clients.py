@@ -26,12 +26,6 @@ def db(tmp_path):
     database.close()
 
 
-@pytest.fixture
-def server(db):
-    with db.serve() as kafka_server:
-        yield kafka_server
-
-
 def in_process(db, partitions=3):
     """(partition, offset, key, value, headers) of everything in topic t, read in process."""
     consumer = db.consumer(auto_offset_reset="earliest")

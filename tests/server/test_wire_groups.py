@@ -28,12 +28,6 @@ def db(tmp_path):
     database.close()
 
 
-@pytest.fixture
-def server(db):
-    with db.serve() as kafka_server:
-        yield kafka_server
-
-
 def committed_in_process(db, group):
     return {tp.partition: lag.committed for tp, lag in db.describe_group(group).partitions.items()}
 
