@@ -38,13 +38,16 @@ def end_offsets(db):
 
 def test_kafka_python_subscribes_and_commits(db, server):
     consumer = kafka.KafkaConsumer("t", bootstrap_servers=server.bootstrap_servers,
-                                   group_id="kp", auto_offset_reset="earliest",
-                                   enable_auto_commit=False, consumer_timeout_ms=5000)
+                                   group_id="kp", client_id="billing-7",
+                                   auto_offset_reset="earliest", enable_auto_commit=False,
+                                   consumer_timeout_ms=5000)
     values = sorted(m.value for m in consumer)
     consumer.commit()
+    members = db.describe_group("kp").members   # the member as the database sees it
     consumer.close()
     assert values == sorted(b"v%d" % i for i in range(40))
     assert committed_in_process(db, "kp") == end_offsets(db)
+    assert [m.client_id for m in members] == ["billing-7"]
 
 
 def test_confluent_kafka_subscribes_and_commits(db, server):
@@ -85,35 +88,37 @@ def test_aiokafka_subscribes_and_commits(db, server):
 
 
 def test_a_group_of_three_rebalances_as_one_leaves_and_loses_no_record(db, server):
-    seen, stop = [], threading.Event()
+    seen, stop, leave = [], threading.Event(), threading.Event()
+    assigned = [False] * 3
     lock = threading.Lock()
     consumers = [kafka.KafkaConsumer("t", bootstrap_servers=server.bootstrap_servers,
                                      group_id="three", auto_offset_reset="earliest",
                                      enable_auto_commit=False, max_poll_records=5)
                  for _ in range(3)]
 
-    def run(consumer, leave_after):
-        polled = 0
+    def run(i, consumer):
         while not stop.is_set():
-            for records in consumer.poll(timeout_ms=200).values():
+            polled = consumer.poll(timeout_ms=200)
+            for records in polled.values():
                 with lock:
                     seen.extend(r.value for r in records)
-                polled += len(records)
+            assigned[i] = bool(consumer.assignment())
             if consumer.assignment():
                 consumer.commit()
-            if leave_after is not None and polled >= leave_after:
-                break
+            if i == 0 and leave.is_set() and polled:
+                break   # the first member leaves once it has read some of the later records
         consumer.close()
 
-    threads = [threading.Thread(target=run, args=(c, 5 if i == 0 else None))
-               for i, c in enumerate(consumers)]
+    threads = [threading.Thread(target=run, args=(i, c)) for i, c in enumerate(consumers)]
     for t in threads:
         t.start()
-    threads[0].join(60)   # the first one leaves after its first records
+    wait_until(lambda: all(assigned), "all three members assigned")
+    leave.set()
     producer = db.producer()
     for i in range(40, 80):
         producer.send("t", key=b"k%d" % i, value=b"v%d" % i)
     producer.flush()
+    threads[0].join(60)
     wait_until(lambda: committed_in_process(db, "three") == end_offsets(db),
                "the two left to commit everything")
     stop.set()
@@ -144,3 +149,4 @@ def test_one_group_of_wire_and_in_process_members(db, server):
     assert len(members) == 2
     local.close()
     wire.close()
+

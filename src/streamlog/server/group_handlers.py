@@ -44,7 +44,7 @@ class GroupHandlers:
         self._node = node              # NODE_ID of this server
         self._error_code = error_code  # handlers.error_code
         self._coordinator = None
-        self._rebalance_timeouts = {}  # (group, member) -> ms, for the sync's wait
+        self._rebalance_timeouts = {}  # group -> longest rebalance timeout (ms) of its joins
 
     @property
     def table(self):
@@ -69,9 +69,9 @@ class GroupHandlers:
 
     # --- FindCoordinator -------------------------------------------------------------
 
-    def find_coordinator(self, version, body, address):
+    def find_coordinator(self, version, body, context):
         cls, types = response_types(FIND_COORDINATOR, version)
-        host, port = address
+        host, port = context.host, context.port
         if version >= 4:
             return build(cls, throttle_time=NO_THROTTLE, coordinators=tuple(
                 build(types.Coordinator, key=key, node_id=i32(self._node), host=host,
@@ -82,7 +82,7 @@ class GroupHandlers:
 
     # --- JoinGroup, SyncGroup ------------------------------------------------------------
 
-    def join_group(self, version, body, address):
+    def join_group(self, version, body, context):
         cls, types = response_types(JOIN_GROUP, version)
         consumer = body.protocol_type == PROTOCOL_TYPE
         instance = getattr(body, "group_instance_id", None)
@@ -92,7 +92,7 @@ class GroupHandlers:
             protocols = [(p.name, decode_subscription(p.metadata, instance) if consumer
                           else bytes(p.metadata)) for p in body.protocols]
             pending = self.coordinator.join_group(
-                body.group_id, body.member_id, instance, "wire",
+                body.group_id, body.member_id, instance, context.client_id,
                 int(body.session_timeout.total_seconds() * 1000), rebalance_ms,
                 body.protocol_type, protocols, _ignore)
             answer = self._wait(pending, rebalance_ms)
@@ -101,7 +101,10 @@ class GroupHandlers:
                          generation_id=i32(-1), protocol_type=None, protocol_name=None,
                          leader="", skip_assignment=False, member_id=body.member_id or "",
                          members=())
-        self._rebalance_timeouts[(body.group_id, answer.member_id)] = rebalance_ms
+        # The longest rebalance timeout a member of the group gave bounds its syncs' wait
+        # (one entry per group, however many members come and go).
+        self._rebalance_timeouts[body.group_id] = max(
+            rebalance_ms, self._rebalance_timeouts.get(body.group_id, 0))
         members = tuple(build(types.JoinGroupResponseMember, member_id=member_id,
                               group_instance_id=member_instance,
                               metadata=encode_subscription(metadata) if consumer and
@@ -113,7 +116,7 @@ class GroupHandlers:
                      skip_assignment=answer.skip_assignment, member_id=answer.member_id,
                      members=members)
 
-    def sync_group(self, version, body, address):
+    def sync_group(self, version, body, context):
         cls, _ = response_types(SYNC_GROUP, version)
         consumer = getattr(body, "protocol_type", PROTOCOL_TYPE) in (PROTOCOL_TYPE, None)
         instance = getattr(body, "group_instance_id", None)
@@ -123,7 +126,7 @@ class GroupHandlers:
             pending = self.coordinator.sync_group(body.group_id, body.member_id,
                                                   int(body.generation_id), instance,
                                                   assignments)
-            timeout = self._rebalance_timeouts.get((body.group_id, body.member_id), 60_000)
+            timeout = self._rebalance_timeouts.get(body.group_id, 60_000)
             assignment = self._wait(pending, timeout)
             blob = encode_assignment(assignment) if consumer and \
                 not isinstance(assignment, bytes) else bytes(assignment or b"")
@@ -141,7 +144,7 @@ class GroupHandlers:
 
     # --- Heartbeat, LeaveGroup --------------------------------------------------------
 
-    def heartbeat(self, version, body, address):
+    def heartbeat(self, version, body, context):
         cls, _ = response_types(HEARTBEAT, version)
         exc = None
         try:
@@ -151,7 +154,7 @@ class GroupHandlers:
             exc = exc_
         return build(cls, throttle_time=NO_THROTTLE, error_code=self.code(exc))
 
-    def leave_group(self, version, body, address):
+    def leave_group(self, version, body, context):
         cls, types = response_types(LEAVE_GROUP, version)
         if version >= 3:
             leaving = [(m.member_id, m.group_instance_id) for m in body.members]
@@ -165,7 +168,6 @@ class GroupHandlers:
             except errors.StreamlogError as exc_:
                 exc = exc_
                 first = first or exc
-            self._rebalance_timeouts.pop((body.group_id, member_id), None)
             results.append(build(types.MemberResponse, member_id=member_id,
                                  group_instance_id=instance, error_code=self.code(exc))
                            if version >= 3 else None)
@@ -175,7 +177,7 @@ class GroupHandlers:
 
     # --- OffsetCommit, OffsetFetch ------------------------------------------------------
 
-    def offset_commit(self, version, body, address):
+    def offset_commit(self, version, body, context):
         cls, types = response_types(OFFSET_COMMIT, version)
         offsets = {}
         for topic in body.topics:
@@ -197,7 +199,7 @@ class GroupHandlers:
                 build(types.OffsetCommitResponsePartition, partition_index=p.partition_index,
                       error_code=code) for p in topic.partitions)) for topic in body.topics))
 
-    def offset_fetch(self, version, body, address):
+    def offset_fetch(self, version, body, context):
         cls, types = response_types(OFFSET_FETCH, version)
         wanted = None if body.topics is None else [
             TopicPartition(t.name, int(p)) for t in body.topics for p in t.partition_indexes]

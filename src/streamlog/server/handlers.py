@@ -9,6 +9,7 @@ None when the request wants none (Produce with acks=0).
 import datetime
 import threading
 import uuid
+from typing import NamedTuple
 
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i8, i16, i32, i64
@@ -62,6 +63,14 @@ def error_code(exc):
     return ErrorCode.unknown_server_error
 
 
+class RequestContext(NamedTuple):
+    """Who asked: the address the client connected to, and its client id."""
+
+    host: str
+    port: int
+    client_id: str
+
+
 class Handlers:
     def __init__(self, broker, cluster_id):
         self.broker = broker
@@ -84,7 +93,8 @@ class Handlers:
         key, version = header.request_api_key, header.request_api_version
         if key == API_VERSIONS:
             return self.api_versions(version, body)
-        return self._by_key[key](version, body, address)
+        context = RequestContext(address[0], address[1], header.client_id or "")
+        return self._by_key[key](version, body, context)
 
     # --- ApiVersions --------------------------------------------------------------
 
@@ -100,7 +110,7 @@ class Handlers:
 
     # --- Metadata -----------------------------------------------------------------
 
-    def metadata(self, version, body, address):
+    def metadata(self, version, body, context):
         cls, types = response_types(METADATA, version)
         known = self.broker.topics()
         if body.topics is None:
@@ -126,7 +136,7 @@ class Handlers:
                                 name=name, topic_id=uuid.UUID(hex=info.topic_id),
                                 is_internal=info.internal, partitions=partitions,
                                 topic_authorized_operations=i32(-2**31)))
-        host, port = address
+        host, port = context.host, context.port
         return build(cls, throttle_time=NO_THROTTLE, cluster_id=self.cluster_id,
                      controller_id=i32(NODE_ID), cluster_authorized_operations=i32(-2**31),
                      brokers=(build(types.MetadataResponseBroker, node_id=i32(NODE_ID),
@@ -135,7 +145,7 @@ class Handlers:
 
     # --- Produce ------------------------------------------------------------------
 
-    def produce(self, version, body, address):
+    def produce(self, version, body, context):
         cls, types = response_types(PRODUCE, version)
         waits = []
         answers = []
@@ -188,7 +198,7 @@ class Handlers:
 
     # --- Fetch --------------------------------------------------------------------
 
-    def fetch(self, version, body, address):
+    def fetch(self, version, body, context):
         cls, types = response_types(FETCH, version)
         positions, order = {}, []
         partition_max = 0
@@ -248,7 +258,7 @@ class Handlers:
 
     # --- ListOffsets ---------------------------------------------------------------
 
-    def list_offsets(self, version, body, address):
+    def list_offsets(self, version, body, context):
         cls, types = response_types(LIST_OFFSETS, version)
         read_committed = getattr(body, "isolation_level", 0) == 1
         topics = []
@@ -277,7 +287,7 @@ class Handlers:
 
     # --- InitProducerId -------------------------------------------------------------
 
-    def init_producer_id(self, version, body, address):
+    def init_producer_id(self, version, body, context):
         cls, _ = response_types(INIT_PRODUCER_ID, version)
         if body.transactional_id is not None:
             # Transactional ids over the wire come with the transaction APIs (not served yet).
@@ -295,7 +305,7 @@ class Handlers:
 
     # --- CreateTopics, DeleteTopics ---------------------------------------------------
 
-    def create_topics(self, version, body, address):
+    def create_topics(self, version, body, context):
         cls, types = response_types(CREATE_TOPICS, version)
         results = []
         for topic in body.topics:
@@ -339,7 +349,7 @@ class Handlers:
         if name in self.broker.topics():
             raise errors.TopicAlreadyExistsError(f"topic {name!r} already exists")
 
-    def delete_topics(self, version, body, address):
+    def delete_topics(self, version, body, context):
         cls, types = response_types(DELETE_TOPICS, version)
         results = []
         for name in body.topic_names:
@@ -355,7 +365,7 @@ class Handlers:
 
     # --- CreatePartitions, DescribeConfigs, DeleteRecords, DescribeCluster -------------
 
-    def create_partitions(self, version, body, address):
+    def create_partitions(self, version, body, context):
         cls, types = response_types(CREATE_PARTITIONS, version)
         results = []
         for topic in body.topics:
@@ -376,7 +386,7 @@ class Handlers:
                                  error_message=None if exc is None else str(exc)))
         return build(cls, throttle_time=NO_THROTTLE, results=tuple(results))
 
-    def describe_configs(self, version, body, address):
+    def describe_configs(self, version, body, context):
         cls, types = response_types(DESCRIBE_CONFIGS, version)
         results = []
         for resource in body.resources:
@@ -402,7 +412,7 @@ class Handlers:
                                  resource_name=resource.resource_name, configs=configs))
         return build(cls, throttle_time=NO_THROTTLE, results=tuple(results))
 
-    def delete_records(self, version, body, address):
+    def delete_records(self, version, body, context):
         cls, types = response_types(DELETE_RECORDS, version)
         topics = []
         for topic in body.topics:
@@ -421,7 +431,7 @@ class Handlers:
                                 partitions=tuple(parts)))
         return build(cls, throttle_time=NO_THROTTLE, topics=tuple(topics))
 
-    def alter_configs(self, version, body, address):
+    def alter_configs(self, version, body, context):
         """AlterConfigs: the given configs become the topic's whole set of overrides (the
         others go back to their defaults), as Kafka's non-incremental API does."""
         def change(info, configs):
@@ -429,7 +439,7 @@ class Handlers:
             return given, [name for name in info.overrides if name not in given]
         return self._alter(ALTER_CONFIGS, version, body, change)
 
-    def incremental_alter_configs(self, version, body, address):
+    def incremental_alter_configs(self, version, body, context):
         def change(info, configs):
             overrides, remove = {}, []
             for c in configs:
@@ -479,9 +489,9 @@ class Handlers:
                                    resource_name=resource.resource_name))
         return build(cls, throttle_time=NO_THROTTLE, responses=tuple(responses))
 
-    def describe_cluster(self, version, body, address):
+    def describe_cluster(self, version, body, context):
         cls, types = response_types(DESCRIBE_CLUSTER, version)
-        host, port = address
+        host, port = context.host, context.port
         return build(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.none,
                      error_message=None, endpoint_type=i8(1), cluster_id=self.cluster_id,
                      controller_id=i32(NODE_ID), cluster_authorized_operations=i32(-2**31),
