@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 from streamlog import native
 from streamlog.storage import log_cleaner
 from streamlog.storage.batch_filter import filter_batch
-from streamlog.storage.log_cleaner import CleanStats, _clean_records_native, _records_to_keep
+from streamlog.storage.log_cleaner import (CleanStats, _clean_records_native, _put_keys_py,
+                                           _records_to_keep)
 from streamlog.storage.offset_map import OffsetMap
 from streamlog.storage.record_batch import RECORDS_OFFSET, RecordBatch, build_batch, seal
 from streamlog.storage.varint import encode_varint
@@ -39,18 +40,6 @@ def make(rows, base_offset, horizon=None):
     return batch
 
 
-def python_put(offset_map, batch, start):
-    put = 0
-    for offset, key in zip(batch.records().offsets.tolist(), batch.records().keys(),
-                           strict=True):
-        if key is None or offset < start:
-            continue
-        if not offset_map.put(key, offset):
-            return put, True
-        put += 1
-    return put, False
-
-
 @settings(max_examples=300)
 @given(st.lists(records, min_size=1, max_size=5), st.integers(1, 40), st.integers(0, 20))
 def test_map_puts_agree(batches, slots, start):
@@ -60,7 +49,7 @@ def test_map_puts_agree(batches, slots, start):
         batch = make(rows, base)
         buf, pos, length, _ = batch._records_section()
         got = native.map_put_section(nat, buf, pos, length, batch.records_count, base, start)
-        assert got == python_put(py, batch, start)
+        assert got == _put_keys_py(py, batch, start)
         assert (nat.size, nat.latest_offset) == (py.size, py.latest_offset)
         assert np.array_equal(nat.table, py.table)
         if got[1]:

@@ -273,6 +273,11 @@ def _put_keys(offset_map, batch, start):
         buf, pos, length, _ = batch._records_section()
         return native.map_put_section(offset_map, buf, pos, length, batch.records_count,
                                       batch.base_offset, start, batch.path)
+    return _put_keys_py(offset_map, batch, start)
+
+
+def _put_keys_py(offset_map, batch, start):
+    """_put_keys' pure-Python twin (the native path's parity tests call it too)."""
     records = batch.records(verify=False)
     put = 0
     for offset, key in zip(records.offsets.tolist(), records.keys(), strict=True):
