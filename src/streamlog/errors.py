@@ -215,6 +215,16 @@ class UnknownMemberIdError(StreamlogError):
     """The member is not (or no longer) part of the group."""
 
 
+class MemberIdRequiredError(StreamlogError):
+    """A new member must join again with the member id this error carries (KIP-394: the
+    coordinator knows a member before it counts it, so a client that never comes back
+    costs the group no rebalance)."""
+
+    def __init__(self, message, member_id):
+        super().__init__(message)
+        self.member_id = member_id
+
+
 class GroupIdNotFoundError(StreamlogError):
     """The group does not exist."""
 

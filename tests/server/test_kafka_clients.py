@@ -13,6 +13,8 @@ import streamlog
 from streamlog import TopicPartition
 from streamlog.client.murmur2 import murmur2_py, to_positive
 
+from support.wire import request
+
 kafka = pytest.importorskip("kafka")
 confluent_kafka = pytest.importorskip("confluent_kafka")
 aiokafka = pytest.importorskip("aiokafka")
@@ -130,21 +132,6 @@ def test_a_long_poll_returns_when_a_record_arrives(db, server):
     assert message.value == b"late"
 
 
-def request(sock, frame):
-    sock.sendall(struct.pack(">i", len(frame)) + frame)
-    size = struct.unpack(">i", recv_exactly(sock, 4))[0]
-    return recv_exactly(sock, size)
-
-
-def recv_exactly(sock, n):
-    data = b""
-    while len(data) < n:
-        chunk = sock.recv(n - len(data))
-        assert chunk, "the server closed the connection"
-        data += chunk
-    return data
-
-
 def test_an_api_versions_request_of_an_unknown_version_gets_v0_with_the_versions(server):
     # KIP-511: api key 18, version 99, correlation 7, client id "x", then a v2 header's tags.
     frame = struct.pack(">hhih", 18, 99, 7, 1) + b"x" + b"\x00"
@@ -256,11 +243,12 @@ def test_admin_clients_alter_topic_configs(db, server):
 
 
 def test_an_api_not_served_is_answered_unsupported_version_on_a_connection_that_stays(server):
-    # ListGroups v0 (api 16): not served yet. Header v1: key, version, correlation, client id;
-    # the v0 body is empty, the v0 response is error_code, then the groups.
+    # SaslHandshake v0 (api 17): not served (no SASL). Header v1: key, version, correlation,
+    # client id; the v0 body is the mechanism, the v0 response error_code, then mechanisms.
     with socket.create_connection((server.host, server.port)) as sock:
-        answer = request(sock, struct.pack(">hhih", 16, 0, 41, 1) + b"x")
-        correlation, error, groups = struct.unpack_from(">ihi", answer, 0)
-        assert (correlation, error, groups) == (41, 35, 0)   # UNSUPPORTED_VERSION, no groups
+        answer = request(sock, struct.pack(">hhih", 17, 0, 41, 1) + b"x" + struct.pack(">h", 5)
+                         + b"PLAIN")
+        correlation, error, mechanisms = struct.unpack_from(">ihi", answer, 0)
+        assert (correlation, error, mechanisms) == (41, 35, 0)   # UNSUPPORTED_VERSION, none
         versions = request(sock, struct.pack(">hhih", 18, 0, 42, 1) + b"x")   # still open
         assert struct.unpack_from(">ih", versions, 0) == (42, 0)

@@ -75,7 +75,8 @@ class Member:
 class Group:
     __slots__ = ("group_id", "state", "generation", "protocol_type", "protocol", "leader",
                  "members", "static_members", "empty_since", "rebalance_task",
-                 "rebalance_epoch", "initial_delay_until", "initial_delay_members")
+                 "rebalance_epoch", "initial_delay_until", "initial_delay_members",
+                 "pending_members")
 
     def __init__(self, group_id, generation=0, protocol_type=None, empty_since=0):
         self.group_id = group_id
@@ -91,6 +92,7 @@ class Group:
         self.rebalance_epoch = 0   # tells a stale rebalance timeout from the current one
         self.initial_delay_until = None   # monotonic ms while a new group waits for joiners
         self.initial_delay_members = 0
+        self.pending_members = {}  # member id handed out (MEMBER_ID_REQUIRED) -> expiry task
 
     def transition(self, state):
         assert self.state in _VALID_PREVIOUS[state], f"{self.state} -> {state}"

@@ -10,8 +10,10 @@ are threads of this process, so
   working (a cooperative member keeps fetching) and is told through its
   notify(event) callback when the answer is ready, and when the group starts
   a rebalance, so it rejoins at once instead of at its next heartbeat;
-- a new member gets its member id in the first join answer (Kafka's
-  MEMBER_ID_REQUIRED round trip exists only to survive lost responses).
+- a new member in process gets its member id in the first join answer.
+  Kafka's MEMBER_ID_REQUIRED round trip (KIP-394: the id is handed out, and
+  the member counts only once it joins with it) is for members over the
+  wire, whose answers can be lost: join_group(require_known_member_id=True).
 
 Timeouts run on the broker's timing wheel: each member's session (pushed
 forward by heartbeats, checked lazily when its task fires, so a heartbeat
@@ -33,7 +35,8 @@ from typing import NamedTuple
 
 from ..errors import (FencedInstanceIdError, GroupIdNotFoundError, IllegalGenerationError,
                       InconsistentGroupProtocolError, InvalidGroupIdError,
-                      InvalidSessionTimeoutError, LogClosedError, NonEmptyGroupError,
+                      InvalidSessionTimeoutError, LogClosedError, MemberIdRequiredError,
+                      NonEmptyGroupError,
                       OffsetMetadataTooLargeError, ReadOnlyError, RebalanceInProgressError,
                       TimerClosedError, UnknownMemberIdError, UnknownTopicOrPartitionError)
 from ..structs import OffsetAndMetadata, TopicPartition
@@ -108,6 +111,7 @@ class MemberDescription(NamedTuple):
     group_instance_id: object
     client_id: str
     assignment: list
+    metadata: object = None  # its metadata for the group's protocol (None while it has none)
 
 
 class GroupDescription(NamedTuple):
@@ -217,13 +221,18 @@ class GroupCoordinator:
     # --- join ---------------------------------------------------------------------
 
     def join_group(self, group_id, member_id, group_instance_id, client_id, session_timeout_ms,
-                   rebalance_timeout_ms, protocol_type, protocols, notify):
+                   rebalance_timeout_ms, protocol_type, protocols, notify,
+                   require_known_member_id=False):
         """Join (or rejoin) the group; returns a Pending JoinResponse.
 
         protocols: [(name, metadata)] in the member's order of preference.
         notify(event, member_id) is called (outside any coordinator lock, on
         whatever thread caused it) with REBALANCE, JOINED, SYNCED, REMOVED or
         FENCED and the member id the event is about.
+        require_known_member_id: a dynamic member without a member id gets
+        MemberIdRequiredError carrying a new id, and joins with it (Kafka's
+        JoinGroup v4 on). An id handed out and not used within the session
+        timeout is forgotten.
         """
         self._check_writable()
         self._validate_group_id(group_id)
@@ -253,23 +262,53 @@ class GroupCoordinator:
                 if group_instance_id is not None and group_instance_id in group.static_members:
                     self._rejoin_static(group, group_instance_id, client_id, session_timeout_ms,
                                         rebalance_timeout_ms, protocols, notify, pending)
-                else:
-                    prefix = group_instance_id or client_id or "consumer"
-                    member = Member(f"{prefix}-{uuid.uuid4()}", group_instance_id, client_id,
-                                    session_timeout_ms, rebalance_timeout_ms, protocols, notify)
-                    group.add(member)
-                    group.protocol_type = protocol_type
-                    member.join_waiter = pending
-                    self._start_session(group, member)
-                    if group.state == PREPARING_REBALANCE:
-                        self._maybe_complete_join(group)
-                    else:
-                        self._prepare_rebalance(group, f"{member.member_id} joined")
+                    return pending
+                new_id = f"{group_instance_id or client_id or 'consumer'}-{uuid.uuid4()}"
+                if require_known_member_id and group_instance_id is None:
+                    group.pending_members[new_id] = self._schedule(
+                        session_timeout_ms, lambda: self._forget_pending(group_id, new_id))
+                    raise MemberIdRequiredError(
+                        f"join group {group_id!r} again with member id {new_id!r}", new_id)
+                self._add_member(group, Member(
+                    new_id, group_instance_id, client_id, session_timeout_ms,
+                    rebalance_timeout_ms, protocols, notify), protocol_type, pending)
+            elif member_id in group.pending_members:
+                self._cancel(group.pending_members.pop(member_id))
+                self._add_member(group, Member(
+                    member_id, group_instance_id, client_id, session_timeout_ms,
+                    rebalance_timeout_ms, protocols, notify), protocol_type, pending)
             else:
                 member = self._member(group, member_id, group_instance_id)
                 self._touch(member)
                 self._rejoin(group, member, protocols, pending)
         return pending
+
+    def _add_member(self, group, member, protocol_type, pending):
+        group.add(member)
+        group.protocol_type = protocol_type
+        member.join_waiter = pending
+        self._start_session(group, member)
+        if group.state == PREPARING_REBALANCE:
+            self._maybe_complete_join(group)
+        else:
+            self._prepare_rebalance(group, f"{member.member_id} joined")
+
+    def _forget_pending(self, group_id, member_id):
+        with self._locked():
+            group = self._groups.get(group_id)
+            if group is not None:
+                group.pending_members.pop(member_id, None)
+
+    def rebalance(self, group_id, reason="requested"):
+        """Start a rebalance of a group with members (Kafka does so on a member's new
+        metadata; tests use this to force one). Every member must join again."""
+        self._check_writable()
+        with self._locked():
+            group = self._groups.get(group_id)
+            if group is None or not group.members:
+                raise GroupIdNotFoundError(f"group {group_id!r} has no members to rebalance")
+            if group.state != PREPARING_REBALANCE:
+                self._prepare_rebalance(group, reason)
 
     def _rejoin(self, group, member, protocols, pending):
         """A known member joins again (after a rebalance began, or because it wants one)."""
@@ -548,14 +587,17 @@ class GroupCoordinator:
     def txn_offset_commit(self, group_id, producer_id, producer_epoch, member_id, generation,
                           group_instance_id, offsets):
         """Store offsets inside the producer's open transaction (Kafka's TxnOffsetCommit):
-        the same member and generation checks as offset_commit; the offsets stay pending
-        until the transaction's marker reaches the group's partition
+        the same member and generation checks as offset_commit, except that a producer
+        without a member (generation -1, no member id: TxnOffsetCommit before version 3)
+        may commit while the group has members, as Kafka's doTxnCommitOffsets allows; the
+        offsets stay pending until the transaction's marker reaches the group's partition
         (complete_transaction)."""
         self._check_writable()
         self._validate_group_id(group_id)
         offsets = self._validate_offsets(offsets)
         with self._locked():
-            self._check_committer(group_id, member_id, generation, group_instance_id)
+            self._check_committer(group_id, member_id, generation, group_instance_id,
+                                  transactional=True)
             self._store.commit_transactional(group_id, offsets, producer_id, producer_epoch,
                                              self._broker.clock_ms())
 
@@ -569,7 +611,8 @@ class GroupCoordinator:
         with self._locked():
             self._store.complete_transaction(tp, producer_id, commit)
 
-    def _check_committer(self, group_id, member_id, generation, group_instance_id):
+    def _check_committer(self, group_id, member_id, generation, group_instance_id,
+                         transactional=False):
         """May this member (generation -1: no member) commit the group's offsets now?"""
         self._check_open()
         group = self._groups.get(group_id)
@@ -580,7 +623,7 @@ class GroupCoordinator:
             group = self._groups[group_id] = Group(group_id,
                                                    empty_since=self._broker.clock_ms())
         elif generation < 0:
-            if group.state != EMPTY:
+            if group.state != EMPTY and not (transactional and not member_id):
                 raise UnknownMemberIdError(
                     f"group {group_id!r} has active members, so only its members may commit "
                     "(with their generation); stop them first")
@@ -635,8 +678,10 @@ class GroupCoordinator:
             if group is None:
                 raise GroupIdNotFoundError(f"group {group_id!r} does not exist (no member has "
                                            "joined it and it has no committed offsets)")
-            members = [MemberDescription(m.member_id, m.group_instance_id, m.client_id,
-                                         list(m.assignment)) for m in group.members.values()]
+            members = [MemberDescription(
+                m.member_id, m.group_instance_id, m.client_id, m.assignment,
+                m.metadata(group.protocol) if group.protocol in m.protocol_names() else None)
+                for m in group.members.values()]
             return GroupDescription(group_id, group.state, group.protocol_type, group.protocol,
                                     group.generation, group.leader, members,
                                     dict(self._store.committed(group_id)))

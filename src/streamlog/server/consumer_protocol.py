@@ -68,15 +68,26 @@ def encode_subscription(subscription, version=_NEWEST):
     return _VERSION.pack(version) + b"".join(out.parts)
 
 
+class Assignment(list):
+    """A member's TopicPartitions, with the user data a wire leader's assignor gave them
+    (kept, so the member it is for gets it back; in-process members see a plain list)."""
+
+    __slots__ = ("user_data",)
+
+    def __init__(self, partitions=(), user_data=None):
+        super().__init__(partitions)
+        self.user_data = user_data
+
+
 def decode_assignment(blob):
-    """The TopicPartitions of a SyncGroup assignment's bytes (empty bytes: none)."""
+    """The Assignment of a SyncGroup assignment's bytes (empty bytes: none)."""
     if not blob:
-        return []
+        return Assignment()
     (version,) = _VERSION.unpack_from(blob, 0)
     cls, _ = _schema(assignment_v3, "ConsumerProtocolAssignment", version)
     message, _ = entity_reader(cls)(bytes(blob[2:]), 0)
-    return [TopicPartition(t.topic, int(p)) for t in message.assigned_partitions
-            for p in t.partitions]
+    return Assignment((TopicPartition(t.topic, int(p)) for t in message.assigned_partitions
+                       for p in t.partitions), message.user_data)
 
 
 def encode_assignment(partitions, version=_NEWEST):
@@ -88,5 +99,5 @@ def encode_assignment(partitions, version=_NEWEST):
     out = _Bytes()
     entity_writer(cls)(out, cls(assigned_partitions=tuple(
         data.TopicPartition(topic=t, partitions=tuple(ps)) for t, ps in sorted(by_topic.items())),
-        user_data=None))
+        user_data=getattr(partitions, "user_data", None)))
     return _VERSION.pack(version) + b"".join(out.parts)

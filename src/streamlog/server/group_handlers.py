@@ -1,6 +1,7 @@
 """The consumer group APIs on the wire: FindCoordinator, JoinGroup, SyncGroup, Heartbeat,
-LeaveGroup, OffsetCommit and OffsetFetch, as calls to the database's group coordinator (the
-same groups and offsets the in-process consumers use: a group may mix both kinds of member).
+LeaveGroup, OffsetCommit, OffsetFetch, DescribeGroups, ListGroups and DeleteGroups, as calls
+to the database's group coordinator (the same groups and offsets the in-process consumers
+use: a group may mix both kinds of member).
 
 The coordinator answers a join or sync that must wait for the other members later (a
 Pending); a wire member's request waits for it here, on its worker thread, up to the
@@ -16,33 +17,23 @@ from ..coordinator.group_coordinator import find_coordinator
 from ..structs import OffsetAndMetadata, TopicPartition
 from .consumer_protocol import (PROTOCOL_TYPE, decode_assignment, decode_subscription,
                                 encode_assignment, encode_subscription)
+from .error_codes import error_code
 from .protocol import NO_THROTTLE, build, response_types
 
 FIND_COORDINATOR, OFFSET_COMMIT, OFFSET_FETCH = 10, 8, 9
 JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP = 11, 12, 13, 14
-GROUP_ERRORS = [
-    (errors.RebalanceInProgressError, ErrorCode.rebalance_in_progress),
-    (errors.IllegalGenerationError, ErrorCode.illegal_generation),
-    (errors.UnknownMemberIdError, ErrorCode.unknown_member_id),
-    (errors.InconsistentGroupProtocolError, ErrorCode.inconsistent_group_protocol),
-    (errors.FencedInstanceIdError, ErrorCode.fenced_instance_id),
-    (errors.InvalidSessionTimeoutError, ErrorCode.invalid_session_timeout),
-    (errors.InvalidGroupIdError, ErrorCode.invalid_group_id),
-    (errors.GroupIdNotFoundError, ErrorCode.group_id_not_found),
-    (errors.NonEmptyGroupError, ErrorCode.non_empty_group),
-    (errors.OffsetMetadataTooLargeError, ErrorCode.offset_metadata_too_large),
-    (errors.CommitFailedError, ErrorCode.illegal_generation),
-]
+DESCRIBE_GROUPS, LIST_GROUPS, DELETE_GROUPS = 15, 16, 42
+# Kafka's "no authorized operations were asked for" (INT32_MIN).
+NO_OPERATIONS = -2**31
 # How long past its rebalance timeout a join or sync waits before answering
 # REBALANCE_IN_PROGRESS (the coordinator's own timeout fires first).
 _WAIT_SLACK_S = 5.0
 
 
 class GroupHandlers:
-    def __init__(self, broker, node, error_code):
+    def __init__(self, broker, node):
         self.broker = broker
         self._node = node              # NODE_ID of this server
-        self._error_code = error_code  # handlers.error_code
         self._coordinator = None
         self._rebalance_timeouts = {}  # group -> longest rebalance timeout (ms) of its joins
 
@@ -51,21 +42,14 @@ class GroupHandlers:
         return {FIND_COORDINATOR: self.find_coordinator, JOIN_GROUP: self.join_group,
                 SYNC_GROUP: self.sync_group, HEARTBEAT: self.heartbeat,
                 LEAVE_GROUP: self.leave_group, OFFSET_COMMIT: self.offset_commit,
-                OFFSET_FETCH: self.offset_fetch}
+                OFFSET_FETCH: self.offset_fetch, DESCRIBE_GROUPS: self.describe_groups,
+                LIST_GROUPS: self.list_groups, DELETE_GROUPS: self.delete_groups}
 
     @property
     def coordinator(self):
         if self._coordinator is None:
             self._coordinator = find_coordinator(self.broker)
         return self._coordinator
-
-    def code(self, exc):
-        if exc is None:
-            return ErrorCode.none
-        for cls, code in GROUP_ERRORS:
-            if isinstance(exc, cls):
-                return code
-        return self._error_code(exc)
 
     # --- FindCoordinator -------------------------------------------------------------
 
@@ -94,12 +78,17 @@ class GroupHandlers:
             pending = self.coordinator.join_group(
                 body.group_id, body.member_id, instance, context.client_id,
                 int(body.session_timeout.total_seconds() * 1000), rebalance_ms,
-                body.protocol_type, protocols, _ignore)
+                body.protocol_type, protocols, _ignore,
+                # JoinGroup v4 on: a new dynamic member joins twice, the second time with
+                # the id the first answer gave (KIP-394)
+                require_known_member_id=version >= 4)
             answer = self._wait(pending, rebalance_ms)
         except errors.StreamlogError as exc:
-            return build(cls, throttle_time=NO_THROTTLE, error_code=self.code(exc),
-                         generation_id=i32(-1), protocol_type=None, protocol_name=None,
-                         leader="", skip_assignment=False, member_id=body.member_id or "",
+            return build(cls, throttle_time=NO_THROTTLE, error_code=error_code(exc),
+                         generation_id=i32(-1), protocol_type=None,
+                         protocol_name=None if version >= 7 else "",   # nullable from v7
+                         leader="", skip_assignment=False,
+                         member_id=getattr(exc, "member_id", None) or body.member_id or "",
                          members=())
         # The longest rebalance timeout a member of the group gave bounds its syncs' wait
         # (one entry per group, however many members come and go).
@@ -107,8 +96,7 @@ class GroupHandlers:
             rebalance_ms, self._rebalance_timeouts.get(body.group_id, 0))
         members = tuple(build(types.JoinGroupResponseMember, member_id=member_id,
                               group_instance_id=member_instance,
-                              metadata=encode_subscription(metadata) if consumer and
-                              not isinstance(metadata, bytes) else bytes(metadata))
+                              metadata=_metadata_bytes(metadata))
                         for member_id, member_instance, metadata in answer.members)
         return build(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.none,
                      generation_id=i32(answer.generation), protocol_type=body.protocol_type,
@@ -128,11 +116,10 @@ class GroupHandlers:
                                                   assignments)
             timeout = self._rebalance_timeouts.get(body.group_id, 60_000)
             assignment = self._wait(pending, timeout)
-            blob = encode_assignment(assignment) if consumer and \
-                not isinstance(assignment, bytes) else bytes(assignment or b"")
+            blob = _assignment_bytes(assignment)
             error = ErrorCode.none
         except errors.StreamlogError as exc:
-            blob, error = b"", self.code(exc)
+            blob, error = b"", error_code(exc)
         return build(cls, throttle_time=NO_THROTTLE, error_code=error,
                      protocol_type=getattr(body, "protocol_type", None),
                      protocol_name=getattr(body, "protocol_name", None), assignment=blob)
@@ -152,7 +139,7 @@ class GroupHandlers:
                                        getattr(body, "group_instance_id", None))
         except errors.StreamlogError as exc_:
             exc = exc_
-        return build(cls, throttle_time=NO_THROTTLE, error_code=self.code(exc))
+        return build(cls, throttle_time=NO_THROTTLE, error_code=error_code(exc))
 
     def leave_group(self, version, body, context):
         cls, types = response_types(LEAVE_GROUP, version)
@@ -169,10 +156,10 @@ class GroupHandlers:
                 exc = exc_
                 first = first or exc
             results.append(build(types.MemberResponse, member_id=member_id,
-                                 group_instance_id=instance, error_code=self.code(exc))
+                                 group_instance_id=instance, error_code=error_code(exc))
                            if version >= 3 else None)
         return build(cls, throttle_time=NO_THROTTLE,
-                     error_code=ErrorCode.none if version >= 3 else self.code(first),
+                     error_code=ErrorCode.none if version >= 3 else error_code(first),
                      members=tuple(r for r in results if r is not None))
 
     # --- OffsetCommit, OffsetFetch ------------------------------------------------------
@@ -193,7 +180,7 @@ class GroupHandlers:
                                            getattr(body, "group_instance_id", None), offsets)
         except errors.StreamlogError as exc_:
             exc = exc_
-        code = self.code(exc)
+        code = error_code(exc)
         return build(cls, throttle_time=NO_THROTTLE, topics=tuple(
             build(types.OffsetCommitResponseTopic, name=topic.name, partitions=tuple(
                 build(types.OffsetCommitResponsePartition, partition_index=p.partition_index,
@@ -218,10 +205,85 @@ class GroupHandlers:
                                            if found is not None else -1),
                 metadata=(found.metadata if found is not None else "") or "",
                 error_code=ErrorCode.none))
-        return build(cls, throttle_time=NO_THROTTLE, error_code=self.code(exc),
+        return build(cls, throttle_time=NO_THROTTLE, error_code=error_code(exc),
                      topics=tuple(build(types.OffsetFetchResponseTopic, name=name,
                                         partitions=tuple(parts))
                                   for name, parts in by_topic.items()))
+
+
+    # --- DescribeGroups, ListGroups, DeleteGroups -----------------------------------------
+
+    def describe_groups(self, version, body, context):
+        cls, types = response_types(DESCRIBE_GROUPS, version)
+        described = []
+        for group_id in body.groups:
+            try:
+                group = self.coordinator.describe_group(group_id)
+            except errors.GroupIdNotFoundError:
+                # Kafka before DescribeGroups v6: an unknown group is described as Dead.
+                described.append(_described(types, group_id, "Dead", ErrorCode.none))
+                continue
+            except errors.StreamlogError as exc:
+                described.append(_described(types, group_id, "", error_code(exc)))
+                continue
+            members = tuple(build(
+                types.DescribedGroupMember, member_id=m.member_id,
+                group_instance_id=m.group_instance_id, client_id=m.client_id or "",
+                client_host="/" + context.host, member_metadata=_metadata_bytes(m.metadata),
+                member_assignment=_assignment_bytes(m.assignment))
+                for m in group.members)
+            described.append(_described(types, group_id, group.state, ErrorCode.none,
+                                        group.protocol_type, group.protocol, members))
+        return build(cls, throttle_time=NO_THROTTLE, groups=tuple(described))
+
+    def list_groups(self, version, body, context):
+        cls, types = response_types(LIST_GROUPS, version)
+        states = {s.lower() for s in getattr(body, "states_filter", ()) or ()}
+        kinds = {t.lower() for t in getattr(body, "types_filter", ()) or ()}
+        try:
+            listed = [g for g in self.coordinator.list_groups()
+                      if (not states or g.state.lower() in states)
+                      and (not kinds or "classic" in kinds)]
+            error = ErrorCode.none
+        except errors.StreamlogError as exc:
+            listed, error = [], error_code(exc)
+        return build(cls, throttle_time=NO_THROTTLE, error_code=error, groups=tuple(
+            build(types.ListedGroup, group_id=g.group_id, protocol_type=g.protocol_type or "",
+                  group_state=g.state, group_type="classic") for g in listed))
+
+    def delete_groups(self, version, body, context):
+        cls, types = response_types(DELETE_GROUPS, version)
+        results = []
+        for group_id in body.groups_names:
+            exc = None
+            try:
+                self.coordinator.delete_group(group_id)
+            except errors.StreamlogError as exc_:
+                exc = exc_
+            results.append(build(types.DeletableGroupResult, group_id=group_id,
+                                 error_code=error_code(exc)))
+        return build(cls, throttle_time=NO_THROTTLE, results=tuple(results))
+
+
+def _described(types, group_id, state, error, protocol_type=None, protocol=None, members=()):
+    return build(types.DescribedGroup, error_code=error, group_id=group_id, group_state=state,
+                 protocol_type=protocol_type or "", protocol_data=protocol or "",
+                 members=members, authorized_operations=i32(NO_OPERATIONS))
+
+
+def _metadata_bytes(metadata):
+    """A member's JoinGroup metadata as the wire carries it: consumer protocol bytes for a
+    Subscription, other protocols' bytes as they came."""
+    if metadata is None:
+        return b""
+    return bytes(metadata) if isinstance(metadata, (bytes, bytearray, memoryview)) \
+        else encode_subscription(metadata)
+
+
+def _assignment_bytes(assignment):
+    if isinstance(assignment, (bytes, bytearray, memoryview)):
+        return bytes(assignment)
+    return encode_assignment(assignment) if assignment is not None else b""
 
 
 def _ignore(_event, _member_id):

@@ -18,49 +18,18 @@ from .. import errors
 from ..broker.broker import EARLIEST_TIMESTAMP
 from ..broker.metadata import validate_partitions, validate_topic_name
 from ..structs import TopicPartition
+from .error_codes import error_code
 from .group_handlers import GroupHandlers
-from .protocol import (ALTER_CONFIGS, API_VERSIONS, CREATE_PARTITIONS, CREATE_TOPICS, DELETE_RECORDS,
-                       DELETE_TOPICS, DESCRIBE_CLUSTER, DESCRIBE_CONFIGS, FETCH,
-                       INCREMENTAL_ALTER_CONFIGS, INIT_PRODUCER_ID, NO_THROTTLE, LIST_OFFSETS, METADATA, PRODUCE, SUPPORTED,
-                       RecordsChunks, build, response_types)
+from .protocol import (ALTER_CONFIGS, API_VERSIONS, CREATE_PARTITIONS, CREATE_TOPICS,
+                       DELETE_RECORDS, DELETE_TOPICS, DESCRIBE_CLUSTER, DESCRIBE_CONFIGS, FETCH,
+                       INCREMENTAL_ALTER_CONFIGS, LIST_OFFSETS, METADATA, NO_THROTTLE, PRODUCE,
+                       SUPPORTED, RecordsChunks, build, response_types)
+from .txn_handlers import TxnHandlers
 
 NODE_ID = 0
 # DescribeConfigs: Kafka's resource type of a topic, and config sources.
 TOPIC_RESOURCE = 2
 DYNAMIC_TOPIC_CONFIG, DEFAULT_CONFIG = 1, 5
-
-# The library's errors as Kafka's codes (most specific first: subclasses before bases).
-_ERROR_CODES = [
-    (errors.UnknownTopicOrPartitionError, ErrorCode.unknown_topic_or_partition),
-    (errors.TopicAlreadyExistsError, ErrorCode.topic_already_exists),
-    (errors.InvalidTopicError, ErrorCode.invalid_topic_exception),
-    (errors.InvalidPartitionsError, ErrorCode.invalid_partitions),
-    (errors.InvalidConfigurationError, ErrorCode.invalid_config),
-    (errors.ReadOnlyError, ErrorCode.policy_violation),
-    (errors.OffsetOutOfRangeError, ErrorCode.offset_out_of_range),
-    (errors.RecordBatchTooLargeError, ErrorCode.record_list_too_large),
-    (errors.RecordTooLargeError, ErrorCode.message_too_large),
-    (errors.InvalidRecordError, ErrorCode.invalid_record),
-    (errors.CorruptRecordError, ErrorCode.corrupt_message),
-    (errors.DuplicateSequenceError, ErrorCode.duplicate_sequence_number),
-    (errors.OutOfOrderSequenceError, ErrorCode.out_of_order_sequence_number),
-    (errors.InvalidProducerEpochError, ErrorCode.invalid_producer_epoch),
-    (errors.ProducerFencedError, ErrorCode.producer_fenced),
-    (errors.UnsupportedCompressionTypeError, ErrorCode.unsupported_compression_type),
-    (errors.RequestTimedOutError, ErrorCode.request_timed_out),
-    (errors.KafkaStorageError, ErrorCode.kafka_storage_error),
-    (errors.LogClosedError, ErrorCode.not_leader_or_follower),
-]
-
-
-def error_code(exc):
-    """Kafka's error code for an exception (UNKNOWN_SERVER_ERROR when none fits)."""
-    if exc is None:
-        return ErrorCode.none
-    for cls, code in _ERROR_CODES:
-        if isinstance(exc, cls):
-            return code
-    return ErrorCode.unknown_server_error
 
 
 class RequestContext(NamedTuple):
@@ -77,7 +46,7 @@ class Handlers:
         self.cluster_id = cluster_id
         self._by_key = {API_VERSIONS: self.api_versions, METADATA: self.metadata,
                         PRODUCE: self.produce, FETCH: self.fetch,
-                        LIST_OFFSETS: self.list_offsets, INIT_PRODUCER_ID: self.init_producer_id,
+                        LIST_OFFSETS: self.list_offsets,
                         CREATE_TOPICS: self.create_topics, DELETE_TOPICS: self.delete_topics,
                         CREATE_PARTITIONS: self.create_partitions,
                         DESCRIBE_CONFIGS: self.describe_configs,
@@ -85,7 +54,8 @@ class Handlers:
                         DESCRIBE_CLUSTER: self.describe_cluster,
                         ALTER_CONFIGS: self.alter_configs,
                         INCREMENTAL_ALTER_CONFIGS: self.incremental_alter_configs}
-        self._by_key.update(GroupHandlers(broker, NODE_ID, error_code).table)
+        self._by_key.update(GroupHandlers(broker, NODE_ID).table)
+        self._by_key.update(TxnHandlers(broker).table)
 
     def handle(self, header, body, address):
         """The response entity to one decoded request; address: (host, port) the client
@@ -284,24 +254,6 @@ class Handlers:
             topics.append(build(types.ListOffsetsTopicResponse, name=topic.name,
                                 partitions=tuple(parts)))
         return build(cls, throttle_time=NO_THROTTLE, topics=tuple(topics))
-
-    # --- InitProducerId -------------------------------------------------------------
-
-    def init_producer_id(self, version, body, context):
-        cls, _ = response_types(INIT_PRODUCER_ID, version)
-        if body.transactional_id is not None:
-            # Transactional ids over the wire come with the transaction APIs (not served yet).
-            return build(cls, throttle_time=NO_THROTTLE,
-                         error_code=ErrorCode.transactional_id_authorization_failed,
-                         producer_id=i64(-1), producer_epoch=i16(-1))
-        try:
-            producer_id, epoch = self.broker.init_producer_id()
-            error = ErrorCode.none
-        except errors.StreamlogError as exc:
-            producer_id, epoch, error = -1, -1, error_code(exc)
-        return build(cls, throttle_time=NO_THROTTLE, error_code=error,
-                     producer_id=i64(producer_id), producer_epoch=i16(epoch))
-
 
     # --- CreateTopics, DeleteTopics ---------------------------------------------------
 

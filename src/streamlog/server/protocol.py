@@ -28,7 +28,7 @@ from kio.static.primitive import i32Timedelta
 
 API_VERSIONS = 18
 NO_THROTTLE = i32Timedelta.parse(datetime.timedelta(0))
-PRODUCE, FETCH, LIST_OFFSETS, METADATA, INIT_PRODUCER_ID = 0, 1, 2, 3, 22
+PRODUCE, FETCH, LIST_OFFSETS, METADATA = 0, 1, 2, 3
 CREATE_TOPICS, DELETE_TOPICS, DELETE_RECORDS, DESCRIBE_CONFIGS = 19, 20, 21, 32
 CREATE_PARTITIONS, DESCRIBE_CLUSTER = 37, 60
 ALTER_CONFIGS, INCREMENTAL_ALTER_CONFIGS = 33, 44
@@ -40,7 +40,6 @@ SUPPORTED = {
     LIST_OFFSETS: (1, 7),
     METADATA: (0, 12),
     API_VERSIONS: (0, 4),
-    INIT_PRODUCER_ID: (0, 4),
     CREATE_TOPICS: (2, 7),
     DELETE_TOPICS: (1, 5),   # 6 names topics by id
     DELETE_RECORDS: (0, 2),
@@ -57,6 +56,15 @@ SUPPORTED = {
     13: (0, 5),   # LeaveGroup
     8: (2, 9),    # OffsetCommit (10 names topics by id)
     9: (1, 7),    # OffsetFetch (8 on asks for several groups at once)
+    15: (0, 5),   # DescribeGroups (6 answers GROUP_ID_NOT_FOUND for an unknown group)
+    16: (0, 5),   # ListGroups
+    42: (0, 2),   # DeleteGroups
+    # InitProducerId and the transaction APIs (txn_handlers.py)
+    22: (0, 4),   # InitProducerId
+    24: (0, 3),   # AddPartitionsToTxn (4 on: KIP-890 verification)
+    25: (0, 3),   # AddOffsetsToTxn
+    26: (0, 4),   # EndTxn (5: KIP-890 epoch bump per transaction)
+    28: (0, 3),   # TxnOffsetCommit
 }
 
 

@@ -19,10 +19,12 @@ from streamlog.coordinator.group_coordinator import (FENCED, JOINED, REBALANCE, 
 from streamlog.errors import (FencedInstanceIdError, GroupIdNotFoundError,
                               IllegalGenerationError, InconsistentGroupProtocolError,
                               InvalidGroupIdError, InvalidSessionTimeoutError,
-                              NonEmptyGroupError, OffsetMetadataTooLargeError,
+                              MemberIdRequiredError, NonEmptyGroupError, OffsetMetadataTooLargeError,
                               RebalanceInProgressError, UnknownMemberIdError,
                               UnknownTopicOrPartitionError)
 from streamlog.structs import OffsetAndMetadata, TopicPartition
+
+from support import wait_until
 
 GENEROUS_S = 20.0
 TP0, TP1 = TopicPartition("t", 0), TopicPartition("t", 1)
@@ -66,10 +68,10 @@ class Client:
             assert self.changed.wait_for(lambda: any(e == event for e, _ in self.events),
                                          GENEROUS_S), f"no {event} event: {self.events}"
 
-    def join(self):
+    def join(self, require_known_member_id=False):
         return self.c.join_group(self.group, self.member_id, self.instance, "client",
                                  self.session_ms, self.rebalance_ms, "consumer", self.protocols,
-                                 self.notify)
+                                 self.notify, require_known_member_id=require_known_member_id)
 
     def joined(self, pending):
         answer = result(pending)
@@ -200,6 +202,60 @@ def test_a_member_that_stops_heartbeating_is_removed_after_its_session(coordinat
     assert [m.member_id for m in coordinator.describe_group("g").members] == [a.member_id]
     with pytest.raises(UnknownMemberIdError):
         b.heartbeat()
+
+
+def test_a_new_member_that_must_know_its_id_joins_twice_and_counts_only_the_second_time(
+        coordinator):
+    # KIP-394 (Kafka's GroupCoordinator, JoinGroup v4 on): a dynamic member without an id
+    # gets MEMBER_ID_REQUIRED with a new id and is not a member until it joins with it.
+    a = Client(coordinator)
+    with pytest.raises(MemberIdRequiredError) as required:
+        a.join(require_known_member_id=True)
+    handed_out = required.value.member_id
+    assert handed_out.startswith("client-")
+    assert coordinator.describe_group("g").members == []   # nothing to rebalance for yet
+    a.member_id = handed_out
+    answer = a.joined(a.join(require_known_member_id=True))
+    assert answer.member_id == handed_out and answer.leader == handed_out
+    # A static member is known by its instance id: no second round trip.
+    b = Client(coordinator, group="s", instance="i-1")
+    assert b.joined(b.join(require_known_member_id=True)).member_id.startswith("i-1-")
+
+
+def test_an_unused_member_id_is_forgotten_after_the_session_timeout(coordinator):
+    a = Client(coordinator, session_ms=30)
+    with pytest.raises(MemberIdRequiredError) as required:
+        a.join(require_known_member_id=True)
+    a.member_id = required.value.member_id
+    # Joining before the session ends would make it a member, so watch the handed-out ids
+    # (coordinator state) until the session timer forgets it; then the id is unknown.
+    group = coordinator._groups["g"]
+    wait_until(lambda: a.member_id not in group.pending_members, "the unused id to expire")
+    with pytest.raises(UnknownMemberIdError):
+        a.join(require_known_member_id=True)
+
+
+def test_a_forced_rebalance_makes_every_member_join_again(coordinator):
+    a, b = Client(coordinator), Client(coordinator)
+    form_group(a, b)
+    generation = a.generation
+    coordinator.rebalance("g", "a test asked")
+    assert state(coordinator) == PREPARING_REBALANCE
+    a.wait_for(REBALANCE)
+    with pytest.raises(RebalanceInProgressError):
+        b.heartbeat()
+    b_pending = b.join()
+    a.joined(a.join())
+    assert b.joined(b_pending).generation == generation + 1
+    with pytest.raises(GroupIdNotFoundError):
+        coordinator.rebalance("nobody-here")
+
+
+def test_describe_shows_each_members_metadata_for_the_chosen_protocol(coordinator):
+    a = Client(coordinator)
+    join_alone(a)
+    (member,) = coordinator.describe_group("g").members
+    assert member.metadata == SUB and member.assignment == [TP0, TP1]
 
 
 def test_a_member_waiting_for_its_join_answer_is_not_expired(coordinator):

@@ -1,0 +1,60 @@
+"""The library's errors as Kafka's error codes, for every handler of the server.
+
+One table, most specific class first (a subclass before its base): the first entry the
+exception is an instance of gives the code; UNKNOWN_SERVER_ERROR when none fits.
+"""
+from kio.schema.errors import ErrorCode
+
+from .. import errors
+
+_ERROR_CODES = [
+    # storage and topics
+    (errors.UnknownTopicOrPartitionError, ErrorCode.unknown_topic_or_partition),
+    (errors.TopicAlreadyExistsError, ErrorCode.topic_already_exists),
+    (errors.InvalidTopicError, ErrorCode.invalid_topic_exception),
+    (errors.InvalidPartitionsError, ErrorCode.invalid_partitions),
+    (errors.InvalidConfigurationError, ErrorCode.invalid_config),
+    (errors.ReadOnlyError, ErrorCode.policy_violation),
+    (errors.OffsetOutOfRangeError, ErrorCode.offset_out_of_range),
+    (errors.RecordBatchTooLargeError, ErrorCode.record_list_too_large),
+    (errors.RecordTooLargeError, ErrorCode.message_too_large),
+    (errors.InvalidRecordError, ErrorCode.invalid_record),
+    (errors.CorruptRecordError, ErrorCode.corrupt_message),
+    (errors.UnsupportedCompressionTypeError, ErrorCode.unsupported_compression_type),
+    (errors.InvalidRequestError, ErrorCode.invalid_request),
+    (errors.RequestTimedOutError, ErrorCode.request_timed_out),
+    (errors.KafkaStorageError, ErrorCode.kafka_storage_error),
+    (errors.LogClosedError, ErrorCode.not_leader_or_follower),
+    # producers and transactions
+    (errors.DuplicateSequenceError, ErrorCode.duplicate_sequence_number),
+    (errors.OutOfOrderSequenceError, ErrorCode.out_of_order_sequence_number),
+    (errors.InvalidProducerEpochError, ErrorCode.invalid_producer_epoch),
+    (errors.ProducerFencedError, ErrorCode.producer_fenced),
+    (errors.InvalidTxnStateError, ErrorCode.invalid_txn_state),
+    (errors.InvalidProducerIdMappingError, ErrorCode.invalid_producer_id_mapping),
+    (errors.InvalidTransactionTimeoutError, ErrorCode.invalid_transaction_timeout),
+    (errors.ConcurrentTransactionsError, ErrorCode.concurrent_transactions),
+    # consumer groups
+    (errors.RebalanceInProgressError, ErrorCode.rebalance_in_progress),
+    (errors.IllegalGenerationError, ErrorCode.illegal_generation),
+    (errors.CommitFailedError, ErrorCode.illegal_generation),
+    (errors.MemberIdRequiredError, ErrorCode.member_id_required),
+    (errors.UnknownMemberIdError, ErrorCode.unknown_member_id),
+    (errors.InconsistentGroupProtocolError, ErrorCode.inconsistent_group_protocol),
+    (errors.FencedInstanceIdError, ErrorCode.fenced_instance_id),
+    (errors.InvalidSessionTimeoutError, ErrorCode.invalid_session_timeout),
+    (errors.InvalidGroupIdError, ErrorCode.invalid_group_id),
+    (errors.GroupIdNotFoundError, ErrorCode.group_id_not_found),
+    (errors.NonEmptyGroupError, ErrorCode.non_empty_group),
+    (errors.OffsetMetadataTooLargeError, ErrorCode.offset_metadata_too_large),
+]
+
+
+def error_code(exc):
+    """Kafka's error code for an exception (None: no error)."""
+    if exc is None:
+        return ErrorCode.none
+    for cls, code in _ERROR_CODES:
+        if isinstance(exc, cls):
+            return code
+    return ErrorCode.unknown_server_error

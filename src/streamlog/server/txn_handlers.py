@@ -1,0 +1,154 @@
+"""The producer id and transaction APIs on the wire: InitProducerId, AddPartitionsToTxn,
+AddOffsetsToTxn, TxnOffsetCommit and EndTxn, as calls to the database's transaction
+coordinator and group coordinator (the same transactional ids, epochs and markers the
+in-process producers use: a transactional id used over the wire fences an in-process
+producer of the same id, and the other way round).
+
+The versions served stop below those of KIP-890 part 2 (EndTxn 5, AddPartitionsToTxn 4,
+AddOffsetsToTxn 4, TxnOffsetCommit 4), whose epoch bump per transaction and broker-side
+verification this coordinator does not do: clients fall back to the versions below.
+A fenced producer is answered PRODUCER_FENCED, or INVALID_PRODUCER_EPOCH at the versions
+that predate that code (KIP-588), as Kafka's KafkaApis does.
+"""
+from kio.schema.errors import ErrorCode
+from kio.static.primitive import i16, i32, i64
+
+from .. import errors
+from ..coordinator.group_coordinator import find_coordinator
+from ..coordinator.transaction_coordinator import find_transaction_coordinator
+from ..structs import OffsetAndMetadata, TopicPartition
+from .error_codes import error_code
+from .protocol import NO_THROTTLE, build, response_types
+
+INIT_PRODUCER_ID, ADD_PARTITIONS_TO_TXN, ADD_OFFSETS_TO_TXN, END_TXN = 22, 24, 25, 26
+TXN_OFFSET_COMMIT = 28
+# The first version of each API whose clients know PRODUCER_FENCED (KIP-588).
+_FENCED_FROM = {INIT_PRODUCER_ID: 4, ADD_PARTITIONS_TO_TXN: 2, ADD_OFFSETS_TO_TXN: 2,
+                END_TXN: 2, TXN_OFFSET_COMMIT: 3}
+
+
+def _code(exc, api_key, version):
+    code = error_code(exc)
+    if code == ErrorCode.producer_fenced and version < _FENCED_FROM[api_key]:
+        return ErrorCode.invalid_producer_epoch
+    return code
+
+
+class TxnHandlers:
+    def __init__(self, broker):
+        self.broker = broker
+
+    @property
+    def table(self):
+        return {INIT_PRODUCER_ID: self.init_producer_id,
+                ADD_PARTITIONS_TO_TXN: self.add_partitions_to_txn,
+                ADD_OFFSETS_TO_TXN: self.add_offsets_to_txn, END_TXN: self.end_txn,
+                TXN_OFFSET_COMMIT: self.txn_offset_commit}
+
+    @property
+    def transactions(self):
+        return find_transaction_coordinator(self.broker)
+
+    def init_producer_id(self, version, body, context):
+        cls, _ = response_types(INIT_PRODUCER_ID, version)
+        producer_id, epoch, exc = -1, -1, None
+        try:
+            if body.transactional_id is None:
+                producer_id, epoch = self.broker.init_producer_id()
+            else:
+                self._check_known_epoch(body)
+                producer_id, epoch = self.transactions.init_producer_id(
+                    body.transactional_id,
+                    int(body.transaction_timeout.total_seconds() * 1000))
+        except errors.StreamlogError as exc_:
+            exc = exc_
+        return build(cls, throttle_time=NO_THROTTLE,
+                     error_code=_code(exc, INIT_PRODUCER_ID, version),
+                     producer_id=i64(producer_id), producer_epoch=i16(epoch))
+
+    def _check_known_epoch(self, body):
+        """InitProducerId 3 on may name the producer id and epoch the client holds (KIP-360):
+        an epoch older than the id's current one belongs to a fenced instance."""
+        producer_id = getattr(body, "producer_id", -1)
+        if producer_id < 0:
+            return
+        current = self.transactions.describe(body.transactional_id)
+        if current is not None and current.producer_id == producer_id and \
+                body.producer_epoch < current.producer_epoch:
+            raise errors.ProducerFencedError(
+                f"transactional id {body.transactional_id!r} has epoch "
+                f"{current.producer_epoch}; epoch {body.producer_epoch} is fenced")
+
+    def add_partitions_to_txn(self, version, body, context):
+        cls, types = response_types(ADD_PARTITIONS_TO_TXN, version)
+        topics = body.v3_and_below_topics
+        partitions = [TopicPartition(t.name, int(p)) for t in topics for p in t.partitions]
+        unknown = {tp for tp in partitions if not self._exists(tp)}
+        exc = None
+        if unknown:
+            # Kafka adds none when any is unknown: those answer their error, the rest
+            # OPERATION_NOT_ATTEMPTED.
+            codes = {tp: ErrorCode.unknown_topic_or_partition if tp in unknown
+                     else ErrorCode.operation_not_attempted for tp in partitions}
+        else:
+            try:
+                self.transactions.add_partitions(
+                    body.v3_and_below_transactional_id, int(body.v3_and_below_producer_id),
+                    int(body.v3_and_below_producer_epoch), partitions)
+            except errors.StreamlogError as exc_:
+                exc = exc_
+            code = _code(exc, ADD_PARTITIONS_TO_TXN, version)
+            codes = {tp: code for tp in partitions}
+        return build(cls, throttle_time=NO_THROTTLE, results_by_topic_v3_and_below=tuple(
+            build(types.AddPartitionsToTxnTopicResult, name=t.name, results_by_partition=tuple(
+                build(types.AddPartitionsToTxnPartitionResult, partition_index=i32(p),
+                      partition_error_code=codes[TopicPartition(t.name, int(p))])
+                for p in t.partitions)) for t in topics))
+
+    def _exists(self, tp):
+        try:
+            self.broker.partition_log(tp)
+            return True
+        except errors.StreamlogError:
+            return False
+
+    def add_offsets_to_txn(self, version, body, context):
+        cls, _ = response_types(ADD_OFFSETS_TO_TXN, version)
+        exc = None
+        try:
+            self.transactions.add_offsets(body.transactional_id, int(body.producer_id),
+                                          int(body.producer_epoch), body.group_id)
+        except errors.StreamlogError as exc_:
+            exc = exc_
+        return build(cls, throttle_time=NO_THROTTLE,
+                     error_code=_code(exc, ADD_OFFSETS_TO_TXN, version))
+
+    def txn_offset_commit(self, version, body, context):
+        cls, types = response_types(TXN_OFFSET_COMMIT, version)
+        offsets = {TopicPartition(t.name, int(p.partition_index)):
+                   OffsetAndMetadata(int(p.committed_offset), p.committed_metadata or "")
+                   for t in body.topics for p in t.partitions}
+        exc = None
+        try:
+            find_coordinator(self.broker).txn_offset_commit(
+                body.group_id, int(body.producer_id), int(body.producer_epoch),
+                getattr(body, "member_id", ""), int(getattr(body, "generation_id", -1)),
+                getattr(body, "group_instance_id", None), offsets)
+        except errors.StreamlogError as exc_:
+            exc = exc_
+        code = _code(exc, TXN_OFFSET_COMMIT, version)
+        return build(cls, throttle_time=NO_THROTTLE, topics=tuple(
+            build(types.TxnOffsetCommitResponseTopic, name=t.name, partitions=tuple(
+                build(types.TxnOffsetCommitResponsePartition,
+                      partition_index=p.partition_index, error_code=code)
+                for p in t.partitions)) for t in body.topics))
+
+    def end_txn(self, version, body, context):
+        cls, _ = response_types(END_TXN, version)
+        exc = None
+        try:
+            self.transactions.end_txn(body.transactional_id, int(body.producer_id),
+                                      int(body.producer_epoch), bool(body.committed))
+        except errors.StreamlogError as exc_:
+            exc = exc_
+        return build(cls, throttle_time=NO_THROTTLE, error_code=_code(exc, END_TXN, version))

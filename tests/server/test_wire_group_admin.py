@@ -1,0 +1,193 @@
+"""Group administration and the finer points of the group protocol over the wire:
+DescribeGroups, ListGroups and DeleteGroups through the admin clients (a group holding
+members of both kinds), the MEMBER_ID_REQUIRED round trip of JoinGroup v4 on, and a wire
+leader's assignment user data reaching the member it is for."""
+import socket
+import threading
+import datetime
+
+import pytest
+
+import streamlog
+from kio.schema.join_group.v3.request import JoinGroupRequest as JoinV3
+from kio.schema.join_group.v3.request import JoinGroupRequestProtocol as ProtocolV3
+from kio.schema.join_group.v5.request import JoinGroupRequest as JoinV5
+from kio.schema.join_group.v5.request import JoinGroupRequestProtocol as ProtocolV5
+from kio.schema.errors import ErrorCode
+from kio.static.primitive import i32Timedelta
+from streamlog import TopicPartition
+from streamlog.coordinator.assignors import Subscription
+from streamlog.server.consumer_protocol import encode_subscription
+
+from support import wait_until
+from support.wire import call
+
+kafka = pytest.importorskip("kafka")
+confluent_kafka = pytest.importorskip("confluent_kafka")
+admin_module = pytest.importorskip("confluent_kafka.admin")
+
+
+@pytest.fixture
+def db(tmp_path):
+    database = streamlog.open(str(tmp_path / "db"))
+    database.create_topic("t", partitions=4)
+    yield database
+    database.close()
+
+
+def _ms(ms):
+    return i32Timedelta.parse(datetime.timedelta(milliseconds=ms))
+
+
+def test_join_group_v5_hands_out_a_member_id_first_and_v3_joins_at_once(db, server):
+    # KIP-394 (Kafka's GroupCoordinator, JoinGroup v4 on): a new dynamic member is answered
+    # MEMBER_ID_REQUIRED with its id, and becomes a member when it joins with that id.
+    metadata = encode_subscription(Subscription(["t"]))
+    with socket.create_connection((server.host, server.port)) as sock:
+        def join_v5(member_id):
+            return call(sock, JoinV5(group_id="raw", session_timeout=_ms(10_000),
+                                     rebalance_timeout=_ms(10_000), member_id=member_id,
+                                     group_instance_id=None, protocol_type="consumer",
+                                     protocols=(ProtocolV5(name="range", metadata=metadata),)))
+        first = join_v5("")
+        assert first.error_code == ErrorCode.member_id_required and first.member_id
+        assert db.describe_group("raw").members == []
+        second = join_v5(first.member_id)
+        assert second.error_code == ErrorCode.none
+        assert second.member_id == second.leader == first.member_id
+        # Before v4 the id comes in the first answer (the same group: it rebalances).
+        old = call(sock, JoinV3(group_id="old", session_timeout=_ms(10_000),
+                                rebalance_timeout=_ms(10_000), member_id="",
+                                protocol_type="consumer",
+                                protocols=(ProtocolV3(name="range", metadata=metadata),)))
+        assert old.error_code == ErrorCode.none and old.member_id == old.leader
+
+
+def test_admin_clients_describe_list_and_delete_a_group_of_both_kinds(db, server):
+    from confluent_kafka import ConsumerGroupState
+    wire = confluent_kafka.Consumer({"bootstrap.servers": server.bootstrap_servers,
+                                     "group.id": "mixed", "client.id": "wire-member",
+                                     "partition.assignment.strategy": "range"})
+    wire.subscribe(["t"])
+    local = db.consumer(group_id="mixed", client_id="local-member",
+                        partition_assignment_strategy=["range"])
+    local.subscribe(["t"])
+    stop = threading.Event()
+    polling = threading.Thread(target=lambda: [local.poll(0.1) for _ in iter(stop.is_set, True)])
+    polling.start()
+    try:
+        def both_assigned():
+            wire.poll(0.1)
+            group = db.describe_group("mixed")
+            return group.state == "Stable" and len(group.members) == 2 and \
+                all(m.assignment for m in group.members)
+        wait_until(both_assigned, "both members to be assigned")
+        admin = admin_module.AdminClient({"bootstrap.servers": server.bootstrap_servers})
+        listed = admin.list_consumer_groups().result(10)
+        assert [(g.group_id, g.state) for g in listed.valid] == \
+            [("mixed", ConsumerGroupState.STABLE)]
+        described = admin.describe_consumer_groups(["mixed", "nobody"])
+        mixed = described["mixed"].result(10)
+        assert mixed.state == ConsumerGroupState.STABLE
+        assert mixed.partition_assignor == "range"
+        by_client = {m.client_id: sorted(tp.partition for tp in m.assignment.topic_partitions)
+                     for m in mixed.members}
+        # range over 4 partitions: the member ids' order decides who gets which half.
+        assert sorted(by_client) == ["local-member", "wire-member"]
+        assert sorted(p for ps in by_client.values() for p in ps) == [0, 1, 2, 3]
+        assert all(len(ps) == 2 for ps in by_client.values())
+        assert described["nobody"].result(10).state == ConsumerGroupState.DEAD
+        # A group with members is not deleted (NON_EMPTY_GROUP)...
+        with pytest.raises(confluent_kafka.KafkaException, match="NON_EMPTY_GROUP"):
+            admin.delete_consumer_groups(["mixed"])["mixed"].result(10)
+        # ...and kafka-python's admin sees the same group.
+        kp = kafka.KafkaAdminClient(bootstrap_servers=server.bootstrap_servers)
+        try:
+            listed = kp.list_groups()
+            assert [g["group_id"] for g in listed] == ["mixed"], listed
+            kp_group = kp.describe_groups(["mixed"])["mixed"]
+            assert sorted(m["client_id"] for m in kp_group["members"]) == ["local-member",
+                                                                             "wire-member"]
+        finally:
+            kp.close()
+    finally:
+        stop.set()
+        polling.join()
+        local.commit()
+        local.close()
+        wire.close()
+    # Once both left, the group is Empty and deleting it drops it and its offsets.
+    admin.delete_consumer_groups(["mixed"])["mixed"].result(10)
+    assert "mixed" not in [g.group_id for g in db.list_groups()]
+    with pytest.raises(confluent_kafka.KafkaException, match="GROUP_ID_NOT_FOUND"):
+        admin.delete_consumer_groups(["mixed"])["mixed"].result(10)
+
+
+class TaggingAssignor:
+    """A kafka-python assignor that gives every member all partitions of its half and user
+    data naming the member (a user assignor's use of ConsumerProtocolAssignment.user_data)."""
+
+    name = "tagging"
+    version = 0
+    received = {}
+
+    @classmethod
+    def supported_protocols(cls):
+        from kafka.coordinator.assignors.abstract import RebalanceProtocol
+        return [RebalanceProtocol.EAGER]
+
+    @classmethod
+    def assign(cls, cluster, members):
+        from kafka.protocol.consumer.metadata import ConsumerProtocolAssignment
+        ids = sorted(m.member_id for m in members)
+        # The leader's first assignment may come before its metadata lists the topic.
+        partitions = sorted(cluster.partitions_for_topic("t") or range(4))
+        return {member_id: ConsumerProtocolAssignment(
+            0, [("t", partitions[i::len(ids)])], b"for:" + member_id.encode())
+            for i, member_id in enumerate(ids)}
+
+    @classmethod
+    def metadata(cls, topics):
+        from kafka.protocol.consumer.metadata import ConsumerProtocolSubscription
+        return ConsumerProtocolSubscription(0, list(topics), b"")
+
+    @classmethod
+    def on_assignment(cls, assignment, generation):
+        cls.received[bytes(assignment.user_data or b"")] = generation
+
+    @classmethod
+    def on_generation_assignment(cls, assignment, generation=None):
+        cls.on_assignment(assignment, generation)
+
+
+def test_a_wire_leaders_assignment_user_data_reaches_its_member(db, server):
+    TaggingAssignor.received.clear()
+    consumers = [kafka.KafkaConsumer("t", bootstrap_servers=server.bootstrap_servers,
+                                     group_id="tagged", partition_assignment_strategy=[
+                                         TaggingAssignor])
+                 for _ in range(2)]
+    stop = threading.Event()
+
+    def run(consumer):   # each member polls on its own thread, as an application's would
+        while not stop.is_set():
+            consumer.poll(timeout_ms=100)
+    threads = [threading.Thread(target=run, args=(c,)) for c in consumers]
+    for thread in threads:
+        thread.start()
+    try:
+        def both_tagged():
+            try:
+                members = db.describe_group("tagged").members
+            except streamlog.errors.GroupIdNotFoundError:
+                return False   # no member has joined yet
+            wanted = {b"for:" + m.member_id.encode() for m in members}
+            return len(members) == 2 and wanted <= set(TaggingAssignor.received)
+        wait_until(both_tagged, "each member to receive the user data made for it")
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(30)
+        owned = sorted(tp for c in consumers for tp in c.assignment())
+        for consumer in consumers:
+            consumer.close()
+    assert owned == [TopicPartition("t", p) for p in range(4)]

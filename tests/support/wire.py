@@ -1,0 +1,45 @@
+"""Raw Kafka protocol requests for the server's tests: frames over a socket, and kio
+entities encoded and decoded around them (what a client library would send)."""
+import io
+import struct
+
+from kio.index import load_response_schema
+from kio.serial import entity_reader, entity_writer
+from kio.static.primitive import i32
+
+
+def recv_exactly(sock, n):
+    data = b""
+    while len(data) < n:
+        chunk = sock.recv(n - len(data))
+        assert chunk, "the server closed the connection"
+        data += chunk
+    return data
+
+
+def request(sock, frame):
+    """Send one request frame (without its length); the response frame's bytes."""
+    sock.sendall(struct.pack(">i", len(frame)) + frame)
+    size = struct.unpack(">i", recv_exactly(sock, 4))[0]
+    return recv_exactly(sock, size)
+
+
+def encode(body, correlation_id=1, client_id="wire-test"):
+    """A request frame for a kio request entity (its header included)."""
+    header_cls = body.__header_schema__
+    out = io.BytesIO()
+    entity_writer(header_cls)(out, header_cls(
+        request_api_key=body.__api_key__, request_api_version=body.__version__,
+        correlation_id=i32(correlation_id), client_id=client_id))
+    entity_writer(type(body))(out, body)
+    return out.getvalue()
+
+
+def call(sock, body, correlation_id=1):
+    """Send a kio request entity; its decoded response entity."""
+    answer = request(sock, encode(body, correlation_id))
+    response_cls = load_response_schema(body.__api_key__, body.__version__)
+    header, offset = entity_reader(response_cls.__header_schema__)(answer, 0)
+    assert header.correlation_id == correlation_id
+    response, _ = entity_reader(response_cls)(answer[offset:], 0)
+    return response
