@@ -31,28 +31,15 @@ sys.path.insert(0, os.path.dirname(__file__))
 import harness  # noqa: E402
 from bench_storage import SqliteRun, make_records  # noqa: E402
 
-import streamlog  # noqa: E402
 from streamlog import TopicPartition  # noqa: E402
 
 TOPIC = "bench"
 TP = TopicPartition(TOPIC, 0)
 
 
-class Run:
+class Run(harness.FreshDatabase):
     def __init__(self, root):
-        self.root = root
-        self.db = None
-
-    def fresh(self):
-        self.close()
-        shutil.rmtree(self.root, ignore_errors=True)
-        self.db = streamlog.open(self.root)
-        self.db.create_topic(TOPIC, partitions=1)
-
-    def close(self):
-        if self.db is not None:
-            self.db.close()
-            self.db = None
+        super().__init__(root, TOPIC, 1)
 
     def send_each(self, keys, values):
         producer = self.db.producer()

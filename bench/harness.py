@@ -103,3 +103,26 @@ def check_native():
     if not codec.NATIVE:
         print("warning: the native codec is not loaded; figures are for the Python fallback",
               file=sys.stderr)
+
+
+class FreshDatabase:
+    """A streamlog database at root that fresh() recreates empty, with one topic of
+    `partitions` (each measured run starts from nothing); close() closes it."""
+
+    def __init__(self, root, topic, partitions):
+        self.root, self.topic, self.partitions = root, topic, partitions
+        self.db = None
+
+    def fresh(self):
+        import shutil
+
+        import streamlog
+        self.close()
+        shutil.rmtree(self.root, ignore_errors=True)
+        self.db = streamlog.open(self.root)
+        self.db.create_topic(self.topic, partitions=self.partitions)
+
+    def close(self):
+        if self.db is not None:
+            self.db.close()
+            self.db = None

@@ -27,3 +27,39 @@ def test_each_test_gets_its_own_database(streamlog_db, kafka_server):
     consumer = kafka.KafkaConsumer(bootstrap_servers=kafka_server.bootstrap_servers)
     assert consumer.topics() == set()
     consumer.close()
+
+
+def test_the_helpers_wait_for_records_and_lag_and_name_the_first_difference(
+        kafka_bootstrap, kafka_wait_for_records, kafka_wait_for_lag, kafka_faults):
+    from streamlog.testing import assert_records
+    producer = confluent_kafka.Producer({"bootstrap.servers": kafka_bootstrap,
+                                         "linger.ms": 50})
+    for i in range(3):
+        producer.produce("events", key=b"k%d" % i, value=b"v%d" % i, partition=0,
+                         headers=[("trace", b"%d" % i)])
+    # The application's producer delivers in the background: wait for what it sends.
+    written = kafka_wait_for_records("events", 3)
+    assert_records(written, keys=[b"k0", b"k1", b"k2"],
+                   headers=[[("trace", b"0")], [("trace", b"1")], [("trace", b"2")]])
+    with pytest.raises(AssertionError, match=r"record 1 \(events\[0\] offset 1\) has value "
+                                             r"b'v1', expected b'other'"):
+        assert_records(written, values=[b"v0", b"other", b"v2"])
+    with pytest.raises(AssertionError, match="3 record"):
+        assert_records(written, keys=[b"k0"])
+    with pytest.raises(AssertionError, match="holds 3 record"):
+        kafka_wait_for_records("events", 4, timeout=0.1)
+    consumer = confluent_kafka.Consumer({"bootstrap.servers": kafka_bootstrap,
+                                         "group.id": "app", "auto.offset.reset": "earliest"})
+    consumer.subscribe(["events"])
+    seen = 0
+    while seen < 3:
+        message = consumer.poll(10)
+        assert message is not None and message.error() is None
+        seen += 1
+    consumer.commit(asynchronous=False)
+    from streamlog import TopicPartition
+    assert kafka_wait_for_lag("app") == {TopicPartition("events", 0): 0}   # one partition
+    consumer.close()
+    with pytest.raises(AssertionError, match="'nobody' did not reach lag"):
+        kafka_wait_for_lag("nobody", timeout=0.1)
+    assert kafka_faults.pending() == 0

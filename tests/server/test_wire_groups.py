@@ -87,44 +87,111 @@ def test_aiokafka_subscribes_and_commits(db, server):
     assert committed_in_process(db, "ak") == end_offsets(db)
 
 
-def test_a_group_of_three_rebalances_as_one_leaves_and_loses_no_record(db, server):
-    seen, stop, leave = [], threading.Event(), threading.Event()
-    assigned = [False] * 3
-    lock = threading.Lock()
-    consumers = [kafka.KafkaConsumer("t", bootstrap_servers=server.bootstrap_servers,
-                                     group_id="three", auto_offset_reset="earliest",
-                                     enable_auto_commit=False, max_poll_records=5)
-                 for _ in range(3)]
-
-    def run(i, consumer):
-        while not stop.is_set():
+def kafka_python_member(server, i, ctl):
+    consumer = kafka.KafkaConsumer("t", bootstrap_servers=server.bootstrap_servers,
+                                   group_id="three", auto_offset_reset="earliest",
+                                   enable_auto_commit=False, max_poll_records=5)
+    try:
+        while not ctl.stop.is_set():
             polled = consumer.poll(timeout_ms=200)
-            for records in polled.values():
-                with lock:
-                    seen.extend(r.value for r in records)
-            assigned[i] = bool(consumer.assignment())
+            ctl.saw(i, [r.value for records in polled.values() for r in records],
+                    consumer.assignment())
             if consumer.assignment():
-                consumer.commit()
-            if i == 0 and leave.is_set() and polled:
-                break   # the first member leaves once it has read some of the later records
+                try:
+                    consumer.commit()
+                except kafka.errors.CommitFailedError:
+                    pass   # the group rebalanced under the commit: read again, at least once
+            if ctl.leaves(i, polled):
+                break
+    finally:
         consumer.close()
 
-    threads = [threading.Thread(target=run, args=(i, c)) for i, c in enumerate(consumers)]
+
+def confluent_member(server, i, ctl):
+    consumer = confluent_kafka.Consumer({"bootstrap.servers": server.bootstrap_servers,
+                                         "group.id": "three", "auto.offset.reset": "earliest",
+                                         "enable.auto.commit": False})
+    consumer.subscribe(["t"])
+    try:
+        while not ctl.stop.is_set():
+            messages = [m for m in consumer.consume(5, 0.2) if m.error() is None]
+            ctl.saw(i, [m.value() for m in messages], consumer.assignment())
+            if messages:
+                try:
+                    consumer.commit(asynchronous=False)
+                except confluent_kafka.KafkaException:
+                    pass   # the group rebalanced under the commit: read again, at least once
+            if ctl.leaves(i, messages):
+                break
+    finally:
+        consumer.close()
+
+
+def aiokafka_member(server, i, ctl):
+    async def run():
+        consumer = aiokafka.AIOKafkaConsumer("t", bootstrap_servers=server.bootstrap_servers,
+                                             group_id="three", auto_offset_reset="earliest",
+                                             enable_auto_commit=False)
+        await consumer.start()
+        try:
+            while not ctl.stop.is_set():
+                batches = await consumer.getmany(timeout_ms=200, max_records=5)
+                ctl.saw(i, [m.value for ms in batches.values() for m in ms],
+                        consumer.assignment())
+                if batches:
+                    try:
+                        await consumer.commit()
+                    except aiokafka.errors.CommitFailedError:
+                        pass   # the group rebalanced under the commit: at least once
+                if ctl.leaves(i, batches):
+                    break
+        finally:
+            await consumer.stop()
+    asyncio.run(run())   # each member on its own thread and event loop
+
+
+class GroupControl:
+    """What the members of one test share: what they read, who is assigned, when to stop."""
+
+    def __init__(self):
+        self.seen, self.assigned = [], [False] * 3
+        self.stop, self.leave = threading.Event(), threading.Event()
+        self.lock = threading.Lock()
+
+    def saw(self, i, values, assignment):
+        with self.lock:
+            self.seen.extend(values)
+        self.assigned[i] = bool(assignment)
+
+    def leaves(self, i, polled):
+        """The first member leaves once it has read some of the later records."""
+        return i == 0 and self.leave.is_set() and bool(polled)
+
+
+@pytest.mark.parametrize("member", [kafka_python_member, confluent_member, aiokafka_member],
+                         ids=["kafka-python", "confluent-kafka", "aiokafka"])
+def test_a_group_of_three_rebalances_as_one_leaves_and_loses_no_record(db, server, member):
+    ctl = GroupControl()
+    threads = [threading.Thread(target=member, args=(server, i, ctl)) for i in range(3)]
     for t in threads:
         t.start()
-    wait_until(lambda: all(assigned), "all three members assigned")
-    leave.set()
-    producer = db.producer()
-    for i in range(40, 80):
-        producer.send("t", key=b"k%d" % i, value=b"v%d" % i)
-    producer.flush()
-    threads[0].join(60)
-    wait_until(lambda: committed_in_process(db, "three") == end_offsets(db),
-               "the two left to commit everything")
-    stop.set()
-    for t in threads:
-        t.join(60)
-    assert set(seen) == {b"v%d" % i for i in range(80)}   # at least once: none lost
+    try:
+        wait_until(lambda: all(ctl.assigned) and
+                   len(db.describe_group("three").members) == 3, "all three members assigned")
+        ctl.leave.set()
+        producer = db.producer()
+        for i in range(40, 80):
+            producer.send("t", key=b"k%d" % i, value=b"v%d" % i)
+        producer.flush()
+        threads[0].join(60)
+        assert not threads[0].is_alive()
+        wait_until(lambda: committed_in_process(db, "three") == end_offsets(db),
+                   "the two left to commit everything")
+    finally:
+        ctl.stop.set()
+        for t in threads:
+            t.join(60)
+    assert set(ctl.seen) == {b"v%d" % i for i in range(80)}   # at least once: none lost
 
 
 def test_one_group_of_wire_and_in_process_members(db, server):

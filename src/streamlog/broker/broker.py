@@ -258,6 +258,14 @@ class Broker:
                 self._raise_unknown(tp)
         return partition_log
 
+    def has_partition(self, tp):
+        """Whether tp is a partition of this database (a topic deleted or never made: no)."""
+        try:
+            self.partition_log(tp)
+        except (UnknownTopicOrPartitionError, LogClosedError):
+            return False
+        return True
+
     def _raise_unknown(self, tp):
         topic = self.metadata.topics.get(tp.topic)
         if self.readonly and topic is not None and 0 <= tp.partition < topic.partitions:

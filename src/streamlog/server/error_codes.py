@@ -50,10 +50,35 @@ _ERROR_CODES = [
 ]
 
 
+class InjectedError(errors.StreamlogError):
+    """An error code a test asked the server to answer (faults.py)."""
+
+    def __init__(self, code):
+        super().__init__(f"{code.name.upper()}, injected by a test")
+        self.code = code
+
+
+def failure(call, *args, bad_values=False):
+    """What call(*args) raised that a handler answers as an error code: a StreamlogError,
+    and with bad_values a ValueError (the library's checks of a value the request gave,
+    answered INVALID_REQUEST); None when it returned."""
+    try:
+        call(*args)
+    except errors.StreamlogError as exc:
+        return exc
+    except ValueError as exc:
+        if not bad_values:
+            raise
+        return errors.InvalidRequestError(str(exc))
+    return None
+
+
 def error_code(exc):
     """Kafka's error code for an exception (None: no error)."""
     if exc is None:
         return ErrorCode.none
+    if isinstance(exc, InjectedError):
+        return exc.code
     for cls, code in _ERROR_CODES:
         if isinstance(exc, cls):
             return code

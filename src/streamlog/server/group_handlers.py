@@ -9,6 +9,8 @@ rebalance timeout. The metadata and assignments of "consumer" groups are convert
 Kafka's consumer protocol bytes and the coordinator's forms (consumer_protocol.py); other
 protocol types pass through as bytes.
 """
+import time
+
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i32, i64
 
@@ -17,7 +19,7 @@ from ..coordinator.group_coordinator import find_coordinator
 from ..structs import OffsetAndMetadata, TopicPartition
 from .consumer_protocol import (PROTOCOL_TYPE, decode_assignment, decode_subscription,
                                 encode_assignment, encode_subscription)
-from .error_codes import error_code
+from .error_codes import error_code, failure
 from .protocol import NO_THROTTLE, build, response_types
 
 FIND_COORDINATOR, OFFSET_COMMIT, OFFSET_FETCH = 10, 8, 9
@@ -28,6 +30,8 @@ NO_OPERATIONS = -2**31
 # How long past its rebalance timeout a join or sync waits before answering
 # REBALANCE_IN_PROGRESS (the coordinator's own timeout fires first).
 _WAIT_SLACK_S = 5.0
+# How often a waiting join or sync looks whether its client went away.
+_CONNECTION_CHECK_S = 0.1
 
 
 class GroupHandlers:
@@ -82,7 +86,7 @@ class GroupHandlers:
                 # JoinGroup v4 on: a new dynamic member joins twice, the second time with
                 # the id the first answer gave (KIP-394)
                 require_known_member_id=version >= 4)
-            answer = self._wait(pending, rebalance_ms)
+            answer = self._wait(pending, rebalance_ms, context)
         except errors.StreamlogError as exc:
             return build(cls, throttle_time=NO_THROTTLE, error_code=error_code(exc),
                          generation_id=i32(-1), protocol_type=None,
@@ -115,7 +119,7 @@ class GroupHandlers:
                                                   int(body.generation_id), instance,
                                                   assignments)
             timeout = self._rebalance_timeouts.get(body.group_id, 60_000)
-            assignment = self._wait(pending, timeout)
+            assignment = self._wait(pending, timeout, context)
             blob = _assignment_bytes(assignment)
             error = ErrorCode.none
         except errors.StreamlogError as exc:
@@ -124,21 +128,22 @@ class GroupHandlers:
                      protocol_type=getattr(body, "protocol_type", None),
                      protocol_name=getattr(body, "protocol_name", None), assignment=blob)
 
-    def _wait(self, pending, timeout_ms):
-        if not pending.wait(timeout_ms / 1000 + _WAIT_SLACK_S):
-            raise errors.RebalanceInProgressError("the group did not settle in time; join again")
+    def _wait(self, pending, timeout_ms, context):
+        """The Pending's answer, waiting up to timeout_ms (and a slack) while the request's
+        connection stays open."""
+        deadline = time.monotonic() + timeout_ms / 1000 + _WAIT_SLACK_S
+        while not pending.wait(_CONNECTION_CHECK_S):
+            if context.connection.closed.is_set() or time.monotonic() > deadline:
+                raise errors.RebalanceInProgressError(
+                    "the group did not settle in time; join again")
         return pending.result()
 
     # --- Heartbeat, LeaveGroup --------------------------------------------------------
 
     def heartbeat(self, version, body, context):
         cls, _ = response_types(HEARTBEAT, version)
-        exc = None
-        try:
-            self.coordinator.heartbeat(body.group_id, body.member_id, int(body.generation_id),
-                                       getattr(body, "group_instance_id", None))
-        except errors.StreamlogError as exc_:
-            exc = exc_
+        exc = failure(self.coordinator.heartbeat, body.group_id, body.member_id,
+                      int(body.generation_id), getattr(body, "group_instance_id", None))
         return build(cls, throttle_time=NO_THROTTLE, error_code=error_code(exc))
 
     def leave_group(self, version, body, context):
@@ -149,12 +154,8 @@ class GroupHandlers:
             leaving = [(body.member_id, None)]
         results, first = [], None
         for member_id, instance in leaving:
-            exc = None
-            try:
-                self.coordinator.leave_group(body.group_id, member_id, instance)
-            except errors.StreamlogError as exc_:
-                exc = exc_
-                first = first or exc
+            exc = failure(self.coordinator.leave_group, body.group_id, member_id, instance)
+            first = first or exc
             results.append(build(types.MemberResponse, member_id=member_id,
                                  group_instance_id=instance, error_code=error_code(exc))
                            if version >= 3 else None)
@@ -173,13 +174,9 @@ class GroupHandlers:
                     int(p.committed_offset), p.committed_metadata or "")
         generation = getattr(body, "generation_id_or_member_epoch",
                              getattr(body, "generation_id", -1))
-        exc = None
-        try:
-            self.coordinator.offset_commit(body.group_id, body.member_id or "",
-                                           int(generation),
-                                           getattr(body, "group_instance_id", None), offsets)
-        except errors.StreamlogError as exc_:
-            exc = exc_
+        exc = failure(self.coordinator.offset_commit, body.group_id, body.member_id or "",
+                      int(generation), getattr(body, "group_instance_id", None), offsets,
+                      bad_values=True)   # the coordinator's checks of each offset
         code = error_code(exc)
         return build(cls, throttle_time=NO_THROTTLE, topics=tuple(
             build(types.OffsetCommitResponseTopic, name=topic.name, partitions=tuple(
@@ -255,11 +252,7 @@ class GroupHandlers:
         cls, types = response_types(DELETE_GROUPS, version)
         results = []
         for group_id in body.groups_names:
-            exc = None
-            try:
-                self.coordinator.delete_group(group_id)
-            except errors.StreamlogError as exc_:
-                exc = exc_
+            exc = failure(self.coordinator.delete_group, group_id)
             results.append(build(types.DeletableGroupResult, group_id=group_id,
                                  error_code=error_code(exc)))
         return build(cls, throttle_time=NO_THROTTLE, results=tuple(results))

@@ -18,7 +18,7 @@ from .. import errors
 from ..broker.broker import EARLIEST_TIMESTAMP
 from ..broker.metadata import validate_partitions, validate_topic_name
 from ..structs import TopicPartition
-from .error_codes import error_code
+from .error_codes import error_code, failure
 from .group_handlers import GroupHandlers
 from .protocol import (ALTER_CONFIGS, API_VERSIONS, CREATE_PARTITIONS, CREATE_TOPICS,
                        DELETE_RECORDS, DELETE_TOPICS, DESCRIBE_CLUSTER, DESCRIBE_CONFIGS, FETCH,
@@ -32,18 +32,33 @@ TOPIC_RESOURCE = 2
 DYNAMIC_TOPIC_CONFIG, DEFAULT_CONFIG = 1, 5
 
 
+class Connection:
+    """One client connection, as its requests' handlers see it: where the client connected
+    (Metadata advertises it), and whether it is still open (a request that waits -- a
+    Fetch's long poll, a JoinGroup -- ends when its connection does, so no worker thread
+    waits for a client that left)."""
+
+    __slots__ = ("host", "port", "closed")
+
+    def __init__(self, host, port):
+        self.host, self.port = host, port
+        self.closed = threading.Event()
+
+
 class RequestContext(NamedTuple):
-    """Who asked: the address the client connected to, and its client id."""
+    """Who asked: the address the client connected to, its client id, its connection."""
 
     host: str
     port: int
     client_id: str
+    connection: Connection
 
 
 class Handlers:
-    def __init__(self, broker, cluster_id):
+    def __init__(self, broker, cluster_id, faults):
         self.broker = broker
         self.cluster_id = cluster_id
+        self.faults = faults   # faults.Faults: errors a test injected per partition
         self._by_key = {API_VERSIONS: self.api_versions, METADATA: self.metadata,
                         PRODUCE: self.produce, FETCH: self.fetch,
                         LIST_OFFSETS: self.list_offsets,
@@ -57,13 +72,13 @@ class Handlers:
         self._by_key.update(GroupHandlers(broker, NODE_ID).table)
         self._by_key.update(TxnHandlers(broker).table)
 
-    def handle(self, header, body, address):
-        """The response entity to one decoded request; address: (host, port) the client
-        connected to, which Metadata advertises."""
+    def handle(self, header, body, connection):
+        """The response entity to one decoded request on a Connection."""
         key, version = header.request_api_key, header.request_api_version
         if key == API_VERSIONS:
             return self.api_versions(version, body)
-        context = RequestContext(address[0], address[1], header.client_id or "")
+        context = RequestContext(connection.host, connection.port, header.client_id or "",
+                                 connection)
         return self._by_key[key](version, body, context)
 
     # --- ApiVersions --------------------------------------------------------------
@@ -126,6 +141,9 @@ class Handlers:
                 answer = {"index": partition.index, "error": None, "base": -1,
                           "append_time": None, "start": -1}
                 try:
+                    injected = self.faults.partition_error(PRODUCE, tp)
+                    if injected is not None:
+                        raise injected
                     info = self.broker.produce(tp, partition.records or b"")
                     answer["base"] = info.first_offset
                     if info.log_append_time >= 0:
@@ -178,18 +196,21 @@ class Handlers:
                 positions[tp] = partition.fetch_offset
                 order.append(tp)
                 partition_max = max(partition_max, partition.partition_max_bytes)
-        results = {}
-        known = {tp: tp for tp in positions if self._exists(tp)}
+        results = {tp: injected for tp in positions
+                   if (injected := self.faults.partition_error(FETCH, tp)) is not None}
+        known = [tp for tp in positions
+                 if tp not in results and self.broker.has_partition(tp)]
         if known:
             try:
-                results = self.broker.fetch(
+                results.update(self.broker.fetch(
                     {tp: positions[tp] for tp in known},
                     max_wait_ms=int(body.max_wait.total_seconds() * 1000),
                     min_bytes=body.min_bytes, max_bytes=body.max_bytes,
                     partition_max_bytes=partition_max or (1 << 20),
-                    read_committed=getattr(body, "isolation_level", 0) == 1)
+                    wakeup_key=context.connection,   # woken when the connection closes
+                    read_committed=getattr(body, "isolation_level", 0) == 1))
             except errors.StreamlogError as exc:
-                results = {tp: exc for tp in known}
+                results.update({tp: exc for tp in known})
         by_topic = {}
         for tp in order:
             result = results.get(tp)
@@ -218,13 +239,6 @@ class Handlers:
                      session_id=i32(0), responses=tuple(
                          build(types.FetchableTopicResponse, topic=name, partitions=tuple(parts))
                          for name, parts in by_topic.items()))
-
-    def _exists(self, tp):
-        try:
-            self.broker.partition_log(tp)
-            return True
-        except errors.StreamlogError:
-            return False
 
     # --- ListOffsets ---------------------------------------------------------------
 
@@ -305,11 +319,7 @@ class Handlers:
         cls, types = response_types(DELETE_TOPICS, version)
         results = []
         for name in body.topic_names:
-            exc = None
-            try:
-                self.broker.delete_topic(name)
-            except errors.StreamlogError as exc_:
-                exc = exc_
+            exc = failure(self.broker.delete_topic, name)
             results.append(build(types.DeletableTopicResult, name=name, error_code=error_code(exc),
                                  error_message=None if exc is None else str(exc)))
         return build(cls, throttle_time=NO_THROTTLE, responses=tuple(results))

@@ -11,7 +11,10 @@ frame that does not decode closes that one connection (logged); the server and e
 connection go on.
 
 Lifecycle: KafkaServer() binds and starts serving; close() stops accepting, closes every
-connection, waits for the requests in progress, and ends the threads.
+connection, waits for the requests in progress, and ends the threads. For resilience tests,
+stop_listening() / start_listening() take the listener down and up again on the same port
+(the threads stay), drop_connections() closes every client connection, and `faults`
+(faults.py) injects errors, latency and disconnects.
 """
 import asyncio
 import concurrent.futures
@@ -19,10 +22,12 @@ import logging
 import struct
 import threading
 
-from .. import errors
-from .handlers import Handlers
 from kio.schema.errors import ErrorCode
 
+from .. import errors
+from .error_codes import InjectedError
+from .faults import Faults
+from .handlers import Connection, Handlers
 from .protocol import UnsupportedRequest, decode_request, encode_response, error_response
 
 log = logging.getLogger("streamlog.server")
@@ -36,7 +41,9 @@ _WORKERS = 64
 
 class KafkaServer:
     def __init__(self, broker, host="127.0.0.1", port=0, cluster_id="streamlog"):
-        self._handlers = Handlers(broker, cluster_id)
+        self._broker = broker
+        self.faults = Faults(broker, self)
+        self._handlers = Handlers(broker, cluster_id, self.faults)
         self._pool = concurrent.futures.ThreadPoolExecutor(_WORKERS,
                                                            thread_name_prefix="streamlog-kafka")
         self._loop = asyncio.new_event_loop()
@@ -90,7 +97,7 @@ class KafkaServer:
     async def _serve_connection(self, reader, writer):
         task = asyncio.current_task()
         self._connections.add(task)
-        address = writer.get_extra_info("sockname")[:2]
+        connection = Connection(*writer.get_extra_info("sockname")[:2])
         peer = writer.get_extra_info("peername")
         loop = asyncio.get_running_loop()
         try:
@@ -100,19 +107,26 @@ class KafkaServer:
                     log.warning("closing %s: a %d-byte request frame", peer, size)
                     return
                 frame = await reader.readexactly(size)
-                chunks = await loop.run_in_executor(self._pool, self._answer, frame, address)
+                chunks = await loop.run_in_executor(self._pool, self._answer, frame,
+                                                    connection)
                 if chunks is not None:
                     writer.writelines(chunks)
                     await writer.drain()
         except (asyncio.IncompleteReadError, ConnectionError, asyncio.CancelledError):
             pass   # the client went away, or the server closes
+        except RuntimeError as exc:
+            if "shutdown" not in str(exc):
+                raise
+            # the interpreter exits with the server still open: its worker pool is gone
         except _CloseConnection as exc:
             log.warning("closing %s: %s", peer, exc)
         finally:
             self._connections.discard(task)
+            connection.closed.set()
+            self._broker.wakeup(connection)   # its waiting Fetch, if any, answers now
             writer.close()
 
-    def _answer(self, frame, address):
+    def _answer(self, frame, connection):
         """The framed response to one request frame (on a worker thread); None for none."""
         try:
             header, body = decode_request(frame)
@@ -123,15 +137,64 @@ class KafkaServer:
             return encode_response(exc.correlation_id, response)
         except Exception as exc:   # a frame kio cannot read: this connection only
             raise _CloseConnection(f"a request that does not decode ({exc})") from None
+        injected = self.faults.before(header.request_api_key)
+        if injected == "disconnect":
+            raise _CloseConnection("a disconnect injected by a test")
+        if isinstance(injected, InjectedError):
+            return encode_response(header.correlation_id, error_response(
+                header.request_api_key, header.request_api_version, injected.code))
         try:
-            response = self._handlers.handle(header, body, address)
+            response = self._handlers.handle(header, body, connection)
         except Exception as exc:
+            # A fault of this server, not of the request: answered UNKNOWN_SERVER_ERROR (as
+            # Kafka's KafkaApis.handleError does), the connection kept.
             log.exception("request api %d v%d failed", header.request_api_key,
                           header.request_api_version)
-            raise _CloseConnection(f"the request failed ({exc})") from None
+            response = error_response(header.request_api_key, header.request_api_version,
+                                      ErrorCode.unknown_server_error)
+            if response is None:
+                raise _CloseConnection(f"the request failed ({exc})") from None
         if response is None:
             return None
         return encode_response(header.correlation_id, response)
+
+    # --- faults ---------------------------------------------------------------------
+
+    def _on_loop(self, coroutine_function):
+        if self._closed:
+            raise errors.LogClosedError(f"the server {self.bootstrap_servers} is closed")
+        return asyncio.run_coroutine_threadsafe(coroutine_function(), self._loop).result(10)
+
+    async def _cancel_connections(self):
+        """Close every connection, and wait until each has woken its waiting request (so
+        that no worker thread is left waiting for a client that is gone)."""
+        tasks = list(self._connections)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    def drop_connections(self):
+        """Close every client connection now (clients see the broker go away and reconnect;
+        requests in progress are not answered)."""
+        self._on_loop(self._cancel_connections)
+
+    def stop_listening(self):
+        """Stop accepting connections and close every open one, as a broker that went down;
+        start_listening() comes back on the same port."""
+        async def stop():
+            self._server.close()
+            await self._cancel_connections()
+            await self._server.wait_closed()
+        self._on_loop(stop)
+
+    def start_listening(self):
+        """Listen again on the same host and port after stop_listening()."""
+        async def start():
+            if self._server.is_serving():
+                return
+            self._server = await asyncio.start_server(self._serve_connection, self.host,
+                                                      self.port)
+        self._on_loop(start)
 
     # --- lifecycle ------------------------------------------------------------------
 
@@ -142,8 +205,7 @@ class KafkaServer:
 
         async def shutdown():
             self._server.close()
-            for task in list(self._connections):
-                task.cancel()
+            await self._cancel_connections()
             await self._server.wait_closed()
         try:
             asyncio.run_coroutine_threadsafe(shutdown(), self._loop).result(timeout=10)

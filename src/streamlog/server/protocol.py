@@ -26,6 +26,8 @@ from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader, entity_writer
 from kio.static.primitive import i32Timedelta
 
+from .frame_guard import check_frame
+
 API_VERSIONS = 18
 NO_THROTTLE = i32Timedelta.parse(datetime.timedelta(0))
 PRODUCE, FETCH, LIST_OFFSETS, METADATA = 0, 1, 2, 3
@@ -91,6 +93,7 @@ def decode_request(frame):
             header, _ = entity_reader(RequestHeaderV2)(frame, 0)
             return header, None
         raise UnsupportedRequest(api_key, api_version, correlation_id)
+    check_frame(schema.__header_schema__, schema, frame)   # before kio: see frame_guard.py
     header, position = entity_reader(schema.__header_schema__)(frame, 0)
     body, _ = entity_reader(schema)(frame, position)
     return header, body

@@ -17,7 +17,7 @@ from .. import errors
 from ..coordinator.group_coordinator import find_coordinator
 from ..coordinator.transaction_coordinator import find_transaction_coordinator
 from ..structs import OffsetAndMetadata, TopicPartition
-from .error_codes import error_code
+from .error_codes import error_code, failure
 from .protocol import NO_THROTTLE, build, response_types
 
 INIT_PRODUCER_ID, ADD_PARTITIONS_TO_TXN, ADD_OFFSETS_TO_TXN, END_TXN = 22, 24, 25, 26
@@ -83,20 +83,17 @@ class TxnHandlers:
         cls, types = response_types(ADD_PARTITIONS_TO_TXN, version)
         topics = body.v3_and_below_topics
         partitions = [TopicPartition(t.name, int(p)) for t in topics for p in t.partitions]
-        unknown = {tp for tp in partitions if not self._exists(tp)}
-        exc = None
+        unknown = {tp for tp in partitions if not self.broker.has_partition(tp)}
         if unknown:
             # Kafka adds none when any is unknown: those answer their error, the rest
             # OPERATION_NOT_ATTEMPTED.
             codes = {tp: ErrorCode.unknown_topic_or_partition if tp in unknown
                      else ErrorCode.operation_not_attempted for tp in partitions}
         else:
-            try:
-                self.transactions.add_partitions(
-                    body.v3_and_below_transactional_id, int(body.v3_and_below_producer_id),
-                    int(body.v3_and_below_producer_epoch), partitions)
-            except errors.StreamlogError as exc_:
-                exc = exc_
+            exc = failure(self.transactions.add_partitions,
+                          body.v3_and_below_transactional_id,
+                          int(body.v3_and_below_producer_id),
+                          int(body.v3_and_below_producer_epoch), partitions)
             code = _code(exc, ADD_PARTITIONS_TO_TXN, version)
             codes = {tp: code for tp in partitions}
         return build(cls, throttle_time=NO_THROTTLE, results_by_topic_v3_and_below=tuple(
@@ -105,21 +102,10 @@ class TxnHandlers:
                       partition_error_code=codes[TopicPartition(t.name, int(p))])
                 for p in t.partitions)) for t in topics))
 
-    def _exists(self, tp):
-        try:
-            self.broker.partition_log(tp)
-            return True
-        except errors.StreamlogError:
-            return False
-
     def add_offsets_to_txn(self, version, body, context):
         cls, _ = response_types(ADD_OFFSETS_TO_TXN, version)
-        exc = None
-        try:
-            self.transactions.add_offsets(body.transactional_id, int(body.producer_id),
-                                          int(body.producer_epoch), body.group_id)
-        except errors.StreamlogError as exc_:
-            exc = exc_
+        exc = failure(self.transactions.add_offsets, body.transactional_id,
+                      int(body.producer_id), int(body.producer_epoch), body.group_id)
         return build(cls, throttle_time=NO_THROTTLE,
                      error_code=_code(exc, ADD_OFFSETS_TO_TXN, version))
 
@@ -128,14 +114,11 @@ class TxnHandlers:
         offsets = {TopicPartition(t.name, int(p.partition_index)):
                    OffsetAndMetadata(int(p.committed_offset), p.committed_metadata or "")
                    for t in body.topics for p in t.partitions}
-        exc = None
-        try:
-            find_coordinator(self.broker).txn_offset_commit(
-                body.group_id, int(body.producer_id), int(body.producer_epoch),
-                getattr(body, "member_id", ""), int(getattr(body, "generation_id", -1)),
-                getattr(body, "group_instance_id", None), offsets)
-        except errors.StreamlogError as exc_:
-            exc = exc_
+        exc = failure(find_coordinator(self.broker).txn_offset_commit, body.group_id,
+                      int(body.producer_id), int(body.producer_epoch),
+                      getattr(body, "member_id", ""), int(getattr(body, "generation_id", -1)),
+                      getattr(body, "group_instance_id", None), offsets,
+                      bad_values=True)   # the coordinator's checks of each offset
         code = _code(exc, TXN_OFFSET_COMMIT, version)
         return build(cls, throttle_time=NO_THROTTLE, topics=tuple(
             build(types.TxnOffsetCommitResponseTopic, name=t.name, partitions=tuple(
@@ -145,10 +128,6 @@ class TxnHandlers:
 
     def end_txn(self, version, body, context):
         cls, _ = response_types(END_TXN, version)
-        exc = None
-        try:
-            self.transactions.end_txn(body.transactional_id, int(body.producer_id),
-                                      int(body.producer_epoch), bool(body.committed))
-        except errors.StreamlogError as exc_:
-            exc = exc_
+        exc = failure(self.transactions.end_txn, body.transactional_id,
+                      int(body.producer_id), int(body.producer_epoch), bool(body.committed))
         return build(cls, throttle_time=NO_THROTTLE, error_code=_code(exc, END_TXN, version))

@@ -114,9 +114,31 @@ def _snappy_xerial(data):
     return b"".join(out)
 
 
+# A raw snappy block starts with its uncompressed length (a varint); no block expands more
+# than about 21 times (a 3-byte copy element makes at most 64 bytes), so a length beyond 32
+# times the block's own is corrupt. Checked before decoding: the decoder allocates that
+# length first, and an absurd one (a flipped bit) must be a CodecError, not an abort.
+_SNAPPY_MAX_EXPANSION = 32
+
+
+def _snappy_block(block):
+    length, shift = 0, 0
+    for byte in block[:5]:
+        length |= (byte & 0x7F) << shift
+        shift += 7
+        if not byte & 0x80:
+            break
+    else:
+        raise CodecError("snappy: block length preamble cut short or longer than 5 bytes")
+    if length > _SNAPPY_MAX_EXPANSION * len(block) + 64:
+        raise CodecError(f"snappy: a {len(block)}-byte block claims {length} bytes "
+                         "uncompressed (corrupt)")
+    return bytes(_cramjam.snappy.decompress_raw(block))
+
+
 def _snappy_unframe(data):
     if not data.startswith(_XERIAL_MAGIC):
-        return bytes(_cramjam.snappy.decompress_raw(data))
+        return _snappy_block(data)
     if len(data) < len(_XERIAL_HEADER):
         raise CodecError("snappy: xerial header cut short")
     parts = []
@@ -129,6 +151,6 @@ def _snappy_unframe(data):
         if length < 0 or pos + length > len(data):
             raise CodecError(f"snappy: xerial block of {length} bytes at byte {pos} runs past "
                              f"the payload's {len(data)}")
-        parts.append(bytes(_cramjam.snappy.decompress_raw(data[pos:pos + length])))
+        parts.append(_snappy_block(data[pos:pos + length]))
         pos += length
     return b"".join(parts)

@@ -1,7 +1,21 @@
 """Test-suite helpers: a temporary database behind a Kafka listener, for application code that
-uses Kafka's own clients (the pytest plugin in pytest_plugin.py wraps these as fixtures)."""
+uses Kafka's own clients (the pytest plugin in pytest_plugin.py wraps these as fixtures).
+
+    records(db, topic)                 every record of a topic, partition by partition
+    wait_for_records(db, topic, n)     the records once there are at least n (or an
+                                       AssertionError saying how many came)
+    wait_for_lag(db, group)            once the group has committed up to the end of its
+                                       topics (lag 0, or at most `lag`)
+    assert_records(records, keys=, values=, headers=)
+                                       the records' keys / values / headers, in order,
+                                       with the first difference named on failure
+"""
+import time
+
 import streamlog
 from streamlog import TopicPartition
+
+_POLL_S = 0.02
 
 
 def fake_kafka_database(path=None, config=None):
@@ -31,3 +45,77 @@ def records(db, topic, timeout=1.0):
         return out
     finally:
         consumer.close()
+
+
+def _count(db, topic):
+    try:
+        return sum(p.high_watermark - p.log_start_offset
+                   for p in db.describe_topic(topic).partitions)
+    except streamlog.errors.UnknownTopicOrPartitionError:
+        return 0   # not created yet (auto-created on its first use)
+
+
+def wait_for_records(db, topic, count, timeout=10.0):
+    """The topic's records once it holds at least `count` (an application's producer may
+    deliver in the background); AssertionError after `timeout` seconds otherwise."""
+    deadline = time.monotonic() + timeout
+    while _count(db, topic) < count:
+        if time.monotonic() > deadline:
+            raise AssertionError(f"topic {topic!r} holds {_count(db, topic)} record(s) after "
+                                 f"{timeout} s; expected at least {count}")
+        time.sleep(_POLL_S)
+    return records(db, topic)
+
+
+def _lags(db, group, topics):
+    description = db.describe_group(group)
+    topics = topics or sorted({tp.topic for tp in description.partitions})
+    lags = {}
+    for topic in topics:
+        for partition in db.describe_topic(topic).partitions:
+            tp = TopicPartition(topic, partition.partition)
+            found = description.partitions.get(tp)
+            committed = found.committed if found is not None else None
+            if committed is None:   # never committed: everything in it is still to read
+                committed = partition.log_start_offset
+            lags[tp] = max(partition.high_watermark - committed, 0)
+    return lags
+
+
+def wait_for_lag(db, group, lag=0, topics=None, timeout=30.0):
+    """Wait until the group's committed offsets are within `lag` records of the end of
+    `topics` (default: the topics it has offsets for), summed over their partitions;
+    returns {TopicPartition: lag}. AssertionError after `timeout` seconds, naming each
+    partition's lag."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            lags = _lags(db, group, topics)
+        except streamlog.errors.GroupIdNotFoundError:
+            lags = None   # no member has joined or committed yet
+        if lags and sum(lags.values()) <= lag:
+            return lags
+        if time.monotonic() > deadline:
+            raise AssertionError(f"group {group!r} did not reach lag <= {lag} in {timeout} s: "
+                                 f"{'it does not exist' if lags is None else lags or 'no offsets'}")
+        time.sleep(_POLL_S)
+
+
+def assert_records(got, keys=None, values=None, headers=None):
+    """Assert the records' keys, values and/or headers equal the lists given (in order;
+    headers as lists of (name, value) pairs); the message names the first difference."""
+    for field, expected in (("key", keys), ("value", values), ("headers", headers)):
+        if expected is None:
+            continue
+        actual = [list(r.headers) if field == "headers" else getattr(r, field) for r in got]
+        expected = [list(h) for h in expected] if field == "headers" else list(expected)
+        if actual == expected:
+            continue
+        if len(actual) != len(expected):
+            raise AssertionError(f"{len(actual)} record(s), expected {len(expected)}; "
+                                 f"their {field}s: {actual!r}")
+        index = next(i for i, (a, e) in enumerate(zip(actual, expected, strict=True)) if a != e)
+        record = got[index]
+        raise AssertionError(f"record {index} ({record.topic}[{record.partition}] offset "
+                             f"{record.offset}) has {field} {actual[index]!r}, expected "
+                             f"{expected[index]!r}")

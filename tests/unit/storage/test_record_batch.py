@@ -104,6 +104,22 @@ def test_compressed_batches_round_trip(codec):
     assert batch.records().values() == values
 
 
+@pytest.mark.parametrize("framed", [False, True], ids=["raw block", "xerial"])
+def test_a_snappy_block_claiming_an_absurd_length_is_corrupt_not_an_abort(framed):
+    # The decoder allocates the block's declared length before decoding: a flipped bit in
+    # it (a server's fuzz test found one: 182 GB) must be refused before, as corrupt.
+    block = bytearray(compression.compress(compression.SNAPPY, b"abc" * 1000)[16 + 4:])
+    honest = compression.decompress(compression.SNAPPY, bytes(block))   # a raw block
+    assert honest == b"abc" * 1000
+    block[:5] = bytes([0xFF, 0xFF, 0xFF, 0xFF, 0x0F])     # 2**32 - 1 bytes claimed
+    data = bytes(block)
+    if framed:
+        data = compression.compress(compression.SNAPPY, b"")[:16] + \
+            struct.pack(">i", len(data)) + data
+    with pytest.raises(compression.CodecError, match="claims 4294967295 bytes"):
+        compression.decompress(compression.SNAPPY, data)
+
+
 def test_gzip_payload_is_a_gzip_stream():
     built = rb.build_batch([b"x" * 100], timestamp=1, compression_type=compression.GZIP)
     assert bytes(built[61:63]) == b"\x1f\x8b"  # gzip magic: readable by Kafka's GZIPInputStream
