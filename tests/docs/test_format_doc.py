@@ -157,7 +157,7 @@ def test_consumer_offsets_table_matches_the_store():
     assert value == [str(offsets._VALUE_VERSION), *offsets.CommittedOffset._fields]
     key, value = documented[offsets._GROUP_KEY]
     assert key == ["2", "group"]
-    assert value == [str(offsets._VALUE_VERSION), *offsets.GroupRecord._fields]
+    assert value == [str(offsets._GROUP_VALUE_VERSION), *offsets.GroupRecord._fields]
     assert offsets.OFFSETS_TOPIC_CONFIG == {"cleanup.policy": "compact",
                                             "segment.bytes": 104857600}
 

@@ -2,9 +2,10 @@
 DescribeGroups, ListGroups and DeleteGroups through the admin clients (a group holding
 members of both kinds), the MEMBER_ID_REQUIRED round trip of JoinGroup v4 on, and a wire
 leader's assignment user data reaching the member it is for."""
-import socket
-import threading
 import datetime
+import socket
+import subprocess
+import threading
 
 import pytest
 
@@ -20,6 +21,7 @@ from streamlog.coordinator.assignors import Subscription
 from streamlog.server.consumer_protocol import encode_subscription
 
 from support import wait_until
+from support.console import streamlog_command
 from support.wire import call
 
 kafka = pytest.importorskip("kafka")
@@ -82,6 +84,13 @@ def test_admin_clients_describe_list_and_delete_a_group_of_both_kinds(db, server
             return group.state == "Stable" and len(group.members) == 2 and \
                 all(m.assignment for m in group.members)
         wait_until(both_assigned, "both members to be assigned")
+        # `streamlog groups describe` in another process reads the group's record: both
+        # kinds of member, with their assignments.
+        described = subprocess.run([streamlog_command(), "groups", "describe", "mixed",
+                                    "--path", str(db.path)], capture_output=True, text=True,
+                                   timeout=60)
+        assert described.returncode == 0, described.stderr
+        assert "wire-member" in described.stdout and "local-member" in described.stdout
         admin = admin_module.AdminClient({"bootstrap.servers": server.bootstrap_servers})
         listed = admin.list_consumer_groups().result(10)
         assert [(g.group_id, g.state) for g in listed.valid] == \

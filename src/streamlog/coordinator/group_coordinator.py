@@ -200,17 +200,23 @@ class GroupCoordinator:
                 group.empty_since = now
                 self._write_group_record(group, now)
             elif record.member_count:
-                # A reader sees the writer's group as last recorded: its members (threads of
-                # the writer) are not listed, but the group is not shown Empty either.
+                # A reader sees the writer's group as last recorded: the members of its
+                # current generation (their ids, client ids and assignments; what they
+                # subscribed with is the writer's to know).
                 group.state = STABLE
                 group.protocol, group.leader = record.protocol, record.leader
+                for member_id, instance, client_id, assignment in record.members:
+                    member = Member(member_id, instance, client_id, 0, 0, [], None)
+                    member.assignment = assignment
+                    group.add(member)
             groups[group_id] = group
         self._groups = groups
 
     def _write_group_record(self, group, now_ms):
         self._store.write_group(group.group_id, (
             group.protocol_type, group.generation, group.protocol, group.leader, now_ms,
-            len(group.members)), now_ms)
+            len(group.members), [(m.member_id, m.group_instance_id, m.client_id, m.assignment)
+                                 for m in group.members.values()]), now_ms)
 
     def _refresh_readonly(self):
         if self._broker.readonly:

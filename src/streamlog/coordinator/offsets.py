@@ -14,8 +14,12 @@ key version, and each value starts with its own version):
     offset commit   key [1, group, topic, partition]
                     value [1, offset, metadata, commit_timestamp_ms]
     group           key [2, group]
-                    value [1, protocol_type, generation, protocol, leader,
-                           state_timestamp_ms, member_count]
+                    value [2, protocol_type, generation, protocol, leader,
+                           state_timestamp_ms, member_count, members]
+                    members: [[member_id, group_instance_id, client_id,
+                               assignment]], assignment [[topic, partition]...]
+                    (or the bytes of a protocol other than "consumer");
+                    version 1 values (no members) are read too
 
 A transactional producer's offsets (send_offsets_to_transaction) are
 written as a transactional batch with its producer id and epoch. They are
@@ -25,8 +29,11 @@ OffsetMetadataManager); a replay reaches the same result (keyed_log).
 
 The group record exists so that, after a restart, a group keeps its
 generation and the time it became Empty (offsets expire that long after,
-offsets.retention.minutes). Members are not persisted: they are threads of
-the process that wrote them, so a reopened database has every group Empty.
+offsets.retention.minutes), and so that a reader (`streamlog groups
+describe` from another process) sees the members of the generation the
+writer's group is in, as Kafka's GroupMetadataValue lists them. A reopened
+writer has every group Empty: its members were threads and connections of
+the process that stopped.
 
 Thread-safety: the coordinator calls this under its own lock.
 """
@@ -44,6 +51,7 @@ OFFSETS_TOPIC_CONFIG = {"cleanup.policy": "compact", "segment.bytes": 104857600}
 
 _OFFSET_KEY, _GROUP_KEY = 1, 2
 _VALUE_VERSION = 1
+_GROUP_VALUE_VERSION = 2   # 2: the members' ids, client ids and assignments
 
 
 class CommittedOffset(NamedTuple):
@@ -61,6 +69,19 @@ class GroupRecord(NamedTuple):
     leader: object
     state_timestamp: int       # when this record was written
     member_count: int
+    members: tuple = ()        # ((member_id, group_instance_id, client_id, assignment),)
+
+
+def _assignment_out(assignment):
+    if isinstance(assignment, (bytes, bytearray, memoryview)):
+        return bytes(assignment)   # a protocol other than "consumer": its own bytes
+    return [[tp[0], tp[1]] for tp in assignment]
+
+
+def _assignment_in(assignment):
+    if isinstance(assignment, bytes):
+        return assignment
+    return [TopicPartition(topic, partition) for topic, partition in assignment]
 
 
 def java_string_hash(text):
@@ -143,7 +164,10 @@ class OffsetStore:
                 if value is None:
                     self.groups.pop(group, None)
                 else:
-                    self.groups[group] = GroupRecord(*value[1:7])
+                    members = value[7] if value[0] >= 2 else ()
+                    self.groups[group] = GroupRecord(*value[1:7], members=tuple(
+                        (member_id, instance, client_id, _assignment_in(assignment))
+                        for member_id, instance, client_id, assignment in members))
             # Other key types belong to later versions: skipped, as Kafka skips unknown keys.
         except (ValueError, TypeError, IndexError, KeyError, msgpack.UnpackException) as exc:
             raise CorruptRecordError(f"undecodable record in {tp}: {exc}") from None
@@ -189,8 +213,11 @@ class OffsetStore:
         self._replayed[tp.partition] = self._broker.partition_log(tp).log_end_offset
 
     def write_group(self, group_id, record, now_ms):
-        self._append(group_id, [(_pack([_GROUP_KEY, group_id]),
-                                 _pack([_VALUE_VERSION, *record]))], now_ms)
+        *fields, members = record
+        self._append(group_id, [(_pack([_GROUP_KEY, group_id]), _pack(
+            [_GROUP_VALUE_VERSION, *fields,
+             [[member_id, instance, client_id, _assignment_out(assignment)]
+              for member_id, instance, client_id, assignment in members]]))], now_ms)
 
     def delete(self, group_id, partitions, now_ms, group_record=False):
         """Tombstones for the group's offsets of `partitions` (and its group record)."""

@@ -78,12 +78,16 @@ def test_latest_commit_wins_and_tombstones_delete_across_reopen(tmp_path):
     store.commit("g", {tp: OffsetAndMetadata(1) for tp in tps}, 1)
     store.commit("g", {tps[0]: OffsetAndMetadata(9, "x")}, 2)
     store.commit("h", {tps[2]: OffsetAndMetadata(4)}, 3)
-    store.write_group("g", ("consumer", 3, "range", "m-1", 5, 2), 5)
+    members = [("m-1", None, "app", [tps[0], tps[2]]), ("m-2", "i-2", "app", [tps[1]])]
+    store.write_group("g", ("consumer", 3, "range", "m-1", 5, 2, members), 5)
+    # A version 1 group value (before members were recorded) still reads, with none.
+    store._append("old", [(msgpack.packb([2, "old"]),
+                           msgpack.packb([1, "consumer", 7, "range", "x", 5, 1]))], 5)
     store.delete("g", [tps[1]], 6)
     store.delete("h", [tps[2]], 7, group_record=True)
     expected = {tps[0]: CommittedOffset(9, "x", 2), tps[2]: CommittedOffset(1, "", 1)}
     assert store.committed("g") == expected
-    assert store.known_groups() == {"g"}
+    assert store.known_groups() == {"g", "old"}
     broker.close()
 
     broker = Broker(path)
@@ -92,7 +96,9 @@ def test_latest_commit_wins_and_tombstones_delete_across_reopen(tmp_path):
         assert reopened.committed("g") == expected
         assert reopened.committed("h") == {}
         assert reopened.groups["g"].generation == 3
-        assert reopened.known_groups() == {"g"}
+        assert reopened.groups["g"].members == tuple(members)
+        assert reopened.groups["old"].generation == 7 and reopened.groups["old"].members == ()
+        assert reopened.known_groups() == {"g", "old"}
     finally:
         broker.close()
 
