@@ -97,6 +97,56 @@ def test_aiokafka_produce(db, server, codec):
     assert_landed(db, b"aio")
 
 
+def batch_producers(db):
+    """{(producer id, epoch)} of every batch in topic t, and per partition the batches'
+    (base sequence, record count) in offset order."""
+    tps = [streamlog.TopicPartition("t", p) for p in range(PARTITIONS)]
+    fetched = db._broker.fetch({tp: 0 for tp in tps}, max_bytes=64 << 20)
+    producers = {(b.producer_id, b.producer_epoch) for tp in tps for b in fetched[tp].batches}
+    return producers, {tp.partition: [(b.base_sequence, b.records_count)
+                                      for b in fetched[tp].batches] for tp in tps}
+
+
+@pytest.mark.parametrize("client", ["confluent-kafka", "kafka-python", "aiokafka"])
+def test_idempotent_producers_get_a_producer_id_and_number_their_batches(db, server, client):
+    # KAFKA_REFERENCE.md §5: an idempotent producer's batches carry the producer id the
+    # broker's InitProducerId gave and per-partition sequences from 0.
+    rows = sent_rows(client.encode())
+    if client == "confluent-kafka":
+        producer = confluent_kafka.Producer({"bootstrap.servers": server.bootstrap_servers,
+                                             "enable.idempotence": True,
+                                             "partitioner": "murmur2_random"})
+        for key, value, headers in rows:
+            producer.produce("t", key=key, value=value, headers=headers)
+        assert producer.flush(30) == 0
+    elif client == "kafka-python":
+        producer = kafka.KafkaProducer(bootstrap_servers=server.bootstrap_servers,
+                                       enable_idempotence=True)
+        for future in [producer.send("t", key=k, value=v, headers=h) for k, v, h in rows]:
+            future.get(timeout=10)
+        producer.close()
+    else:
+        async def run():
+            producer = aiokafka.AIOKafkaProducer(bootstrap_servers=server.bootstrap_servers,
+                                                 enable_idempotence=True)
+            await producer.start()
+            try:
+                for key, value, headers in rows:
+                    await producer.send_and_wait("t", key=key, value=value, headers=headers)
+            finally:
+                await producer.stop()
+        asyncio.run(run())
+    assert_landed(db, client.encode())
+    producers, sequences = batch_producers(db)
+    (producer_id, epoch), = producers          # one producer, one id for every batch
+    assert producer_id >= 0 and epoch >= 0
+    for partition, batches in sequences.items():   # from 0, each batch after the last
+        expected = 0
+        for base, count in batches:
+            assert base == expected, (partition, batches)
+            expected += count
+
+
 def fill(db):
     """N keyed records with timestamps 1000, 2000, ... through the in-process producer;
     {partition: [(offset, timestamp)]}."""

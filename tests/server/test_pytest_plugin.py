@@ -1,5 +1,9 @@
 """The pytest plugin's fixtures, as an application's test suite uses them: installed with the
 package (the pytest11 entry point), a fresh database and listener per test."""
+import os
+import subprocess
+import sys
+
 import pytest
 
 kafka = pytest.importorskip("kafka")
@@ -63,3 +67,15 @@ def test_the_helpers_wait_for_records_and_lag_and_name_the_first_difference(
     with pytest.raises(AssertionError, match="'nobody' did not reach lag"):
         kafka_wait_for_lag("nobody", timeout=0.1)
     assert kafka_faults.pending() == 0
+
+
+def test_the_fixtures_run_in_parallel_workers_under_xdist(tmp_path):
+    # No global state: each worker's tests get their own databases and ports.
+    pytest.importorskip("xdist")
+    example = os.path.join(os.path.dirname(__file__), "..", "..", "examples",
+                           "test_with_fake_kafka.py")
+    result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "2",
+                             "-p", "no:cacheprovider", example], cwd=tmp_path,
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "3 passed" in result.stdout
