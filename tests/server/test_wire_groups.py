@@ -99,7 +99,7 @@ def kafka_python_member(server, i, ctl):
             if consumer.assignment():
                 try:
                     consumer.commit()
-                except kafka.errors.CommitFailedError:
+                except (kafka.errors.CommitFailedError, kafka.errors.RebalanceInProgressError):
                     pass   # the group rebalanced under the commit: read again, at least once
             if ctl.leaves(i, polled):
                 break
@@ -141,7 +141,9 @@ def aiokafka_member(server, i, ctl):
                 if batches:
                     try:
                         await consumer.commit()
-                    except aiokafka.errors.CommitFailedError:
+                    except (aiokafka.errors.CommitFailedError,
+                            aiokafka.errors.RebalanceInProgressError,
+                            aiokafka.errors.IllegalStateError):
                         pass   # the group rebalanced under the commit: at least once
                 if ctl.leaves(i, batches):
                     break
