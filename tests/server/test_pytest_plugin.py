@@ -79,3 +79,24 @@ def test_the_fixtures_run_in_parallel_workers_under_xdist(tmp_path):
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "3 passed" in result.stdout
+
+
+def test_records_are_what_a_read_committed_consumer_sees(streamlog_db):
+    from streamlog.testing import records, wait_for_records
+    producer = streamlog_db.producer(transactional_id="tx")
+    producer.init_transactions()
+    producer.begin_transaction()
+    producer.send("t", b"a", partition=0)
+    producer.send("t", b"b", partition=0)
+    producer.commit_transaction()
+    producer.begin_transaction()
+    producer.send("t", b"c", partition=0)
+    producer.send("t", b"d", partition=0)
+    producer.abort_transaction()
+    producer.close()
+    # Six offsets (four records, two markers); two records committed.
+    assert [r.value for r in records(streamlog_db, "t")] == [b"a", b"b"]
+    assert [r.value for r in records(streamlog_db, "t", "read_uncommitted")] == \
+        [b"a", b"b", b"c", b"d"]
+    with pytest.raises(AssertionError, match="holds 2 record"):
+        wait_for_records(streamlog_db, "t", 3, timeout=0.2)

@@ -169,3 +169,39 @@ def test_aiokafka_transactional_producer(db, server):
             await producer.stop()
     asyncio.run(run())
     assert read_committed_values(server, "out", 1) == [b"aio-committed"]
+
+
+def test_offset_fetch_require_stable_waits_out_an_open_transactions_offsets(db, server):
+    # KIP-447: OffsetFetch v7 with require_stable answers UNSTABLE_OFFSET_COMMIT for an
+    # offset pending in an open transaction (a read_committed consumer retries until the
+    # transaction ends), and the committed offset once it has.
+    import socket
+
+    from kio.schema.errors import ErrorCode
+    from kio.schema.offset_fetch.v7.request import OffsetFetchRequest, OffsetFetchRequestTopic
+    from kio.static.primitive import i32
+
+    from streamlog import OffsetAndMetadata
+
+    from support.wire import call
+    consumer = db.consumer(group_id="stable")
+    producer = db.producer(transactional_id="holder")
+    producer.init_transactions()
+    producer.begin_transaction()
+    producer.send("out", b"x", partition=0)
+    producer.send_offsets_to_transaction({TopicPartition("in", 0): OffsetAndMetadata(7)},
+                                         consumer.group_metadata())
+
+    def fetch(require_stable):
+        with socket.create_connection((server.host, server.port)) as sock:
+            answer = call(sock, OffsetFetchRequest(
+                group_id="stable", require_stable=require_stable,
+                topics=(OffsetFetchRequestTopic(name="in", partition_indexes=(i32(0),)),)))
+        (partition,) = answer.topics[0].partitions
+        return partition.error_code, int(partition.committed_offset)
+    assert fetch(True) == (ErrorCode.unstable_offset_commit, -1)
+    assert fetch(False) == (ErrorCode.none, -1)      # read_uncommitted: not committed yet
+    producer.commit_transaction()
+    assert fetch(True) == (ErrorCode.none, 7)
+    producer.close()
+    consumer.close()

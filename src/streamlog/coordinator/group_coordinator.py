@@ -692,6 +692,18 @@ class GroupCoordinator:
                                     group.generation, group.leader, members,
                                     dict(self._store.committed(group_id)))
 
+    def pending_offsets(self, group_id):
+        """The partitions with an offset of the group pending in an open transaction
+        (OffsetFetch with require_stable answers them UNSTABLE_OFFSET_COMMIT: KIP-447)."""
+        with self._lock:
+            return self._store.pending_partitions(group_id)
+
+    def protocol_type(self, group_id):
+        """The protocol type of the group's members ("consumer", ...), None if unknown."""
+        with self._lock:
+            group = self._groups.get(group_id)
+            return None if group is None else group.protocol_type
+
     def list_groups(self):
         self._check_open()
         self._refresh_readonly()

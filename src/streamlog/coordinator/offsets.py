@@ -212,6 +212,18 @@ class OffsetStore:
                 self._apply(tp, key, value)
         self._replayed[tp.partition] = self._broker.partition_log(tp).log_end_offset
 
+    def pending_partitions(self, group_id):
+        """The TopicPartitions for which group_id has an offset pending in an open
+        transaction (committed() does not show it yet)."""
+        out = set()
+        for producers in self.pending.values():
+            for held in producers.values():
+                for key, _value, _ts in held:
+                    kind, group, *where = msgpack.unpackb(key, raw=False)
+                    if kind == _OFFSET_KEY and group == group_id:
+                        out.add(TopicPartition(*where))
+        return out
+
     def write_group(self, group_id, record, now_ms):
         *fields, members = record
         self._append(group_id, [(_pack([_GROUP_KEY, group_id]), _pack(

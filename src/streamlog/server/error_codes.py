@@ -73,6 +73,12 @@ def failure(call, *args, bad_values=False):
     return None
 
 
+def error_message(exc):
+    """An error's message for a response's error_message field (None: no error), cut to
+    what a legacy string holds comfortably."""
+    return None if exc is None else str(exc)[:1000]
+
+
 def error_code(exc):
     """Kafka's error code for an exception (None: no error)."""
     if exc is None:

@@ -18,22 +18,25 @@ and Fetch). Faults are checked on the worker thread that answers the request, un
 lock; what they cost a request that matches none is one dictionary lookup.
 """
 import dataclasses
+import sys
 import threading
 import time
 
 from kio.index import load_request_schema, load_response_schema
 from kio.schema.errors import ErrorCode
+from kio.static.primitive import i32
 
 from .. import errors
 from .error_codes import InjectedError
-from .protocol import FETCH, PRODUCE, SUPPORTED
+from .protocol import FETCH, NO_THROTTLE, PRODUCE, SUPPORTED, error_response
 
+FIND_COORDINATOR = 10
 _PER_PARTITION = (PRODUCE, FETCH)
 
 
 def api_key(api):
     """An API's key from its key or its name ("Produce", "JoinGroup", case-insensitive)."""
-    if isinstance(api, int) and api in SUPPORTED:
+    if isinstance(api, int) and not isinstance(api, bool) and api in SUPPORTED:
         return api
     names = _api_names()
     key = names.get(str(api).lower().replace("_", "").replace("request", ""))
@@ -45,14 +48,19 @@ def api_key(api):
 
 def error_code_of(error):
     """A Kafka error code from a code, a name ("NOT_LEADER_OR_FOLLOWER") or an ErrorCode."""
-    if isinstance(error, ErrorCode):
-        return error
     try:
-        return ErrorCode(int(error)) if isinstance(error, int) else \
-            ErrorCode[str(error).lower()]
+        if isinstance(error, ErrorCode):
+            code = error
+        elif isinstance(error, int) and not isinstance(error, bool):
+            code = ErrorCode(error)
+        else:
+            code = ErrorCode[str(error).lower()]
     except (KeyError, ValueError):
+        code = None
+    if code is None or code == ErrorCode.none:
         raise ValueError(f"unknown Kafka error code {error!r} (give a name such as "
-                         "'NOT_LEADER_OR_FOLLOWER', or its number)") from None
+                         "'NOT_LEADER_OR_FOLLOWER', or its number; NONE is no error)")
+    return code
 
 
 def _api_display_names():
@@ -65,11 +73,26 @@ def _api_names():
 
 
 def _has_top_level_error(key):
-    """Whether a served version's response carries a top-level error code (a version
-    without one answers an injected error with empty fields, as Kafka's error responses)."""
+    """Whether every served version's response carries a top-level error code (or, for
+    FindCoordinator 4 on, one per key asked: injected_response fills those)."""
     low, high = SUPPORTED[key]
-    return any(any(f.name == "error_code" for f in dataclasses.fields(
-        load_response_schema(key, version))) for version in range(low, high + 1))
+    return key == FIND_COORDINATOR or all(
+        any(f.name == "error_code" for f in dataclasses.fields(
+            load_response_schema(key, version))) for version in range(low, high + 1))
+
+
+def injected_response(key, version, body, code):
+    """The response answering an injected error to an API other than Produce and Fetch:
+    the top-level error code, every other field empty (Kafka's error responses); for
+    FindCoordinator 4 on, the error for each key the request asked about."""
+    if key == FIND_COORDINATOR and version >= 4:
+        cls = load_response_schema(key, version)
+        types = sys.modules[cls.__module__]
+        return cls(throttle_time=NO_THROTTLE, coordinators=tuple(
+            types.Coordinator(key=k, node_id=i32(-1), host="", port=i32(-1), error_code=code,
+                              error_message="injected by a test")
+            for k in body.coordinator_keys))
+    return error_response(key, version, code)
 
 
 @dataclasses.dataclass
@@ -107,10 +130,11 @@ class Faults:
             if topic is not None or partition is not None:
                 raise ValueError("topic= and partition= narrow Produce and Fetch faults only")
             if not _has_top_level_error(key):
-                raise ValueError(f"{api!r} responses carry no top-level error code; inject "
-                                 "per partition into Produce or Fetch, or into an API that "
-                                 "has one (FindCoordinator, JoinGroup, SyncGroup, Heartbeat, "
-                                 "InitProducerId, EndTxn, ...)")
+                raise ValueError(f"{api!r} responses carry no top-level error code in every "
+                                 "version served; inject per partition into Produce or "
+                                 "Fetch, or into an API that has one (FindCoordinator, "
+                                 "JoinGroup, SyncGroup, Heartbeat, InitProducerId, EndTxn, "
+                                 "...)")
         self._add(_Fault(key, "error", self._count(count), code=code, topic=topic,
                          partition=partition))
 

@@ -77,7 +77,7 @@ class GroupHandlers:
         rebalance_ms = int(getattr(body, "rebalance_timeout", body.session_timeout)
                            .total_seconds() * 1000)
         try:
-            protocols = [(p.name, decode_subscription(p.metadata, instance) if consumer
+            protocols = [(p.name, _subscription(p.metadata, instance) if consumer
                           else bytes(p.metadata)) for p in body.protocols]
             pending = self.coordinator.join_group(
                 body.group_id, body.member_id, instance, context.client_id,
@@ -110,11 +110,14 @@ class GroupHandlers:
 
     def sync_group(self, version, body, context):
         cls, _ = response_types(SYNC_GROUP, version)
-        consumer = getattr(body, "protocol_type", PROTOCOL_TYPE) in (PROTOCOL_TYPE, None)
+        # SyncGroup 5 on names the protocol type; before, the group's members did.
+        protocol_type = getattr(body, "protocol_type", None) or \
+            self.coordinator.protocol_type(body.group_id)
         instance = getattr(body, "group_instance_id", None)
         try:
-            assignments = {a.member_id: decode_assignment(a.assignment) if consumer
-                           else bytes(a.assignment) for a in body.assignments} or None
+            assignments = {a.member_id: _assignment(a.assignment)
+                           if protocol_type == PROTOCOL_TYPE else bytes(a.assignment)
+                           for a in body.assignments} or None
             pending = self.coordinator.sync_group(body.group_id, body.member_id,
                                                   int(body.generation_id), instance,
                                                   assignments)
@@ -187,21 +190,27 @@ class GroupHandlers:
         cls, types = response_types(OFFSET_FETCH, version)
         wanted = None if body.topics is None else [
             TopicPartition(t.name, int(p)) for t in body.topics for p in t.partition_indexes]
-        exc, committed = None, {}
+        exc, committed, unstable = None, {}, set()
         try:
             committed = self.coordinator.offset_fetch(body.group_id, wanted)
+            if getattr(body, "require_stable", False):
+                # KIP-447: an offset pending in an open transaction is not answered yet;
+                # the read_committed client retries until the transaction ends.
+                unstable = self.coordinator.pending_offsets(body.group_id)
         except errors.StreamlogError as exc_:
             exc = exc_
         by_topic = {}
-        for tp in (wanted if wanted is not None else sorted(committed)):
-            found = committed.get(tp)
+        listed = wanted if wanted is not None else sorted(set(committed) | unstable)
+        for tp in listed:
+            found = None if tp in unstable else committed.get(tp)
             by_topic.setdefault(tp.topic, []).append(build(
                 types.OffsetFetchResponsePartition, partition_index=i32(tp.partition),
                 committed_offset=i64(found.offset if found is not None else -1),
                 committed_leader_epoch=i32(getattr(found, "leader_epoch", -1)
                                            if found is not None else -1),
                 metadata=(found.metadata if found is not None else "") or "",
-                error_code=ErrorCode.none))
+                error_code=ErrorCode.unstable_offset_commit if tp in unstable
+                else ErrorCode.none))
         return build(cls, throttle_time=NO_THROTTLE, error_code=error_code(exc),
                      topics=tuple(build(types.OffsetFetchResponseTopic, name=name,
                                         partitions=tuple(parts))
@@ -262,6 +271,23 @@ def _described(types, group_id, state, error, protocol_type=None, protocol=None,
     return build(types.DescribedGroup, error_code=error, group_id=group_id, group_state=state,
                  protocol_type=protocol_type or "", protocol_data=protocol or "",
                  members=members, authorized_operations=i32(NO_OPERATIONS))
+
+
+def _subscription(blob, instance):
+    """A consumer member's Subscription; bytes that are not the consumer protocol stay
+    bytes (Kafka passes member metadata through unread), for a wire leader to read."""
+    try:
+        return decode_subscription(blob, instance)
+    except Exception:   # kio's errors for bytes that do not decode
+        return bytes(blob)
+
+
+def _assignment(blob):
+    """As _subscription, for a leader's assignment of one member."""
+    try:
+        return decode_assignment(blob)
+    except Exception:
+        return bytes(blob)
 
 
 def _metadata_bytes(metadata):

@@ -18,7 +18,7 @@ from .. import errors
 from ..broker.broker import EARLIEST_TIMESTAMP
 from ..broker.metadata import validate_partitions, validate_topic_name
 from ..structs import TopicPartition
-from .error_codes import error_code, failure
+from .error_codes import error_code, error_message, failure
 from .group_handlers import GroupHandlers
 from .protocol import (ALTER_CONFIGS, API_VERSIONS, CREATE_PARTITIONS, CREATE_TOPICS,
                        DELETE_RECORDS, DELETE_TOPICS, DESCRIBE_CLUSTER, DESCRIBE_CONFIGS, FETCH,
@@ -98,7 +98,8 @@ class Handlers:
     def metadata(self, version, body, context):
         cls, types = response_types(METADATA, version)
         known = self.broker.topics()
-        if body.topics is None:
+        if body.topics is None or (version == 0 and not body.topics):
+            # (Metadata v0 asks for every topic with an empty list: Kafka's KafkaApis)
             names = sorted(name for name, info in known.items() if not info.internal)
         else:
             names = [t.name for t in body.topics]
@@ -106,10 +107,13 @@ class Handlers:
         topics = []
         for name in names:
             try:
+                if name is None:   # a topic named by id only: ids are not served
+                    raise errors.InvalidRequestError("topics are looked up by name here")
                 info = self.broker.ensure_topic(name) if allow_create else self.broker.topic(name)
             except errors.StreamlogError as exc:
                 topics.append(build(types.MetadataResponseTopic, error_code=error_code(exc),
-                                    name=name, topic_id=uuid.UUID(int=0), is_internal=False,
+                                    name=name if name is not None or version >= 12 else "",
+                                    topic_id=uuid.UUID(int=0), is_internal=False,
                                     partitions=(), topic_authorized_operations=i32(-2**31)))
                 continue
             partitions = tuple(build(
@@ -132,6 +136,8 @@ class Handlers:
 
     def produce(self, version, body, context):
         cls, types = response_types(PRODUCE, version)
+        if body.acks not in (0, 1, -1):
+            return _each_partition_error(cls, types, body, ErrorCode.invalid_required_acks)
         waits = []
         answers = []
         for topic in body.topic_data:
@@ -144,6 +150,7 @@ class Handlers:
                     injected = self.faults.partition_error(PRODUCE, tp)
                     if injected is not None:
                         raise injected
+                    self._check_not_internal(tp.topic, "append to")
                     info = self.broker.produce(tp, partition.records or b"")
                     answer["base"] = info.first_offset
                     if info.log_append_time >= 0:
@@ -169,9 +176,15 @@ class Handlers:
                 build(types.PartitionProduceResponse, index=a["index"],
                       error_code=error_code(a["error"]), base_offset=i64(a["base"]),
                       log_append_time=a["append_time"], log_start_offset=i64(a["start"]),
-                      record_errors=(), error_message=None if a["error"] is None
-                      else str(a["error"])[:500])
+                      record_errors=(), error_message=error_message(a["error"]))
                 for a in parts)) for name, parts in answers))
+
+    def _check_not_internal(self, topic, action):
+        """Clients do not write the coordinators' topics (Kafka's ReplicaManager refuses:
+        INVALID_TOPIC_EXCEPTION)."""
+        info = self.broker.topics().get(topic)
+        if info is not None and info.internal:
+            raise errors.InvalidTopicError(f"cannot {action} internal topic {topic}")
 
     def _durable(self, tp, offset):
         """(event, [error]) set once tp is fsynced below offset (acks=all)."""
@@ -207,7 +220,8 @@ class Handlers:
                     max_wait_ms=int(body.max_wait.total_seconds() * 1000),
                     min_bytes=body.min_bytes, max_bytes=body.max_bytes,
                     partition_max_bytes=partition_max or (1 << 20),
-                    wakeup_key=context.connection,   # woken when the connection closes
+                    wakeup_key=context.connection,   # woken when the connection closes,
+                    interrupted=context.connection.closed.is_set,   # or closed before
                     read_committed=getattr(body, "isolation_level", 0) == 1))
             except errors.StreamlogError as exc:
                 results.update({tp: exc for tp in known})
@@ -291,6 +305,9 @@ class Handlers:
                                                      "give num_partitions")
                 partitions = None if topic.num_partitions == -1 else int(topic.num_partitions)
                 config = {c.name: c.value for c in topic.configs}
+                if None in config.values():
+                    raise errors.InvalidConfigurationError(
+                        "null value not supported for topic configs (Kafka's rule)")
                 if body.validate_only:
                     self._validate_new_topic(topic.name, partitions, config)
                 else:
@@ -300,7 +317,7 @@ class Handlers:
             results.append(build(
                 types.CreatableTopicResult, name=topic.name,
                 topic_id=uuid.UUID(hex=info.topic_id) if info is not None else uuid.UUID(int=0),
-                error_code=error_code(exc), error_message=None if exc is None else str(exc),
+                error_code=error_code(exc), error_message=error_message(exc),
                 topic_config_error_code=ErrorCode.none,
                 num_partitions=i32(info.partitions if info is not None else -1),
                 replication_factor=i16(1 if info is not None else -1), configs=()))
@@ -321,7 +338,7 @@ class Handlers:
         for name in body.topic_names:
             exc = failure(self.broker.delete_topic, name)
             results.append(build(types.DeletableTopicResult, name=name, error_code=error_code(exc),
-                                 error_message=None if exc is None else str(exc)))
+                                 error_message=error_message(exc)))
         return build(cls, throttle_time=NO_THROTTLE, responses=tuple(results))
 
 
@@ -335,6 +352,7 @@ class Handlers:
             try:
                 if topic.assignments:
                     raise errors.InvalidRequestError("replica assignments are not served")
+                self._check_not_internal(topic.name, "add partitions to")
                 current = self.broker.topic(topic.name).partitions
                 if topic.count <= current:
                     raise errors.InvalidPartitionsError(
@@ -345,7 +363,7 @@ class Handlers:
                 exc = exc_
             results.append(build(types.CreatePartitionsTopicResult, name=topic.name,
                                  error_code=error_code(exc),
-                                 error_message=None if exc is None else str(exc)))
+                                 error_message=error_message(exc)))
         return build(cls, throttle_time=NO_THROTTLE, results=tuple(results))
 
     def describe_configs(self, version, body, context):
@@ -369,7 +387,7 @@ class Handlers:
             except errors.StreamlogError as exc_:
                 exc = exc_
             results.append(build(types.DescribeConfigsResult, error_code=error_code(exc),
-                                 error_message=None if exc is None else str(exc),
+                                 error_message=error_message(exc),
                                  resource_type=resource.resource_type,
                                  resource_name=resource.resource_name, configs=configs))
         return build(cls, throttle_time=NO_THROTTLE, results=tuple(results))
@@ -383,6 +401,7 @@ class Handlers:
                 tp = TopicPartition(topic.name, partition.partition_index)
                 low, exc = -1, None
                 try:
+                    self._check_not_internal(tp.topic, "delete records of")
                     low = self.broker.delete_records({tp: int(partition.offset)})[tp]
                 except errors.StreamlogError as exc_:
                     exc = exc_
@@ -397,7 +416,8 @@ class Handlers:
         """AlterConfigs: the given configs become the topic's whole set of overrides (the
         others go back to their defaults), as Kafka's non-incremental API does."""
         def change(info, configs):
-            given = {c.name: c.value for c in configs}
+            # a null value sets nothing: the config goes back to its default (Kafka's rule)
+            given = {c.name: c.value for c in configs if c.value is not None}
             return given, [name for name in info.overrides if name not in given]
         return self._alter(ALTER_CONFIGS, version, body, change)
 
@@ -406,6 +426,10 @@ class Handlers:
             overrides, remove = {}, []
             for c in configs:
                 if c.config_operation == SET:
+                    if c.value is None:
+                        raise errors.InvalidRequestError(
+                            f"SET {c.name} without a value: use DELETE to go back to "
+                            "the default")
                     overrides[c.name] = c.value
                 elif c.config_operation == DELETE:
                     remove.append(c.name)
@@ -435,6 +459,7 @@ class Handlers:
             try:
                 if resource.resource_type != TOPIC_RESOURCE:
                     raise errors.InvalidRequestError("only topic configs are served")
+                self._check_not_internal(resource.resource_name, "alter the configs of")
                 info = self.broker.topic(resource.resource_name)
                 overrides, remove = change(info, resource.configs)
                 if body.validate_only:
@@ -446,7 +471,7 @@ class Handlers:
                 exc = exc_
             responses.append(build(types.AlterConfigsResourceResponse,
                                    error_code=error_code(exc),
-                                   error_message=None if exc is None else str(exc),
+                                   error_message=error_message(exc),
                                    resource_type=resource.resource_type,
                                    resource_name=resource.resource_name))
         return build(cls, throttle_time=NO_THROTTLE, responses=tuple(responses))
@@ -470,3 +495,13 @@ def _config_text(value):
     if isinstance(value, bool):
         return "true" if value else "false"
     return str(value)
+
+
+def _each_partition_error(cls, types, body, code):
+    """A Produce response giving `code` for every partition of the request."""
+    return build(cls, throttle_time=NO_THROTTLE, responses=tuple(
+        build(types.TopicProduceResponse, name=topic.name, partition_responses=tuple(
+            build(types.PartitionProduceResponse, index=p.index, error_code=code,
+                  base_offset=i64(-1), log_append_time=None, log_start_offset=i64(-1),
+                  record_errors=(), error_message=None)
+            for p in topic.partition_data)) for topic in body.topic_data))

@@ -18,6 +18,7 @@ stop_listening() / start_listening() take the listener down and up again on the 
 """
 import asyncio
 import concurrent.futures
+import functools
 import logging
 import struct
 import threading
@@ -26,7 +27,7 @@ from kio.schema.errors import ErrorCode
 
 from .. import errors
 from .error_codes import InjectedError
-from .faults import Faults
+from .faults import Faults, injected_response
 from .handlers import Connection, Handlers
 from .protocol import UnsupportedRequest, decode_request, encode_response, error_response
 
@@ -34,9 +35,10 @@ log = logging.getLogger("streamlog.server")
 
 # The largest request frame accepted (Kafka's socket.request.max.bytes default).
 MAX_REQUEST_BYTES = 100 << 20
-# Worker threads: a JoinGroup or SyncGroup waits on one until its group settles, a Fetch
-# until data comes, so each waiting client holds one; requests beyond them queue.
-_WORKERS = 64
+# Worker threads (started as needed): a JoinGroup or SyncGroup waits on one until its
+# group settles, a Fetch until data comes or its max_wait, so each waiting client holds
+# one; requests beyond them queue. Sized for a test suite's clients, not a fleet's.
+_WORKERS = 256
 
 
 class KafkaServer:
@@ -95,6 +97,9 @@ class KafkaServer:
     # --- connections ------------------------------------------------------------------
 
     async def _serve_connection(self, reader, writer):
+        if self._closed or not self._server.is_serving():
+            writer.close()   # accepted just before the listener stopped: refused after all
+            return
         task = asyncio.current_task()
         self._connections.add(task)
         connection = Connection(*writer.get_extra_info("sockname")[:2])
@@ -141,22 +146,23 @@ class KafkaServer:
         if injected == "disconnect":
             raise _CloseConnection("a disconnect injected by a test")
         if isinstance(injected, InjectedError):
-            return encode_response(header.correlation_id, error_response(
-                header.request_api_key, header.request_api_version, injected.code))
+            return encode_response(header.correlation_id, injected_response(
+                header.request_api_key, header.request_api_version, body, injected.code))
         try:
             response = self._handlers.handle(header, body, connection)
+            return None if response is None else \
+                encode_response(header.correlation_id, response)
         except Exception as exc:
-            # A fault of this server, not of the request: answered UNKNOWN_SERVER_ERROR (as
-            # Kafka's KafkaApis.handleError does), the connection kept.
+            # A fault of this server, not of the request (handling or encoding the answer):
+            # answered UNKNOWN_SERVER_ERROR, as Kafka's KafkaApis.handleError does, and the
+            # connection kept.
             log.exception("request api %d v%d failed", header.request_api_key,
                           header.request_api_version)
             response = error_response(header.request_api_key, header.request_api_version,
                                       ErrorCode.unknown_server_error)
             if response is None:
                 raise _CloseConnection(f"the request failed ({exc})") from None
-        if response is None:
-            return None
-        return encode_response(header.correlation_id, response)
+            return encode_response(header.correlation_id, response)
 
     # --- faults ---------------------------------------------------------------------
 
@@ -165,18 +171,22 @@ class KafkaServer:
             raise errors.LogClosedError(f"the server {self.bootstrap_servers} is closed")
         return asyncio.run_coroutine_threadsafe(coroutine_function(), self._loop).result(10)
 
-    async def _cancel_connections(self):
+    async def _cancel_connections(self, until_none=True):
         """Close every connection, and wait until each has woken its waiting request (so
-        that no worker thread is left waiting for a client that is gone)."""
-        tasks = list(self._connections)
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        that no worker thread is left waiting for a client that is gone). until_none: also
+        those that start meanwhile (the listener is closed: none will be served)."""
+        while self._connections:
+            tasks = list(self._connections)
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            if not until_none:
+                return
 
     def drop_connections(self):
         """Close every client connection now (clients see the broker go away and reconnect;
         requests in progress are not answered)."""
-        self._on_loop(self._cancel_connections)
+        self._on_loop(functools.partial(self._cancel_connections, until_none=False))
 
     def stop_listening(self):
         """Stop accepting connections and close every open one, as a broker that went down;

@@ -26,45 +26,47 @@ def fake_kafka_database(path=None, config=None):
     return streamlog.open(path, config=settings)
 
 
-def records(db, topic, timeout=1.0):
-    """Every record of topic, partition by partition in offset order (streamlog.Record)."""
+def records(db, topic, isolation_level="read_committed", timeout=10.0):
+    """Every record of topic, partition by partition in offset order (streamlog.Record):
+    by default what a read_committed consumer sees (no aborted or still-open transactional
+    records, no transaction markers); isolation_level="read_uncommitted" for all of them."""
     info = db.describe_topic(topic)
-    consumer = db.consumer(auto_offset_reset="earliest")
+    consumer = db.consumer(auto_offset_reset="earliest", isolation_level=isolation_level)
     try:
         out = []
         for partition in info.partitions:
             tp = TopicPartition(topic, partition.partition)
             consumer.assign([tp])
             consumer.seek(tp, partition.log_start_offset)
-            end = partition.high_watermark
+            end = partition.last_stable_offset if isolation_level == "read_committed" \
+                else partition.high_watermark
+            deadline = time.monotonic() + timeout
             while consumer.position(tp) < end:
-                got = consumer.poll(timeout=timeout)
-                if not got:
-                    break
-                out += got
+                out += consumer.poll(timeout=0.1)
+                if time.monotonic() > deadline:
+                    raise AssertionError(f"{tp} could not be read to offset {end} in "
+                                         f"{timeout} s (at {consumer.position(tp)})")
         return out
     finally:
         consumer.close()
 
 
-def _count(db, topic):
-    try:
-        return sum(p.high_watermark - p.log_start_offset
-                   for p in db.describe_topic(topic).partitions)
-    except streamlog.errors.UnknownTopicOrPartitionError:
-        return 0   # not created yet (auto-created on its first use)
-
-
-def wait_for_records(db, topic, count, timeout=10.0):
-    """The topic's records once it holds at least `count` (an application's producer may
-    deliver in the background); AssertionError after `timeout` seconds otherwise."""
+def wait_for_records(db, topic, count, timeout=10.0, isolation_level="read_committed"):
+    """The topic's records (as records() reads them) once there are at least `count` (an
+    application's producer may deliver in the background); AssertionError after `timeout`
+    seconds otherwise."""
     deadline = time.monotonic() + timeout
-    while _count(db, topic) < count:
+    while True:
+        try:
+            got = records(db, topic, isolation_level, timeout)
+        except streamlog.errors.UnknownTopicOrPartitionError:
+            got = []   # not created yet (auto-created on its first use)
+        if len(got) >= count:
+            return got
         if time.monotonic() > deadline:
-            raise AssertionError(f"topic {topic!r} holds {_count(db, topic)} record(s) after "
+            raise AssertionError(f"topic {topic!r} holds {len(got)} record(s) after "
                                  f"{timeout} s; expected at least {count}")
         time.sleep(_POLL_S)
-    return records(db, topic)
 
 
 def _lags(db, group, topics):

@@ -8,6 +8,7 @@ Fixtures:
     kafka_server          a Kafka listener on it (127.0.0.1, a free port)
     kafka_bootstrap       its bootstrap string, "127.0.0.1:<port>"
     kafka_records         records(topic): every record the application wrote to topic
+                          (as a read_committed consumer sees them)
     kafka_wait_for_records wait_for_records(topic, count, timeout=10): the records once
                           there are at least count
     kafka_wait_for_lag    wait_for_lag(group, lag=0, topics=None, timeout=30)

@@ -1,0 +1,126 @@
+"""Requests at the edges of Kafka's rules, sent raw (kio entities): what Kafka's broker
+answers, this server answers. Each test names the rule it holds the server to."""
+import datetime
+import socket
+import threading
+import time
+
+import pytest
+
+import streamlog
+from kio.schema.create_topics.v7.request import (CreatableTopic, CreatableTopicConfig,
+                                                 CreateTopicsRequest)
+from kio.schema.delete_records.v2.request import (DeleteRecordsPartition, DeleteRecordsRequest,
+                                                  DeleteRecordsTopic)
+from kio.schema.errors import ErrorCode
+from kio.schema.metadata.v0.request import MetadataRequest as MetadataV0
+from kio.schema.produce.v9.request import (PartitionProduceData, ProduceRequest,
+                                           TopicProduceData)
+from kio.static.primitive import i16, i32, i32Timedelta, i64
+from streamlog.storage import record_batch
+
+from support.wire import call, encode
+
+pytest.importorskip("confluent_kafka")
+
+SECONDS = i32Timedelta.parse(datetime.timedelta(seconds=5))
+
+
+@pytest.fixture
+def db(tmp_path):
+    database = streamlog.open(str(tmp_path / "db"))
+    database.create_topic("t", partitions=1)
+    consumer = database.consumer(group_id="g")   # makes __consumer_offsets exist
+    consumer.commit({streamlog.TopicPartition("t", 0): streamlog.OffsetAndMetadata(0)})
+    consumer.close()
+    yield database
+    database.close()
+
+
+@pytest.fixture
+def sock(server):
+    with socket.create_connection((server.host, server.port)) as s:
+        yield s
+
+
+def produce(topic, acks=1):
+    batch = bytes(record_batch.build_batch([b"forged"], timestamp=1))
+    return ProduceRequest(transactional_id=None, acks=i16(acks), timeout=SECONDS, topic_data=(
+        TopicProduceData(name=topic, partition_data=(
+            PartitionProduceData(index=i32(0), records=batch),)),))
+
+
+def test_clients_cannot_write_or_trim_the_coordinators_internal_topics(db, sock):
+    # Kafka's ReplicaManager: "Cannot append to internal topic", "Cannot delete records of
+    # internal topic" (INVALID_TOPIC_EXCEPTION).
+    before = db._broker.partition_log(streamlog.TopicPartition("__consumer_offsets", 0)) \
+        .log_end_offset
+    answer = call(sock, produce("__consumer_offsets"))
+    assert answer.responses[0].partition_responses[0].error_code == \
+        ErrorCode.invalid_topic_exception
+    answer = call(sock, DeleteRecordsRequest(timeout=SECONDS, topics=(DeleteRecordsTopic(
+        name="__consumer_offsets", partitions=(
+            DeleteRecordsPartition(partition_index=i32(0), offset=i64(-1)),)),)))
+    assert answer.topics[0].partitions[0].error_code == ErrorCode.invalid_topic_exception
+    assert db._broker.partition_log(streamlog.TopicPartition("__consumer_offsets", 0)) \
+        .log_end_offset == before
+
+
+def test_acks_outside_kafkas_three_values_are_refused(db, sock):
+    answer = call(sock, produce("t", acks=2))
+    assert answer.responses[0].partition_responses[0].error_code == \
+        ErrorCode.invalid_required_acks
+    assert db.describe_topic("t").partitions[0].high_watermark == 0
+
+
+def test_metadata_v0_with_no_topics_lists_every_topic(db, sock):
+    # MetadataRequest.json: in version 0, an empty array means all topics.
+    answer = call(sock, MetadataV0(topics=()))
+    assert [t.name for t in answer.topics] == ["t"]
+
+
+def test_a_null_topic_config_value_fails_that_topic_only(db, sock):
+    # Kafka's CreateTopics: "Null value not supported for topic configs" (INVALID_CONFIG),
+    # per topic; the other topics are created.
+    answer = call(sock, CreateTopicsRequest(timeout=SECONDS, topics=(
+        CreatableTopic(name="fine", num_partitions=i32(1), replication_factor=i16(1),
+                       assignments=(), configs=()),
+        CreatableTopic(name="nulled", num_partitions=i32(1), replication_factor=i16(1),
+                       assignments=(), configs=(
+                           CreatableTopicConfig(name="cleanup.policy", value=None),)))))
+    assert [(t.name, t.error_code) for t in answer.topics] == [
+        ("fine", ErrorCode.none), ("nulled", ErrorCode.invalid_config)]
+    assert "fine" in db.topics() and "nulled" not in db.topics()
+
+
+def test_a_long_poll_ends_with_its_connection_even_before_it_starts_waiting(db, server):
+    from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
+    # The fetch is held (an injected delay) until after its connection closed: it must
+    # not then wait its whole max_wait (a minute) on a worker that close() joins.
+    server.faults.delay("Fetch", 0.3, count=1)
+    fetch = FetchRequest(max_wait=i32Timedelta.parse(datetime.timedelta(seconds=60)),
+                         min_bytes=i32(1), topics=(FetchTopic(topic="t", partitions=(
+                             FetchPartition(partition=i32(0), fetch_offset=i64(0),
+                                            partition_max_bytes=i32(1 << 20)),)),),
+                         forgotten_topics_data=())
+    with socket.create_connection((server.host, server.port)) as s:
+        s.sendall(len(encode(fetch)).to_bytes(4, "big") + encode(fetch))
+        time.sleep(0.1)   # the request is in the server, held by the delay
+    closed = threading.Event()
+    threading.Thread(target=lambda: (server.close(), closed.set()), daemon=True).start()
+    assert closed.wait(30), "close() waited on the closed connection's long poll"
+
+
+
+
+def test_member_metadata_that_is_not_the_consumer_protocol_passes_through(db, sock):
+    # Kafka's coordinator never reads JoinGroup metadata: bytes that do not decode as
+    # ConsumerProtocolSubscription reach the leader as they were sent.
+    from kio.schema.join_group.v3.request import JoinGroupRequest, JoinGroupRequestProtocol
+    answer = call(sock, JoinGroupRequest(
+        group_id="odd", session_timeout=i32Timedelta.parse(datetime.timedelta(seconds=10)),
+        rebalance_timeout=SECONDS, member_id="",
+        protocol_type="consumer",
+        protocols=(JoinGroupRequestProtocol(name="range", metadata=b"\x00\x07garbage"),)))
+    assert answer.error_code == ErrorCode.none
+    assert [bytes(m.metadata) for m in answer.members] == [b"\x00\x07garbage"]
