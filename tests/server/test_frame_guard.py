@@ -54,3 +54,16 @@ def test_a_null_where_the_schema_has_none_and_lengths_past_the_end_are_refused()
         decode_request(struct.pack(">hhih", 3, 9, 1, 1) + b"x" + b"\x00" + b"\x80")
     header, body = decode_request(metadata_v9_frame(uvarint(1)))   # an empty array: fine
     assert body.topics == ()
+
+
+def test_a_request_of_more_array_elements_than_the_bound_is_refused():
+    # 250,000 partition indexes fit a 1 MB OffsetFetch frame; decoded they took 118 MB.
+    from streamlog.server.frame_guard import MAX_ELEMENTS, FrameLengthError
+    from streamlog.server.protocol import decode_request
+    header = struct.pack(">hhih", 9, 7, 1, 1) + b"x" + b"\x00"   # OffsetFetch v7
+    def offset_fetch(n):
+        return (header + uvarint(2) + b"g" + uvarint(2) + uvarint(2) + b"t" + uvarint(n + 1)
+                + struct.pack(">i", 0) * n + b"\x00" + b"\x00" + b"\x00")
+    assert len(decode_request(offset_fetch(1000))[1].topics[0].partition_indexes) == 1000
+    with pytest.raises(FrameLengthError, match="more than 200,000 array elements"):
+        decode_request(offset_fetch(MAX_ELEMENTS + 1))

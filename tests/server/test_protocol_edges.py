@@ -124,3 +124,28 @@ def test_member_metadata_that_is_not_the_consumer_protocol_passes_through(db, so
         protocols=(JoinGroupRequestProtocol(name="range", metadata=b"\x00\x07garbage"),)))
     assert answer.error_code == ErrorCode.none
     assert [bytes(m.metadata) for m in answer.members] == [b"\x00\x07garbage"]
+
+
+def test_offset_commit_refuses_per_partition_and_commits_the_rest(db, sock):
+    # Kafka's OffsetCommit: OFFSET_METADATA_TOO_LARGE or UNKNOWN_TOPIC_OR_PARTITION for the
+    # partitions concerned; the other offsets of the request are committed.
+    from kio.schema.offset_commit.v8.request import (OffsetCommitRequest,
+                                                     OffsetCommitRequestPartition,
+                                                     OffsetCommitRequestTopic)
+
+    def offset(partition, value, metadata=""):
+        return OffsetCommitRequestPartition(partition_index=i32(partition),
+                                            committed_offset=i64(value),
+                                            committed_leader_epoch=i32(-1),
+                                            committed_metadata=metadata)
+    db.create_topic("two", partitions=2)
+    answer = call(sock, OffsetCommitRequest(
+        group_id="h", generation_id_or_member_epoch=i32(-1), member_id="",
+        group_instance_id=None, topics=(OffsetCommitRequestTopic(name="two", partitions=(
+            offset(0, 5), offset(1, 6, "m" * 5000), offset(7, 1))),)))
+    assert [p.error_code for p in answer.topics[0].partitions] == [
+        ErrorCode.none, ErrorCode.offset_metadata_too_large,
+        ErrorCode.unknown_topic_or_partition]
+    committed = {tp.partition: lag.committed
+                 for tp, lag in db.describe_group("h").partitions.items()}
+    assert committed == {0: 5}

@@ -34,11 +34,11 @@ from contextlib import contextmanager
 from typing import NamedTuple
 
 from ..errors import (FencedInstanceIdError, GroupIdNotFoundError, IllegalGenerationError,
-                      InconsistentGroupProtocolError, InvalidGroupIdError,
+                      InconsistentGroupProtocolError, InvalidGroupIdError, InvalidRequestError,
                       InvalidSessionTimeoutError, LogClosedError, MemberIdRequiredError,
-                      NonEmptyGroupError,
-                      OffsetMetadataTooLargeError, ReadOnlyError, RebalanceInProgressError,
-                      TimerClosedError, UnknownMemberIdError, UnknownTopicOrPartitionError)
+                      NonEmptyGroupError, OffsetMetadataTooLargeError, ReadOnlyError,
+                      RebalanceInProgressError, TimerClosedError, UnknownMemberIdError,
+                      UnknownTopicOrPartitionError)
 from ..structs import OffsetAndMetadata, TopicPartition
 from .group import (COMPLETING_REBALANCE, DEAD, EMPTY, PREPARING_REBALANCE, STABLE, Group,
                     Member)
@@ -640,6 +640,19 @@ class GroupCoordinator:
                 raise RebalanceInProgressError(
                     f"group {group_id!r} is completing a rebalance; poll() to finish it")
             self._touch(member)
+
+    def offset_problems(self, offsets):
+        """{TopicPartition: error} for each offset offset_commit would refuse (Kafka's
+        OffsetCommit answers per partition and commits the others)."""
+        problems = {}
+        for tp, value in dict(offsets).items():
+            try:
+                self._validate_offsets({tp: value})
+            except ValueError as exc:
+                problems[TopicPartition(*tp)] = InvalidRequestError(str(exc))
+            except (OffsetMetadataTooLargeError, UnknownTopicOrPartitionError) as exc:
+                problems[TopicPartition(*tp)] = exc
+        return problems
 
     def _validate_offsets(self, offsets):
         out = {}

@@ -20,7 +20,6 @@ lock; what they cost a request that matches none is one dictionary lookup.
 import dataclasses
 import sys
 import threading
-import time
 
 from kio.index import load_request_schema, load_response_schema
 from kio.schema.errors import ErrorCode
@@ -183,9 +182,9 @@ class Faults:
 
     # --- what the server asks ---------------------------------------------------------
 
-    def before(self, key):
-        """Called before a request is handled: sleeps for a delay, returns "disconnect",
-        an InjectedError to answer, or None."""
+    def before(self, key, connection):
+        """Called before a request is handled: waits out a delay (or until the request's
+        connection closes), returns "disconnect", an InjectedError to answer, or None."""
         if not self._faults:
             return None
         delay, outcome = 0.0, None
@@ -202,7 +201,7 @@ class Faults:
                     outcome = InjectedError(fault.code)
                     self._use(fault)
         if delay:
-            time.sleep(delay)
+            connection.closed.wait(delay)
         return outcome
 
     def partition_error(self, key, tp):

@@ -6,7 +6,8 @@ allocate tens of gigabytes, and the allocation failure aborts the process: no ex
 catch. This walk reads the same schema (kio's own field descriptions) in Python and refuses
 a frame in which any array, string or bytes field claims more than the bytes left in the
 frame (each element takes at least one byte), so the codec only ever sees counts it can
-hold. It reads lengths and skips contents: a few microseconds a request.
+hold, and a request of more than MAX_ELEMENTS array elements in all. It reads lengths and
+skips contents: a few microseconds a request.
 """
 import dataclasses
 import struct
@@ -21,6 +22,13 @@ _FIXED = {"int8": 1, "bool": 1, "uint8": 1, "int16": 2, "uint16": 2, "error_code
 _LENGTH_PREFIXED = ("string", "bytes", "records")
 
 
+# The most array elements one request may hold, over all its arrays. The codec builds an
+# object of some 500 bytes per element, so a 1 MB frame of 250,000 partition indexes took
+# 118 MB and seconds of one thread; this bounds a request at about 100 MB of objects. No
+# client's request comes near it (a Produce's records are one bytes field per partition).
+MAX_ELEMENTS = 200_000
+
+
 class FrameLengthError(ValueError):
     """A length in the frame claims more bytes than the frame has left."""
 
@@ -29,8 +37,9 @@ def check_frame(header_cls, body_cls, frame):
     """Raise FrameLengthError if a length in the header or body of frame is impossible
     (more than the bytes left, or null where the schema has no null); other malformations
     are left to the codec, which raises for them."""
-    position = _walk(header_cls, frame, 0, header=True)
-    _walk(body_cls, frame, position)
+    budget = [MAX_ELEMENTS]
+    position = _walk(header_cls, frame, 0, budget, header=True)
+    _walk(body_cls, frame, position, budget)
 
 
 # What each field is, per entity class: (step, kafka type or entity class, nullable).
@@ -61,17 +70,17 @@ def _plan(cls, header):
     return plan
 
 
-def _walk(cls, buf, pos, header=False):
+def _walk(cls, buf, pos, budget, header=False):
     flexible = cls.__flexible__
     for step, kind, nullable in _plan(cls, header):
         if step == _SCALAR:
             pos = _skip_value(buf, pos, kind, flexible)
         elif step == _ENTITIES:
-            count, pos = _array_length(buf, pos, flexible, nullable)
+            count, pos = _array_length(buf, pos, flexible, nullable, budget)
             for _ in range(count):
-                pos = _walk(kind, buf, pos)
+                pos = _walk(kind, buf, pos, budget)
         elif step == _SCALARS:
-            count, pos = _array_length(buf, pos, flexible, nullable)
+            count, pos = _array_length(buf, pos, flexible, nullable, budget)
             for _ in range(count):
                 pos = _skip_value(buf, pos, kind, flexible)
         elif step == _ENTITY:
@@ -80,7 +89,7 @@ def _walk(cls, buf, pos, header=False):
                 pos += 1
                 if marker < 0:
                     continue
-            pos = _walk(kind, buf, pos)
+            pos = _walk(kind, buf, pos, budget)
         else:
             pos = _skip_sized(buf, pos, "string", False)
     if flexible:
@@ -110,7 +119,7 @@ def _skip_sized(buf, pos, kafka_type, flexible):
     return pos if length < 0 else _advance(buf, pos, length)
 
 
-def _array_length(buf, pos, flexible, nullable):
+def _array_length(buf, pos, flexible, nullable, budget):
     if flexible:
         count, pos = _uvarint(buf, pos)
         count -= 1
@@ -121,6 +130,9 @@ def _array_length(buf, pos, flexible, nullable):
         raise FrameLengthError("a null array where the schema has no null")
     if count > len(buf) - pos:
         raise FrameLengthError(f"an array of {count} elements with {len(buf) - pos} bytes left")
+    budget[0] -= max(count, 0)
+    if budget[0] < 0:
+        raise FrameLengthError(f"more than {MAX_ELEMENTS:,} array elements in one request")
     return max(count, 0), pos
 
 

@@ -177,14 +177,19 @@ class GroupHandlers:
                     int(p.committed_offset), p.committed_metadata or "")
         generation = getattr(body, "generation_id_or_member_epoch",
                              getattr(body, "generation_id", -1))
+        # Kafka answers per partition: a refused offset (metadata too large, an unknown
+        # partition) fails alone, and the others are committed.
+        problems = self.coordinator.offset_problems(offsets)
+        valid = {tp: om for tp, om in offsets.items() if tp not in problems}
         exc = failure(self.coordinator.offset_commit, body.group_id, body.member_id or "",
-                      int(generation), getattr(body, "group_instance_id", None), offsets,
-                      bad_values=True)   # the coordinator's checks of each offset
-        code = error_code(exc)
+                      int(generation), getattr(body, "group_instance_id", None), valid) \
+            if valid or not offsets else None
         return build(cls, throttle_time=NO_THROTTLE, topics=tuple(
             build(types.OffsetCommitResponseTopic, name=topic.name, partitions=tuple(
                 build(types.OffsetCommitResponsePartition, partition_index=p.partition_index,
-                      error_code=code) for p in topic.partitions)) for topic in body.topics))
+                      error_code=error_code(problems.get(
+                          TopicPartition(topic.name, int(p.partition_index)), exc)))
+                for p in topic.partitions)) for topic in body.topics))
 
     def offset_fetch(self, version, body, context):
         cls, types = response_types(OFFSET_FETCH, version)

@@ -142,7 +142,7 @@ class KafkaServer:
             return encode_response(exc.correlation_id, response)
         except Exception as exc:   # a frame kio cannot read: this connection only
             raise _CloseConnection(f"a request that does not decode ({exc})") from None
-        injected = self.faults.before(header.request_api_key)
+        injected = self.faults.before(header.request_api_key, connection)
         if injected == "disconnect":
             raise _CloseConnection("a disconnect injected by a test")
         if isinstance(injected, InjectedError):
