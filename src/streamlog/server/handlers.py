@@ -8,6 +8,7 @@ None when the request wants none (Produce with acks=0).
 """
 import datetime
 import threading
+import time
 import uuid
 from typing import NamedTuple
 
@@ -165,9 +166,9 @@ class Handlers:
             answers.append((topic.name, parts))
         if body.acks == 0:
             return None
-        timeout_s = body.timeout.total_seconds()
+        deadline = time.monotonic() + body.timeout.total_seconds()   # one for the request
         for done, answer in waits:
-            if not done[0].wait(timeout_s):
+            if not done[0].wait(max(deadline - time.monotonic(), 0)):
                 answer["error"] = errors.RequestTimedOutError("not fsynced within the timeout")
             elif done[1] is not None:
                 answer["error"] = done[1]
