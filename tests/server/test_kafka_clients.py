@@ -10,8 +10,8 @@ import threading
 import pytest
 
 import streamlog
-from streamlog import TopicPartition
 from streamlog.client.murmur2 import murmur2_py, to_positive
+from streamlog.testing import records
 
 from support.wire import request
 
@@ -28,18 +28,10 @@ def db(tmp_path):
     database.close()
 
 
-def in_process(db, partitions=3):
+def in_process(db):
     """(partition, offset, key, value, headers) of everything in topic t, read in process."""
-    consumer = db.consumer(auto_offset_reset="earliest")
-    consumer.assign([TopicPartition("t", p) for p in range(partitions)])
-    rows = []
-    while True:
-        got = consumer.poll(timeout=0.1)
-        if not got:
-            break
-        rows += [(r.partition, r.offset, r.key, r.value, list(r.headers)) for r in got]
-    consumer.close()
-    return sorted(rows)
+    return sorted((r.partition, r.offset, r.key, r.value, list(r.headers))
+                  for r in records(db, "t"))
 
 
 def java_partition(key, partitions=3):

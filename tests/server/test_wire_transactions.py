@@ -9,6 +9,7 @@ import pytest
 
 import streamlog
 from streamlog import TopicPartition
+from streamlog.testing import records
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
 kafka = pytest.importorskip("kafka")
@@ -73,16 +74,7 @@ def test_confluent_kafka_commits_and_aborts_and_read_committed_sees_only_commits
         [b"committed-%d" % i for i in range(10)] + [b"after"])
     # The in-process read_committed consumer agrees; read_uncommitted sees all 21 records.
     def read(isolation):
-        consumer = db.consumer(isolation_level=isolation, auto_offset_reset="earliest")
-        consumer.assign([TopicPartition("out", p) for p in range(2)])
-        got = []
-        while True:
-            batch = consumer.poll(0.5)
-            if not batch:
-                break
-            got.extend(r.value for r in batch)
-        consumer.close()
-        return sorted(got)
+        return sorted(r.value for r in records(db, "out", isolation))
     assert read("read_committed") == read_committed_values(server, "out", 11, group="again")
     assert len(read("read_uncommitted")) == 21
     producer.flush(10)
