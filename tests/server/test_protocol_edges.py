@@ -74,9 +74,14 @@ def test_acks_outside_kafkas_three_values_are_refused(db, sock):
 
 
 def test_metadata_v0_with_no_topics_lists_every_topic(db, sock):
-    # MetadataRequest.json: in version 0, an empty array means all topics.
+    # MetadataRequest.json: in version 0, an empty array means all topics; Kafka lists its
+    # internal topics too (is_internal from version 1; clients filter them out).
+    from kio.schema.metadata.v1.request import MetadataRequest as MetadataV1
     answer = call(sock, MetadataV0(topics=()))
-    assert [t.name for t in answer.topics] == ["t"]
+    assert [t.name for t in answer.topics] == ["__consumer_offsets", "t"]
+    answer = call(sock, MetadataV1(topics=None))
+    assert [(t.name, t.is_internal) for t in answer.topics] == [("__consumer_offsets", True),
+                                                                ("t", False)]
 
 
 def test_a_null_topic_config_value_fails_that_topic_only(db, sock):

@@ -100,8 +100,10 @@ class Handlers:
         cls, types = response_types(METADATA, version)
         known = self.broker.topics()
         if body.topics is None or (version == 0 and not body.topics):
-            # (Metadata v0 asks for every topic with an empty list: Kafka's KafkaApis)
-            names = sorted(name for name, info in known.items() if not info.internal)
+            # (Metadata v0 asks for every topic with an empty list: Kafka's KafkaApis).
+            # Internal topics are listed, marked is_internal, as Kafka lists them (clients
+            # leave them out by their exclude.internal.topics).
+            names = sorted(known)
         else:
             names = [t.name for t in body.topics]
         allow_create = getattr(body, "allow_auto_topic_creation", True)
