@@ -50,7 +50,7 @@ from .delayed_fetch import DelayedFetch
 from .flusher import CHECKPOINT, FLUSH_MS, PRODUCER_EXPIRATION, RETENTION, LogFlusher
 from .lock import DirectoryLock
 from .metadata import (METADATA_LOG_CONFIG, METADATA_PARTITION, METADATA_TOPIC, TopicRegistry,
-                       validate_partitions, validate_topic_name)
+                       overrides_after, validate_partitions, validate_topic_name)
 from .purgatory import DelayedOperationPurgatory
 
 log = logging.getLogger("streamlog.broker")
@@ -414,9 +414,8 @@ class Broker:
         current = self.topic(name)
         if not current.config.compact:
             return
-        kept = {k: v for k, v in current.overrides.items()
-                if k not in remove and k.replace(".", "_") not in remove}
-        changed = self.config.topic_defaults.with_overrides({**kept, **dict(overrides)})
+        changed = self.config.topic_defaults.with_overrides(
+            overrides_after(current, overrides, remove))
         if changed.compact:
             return
         cleaned = [p for p in range(current.partitions)

@@ -232,13 +232,7 @@ class TopicRegistry:
         defaults (Kafka's DELETE of an IncrementalAlterConfigs)."""
         with self._lock:
             info = self.get(name)
-            merged = dict(info.overrides)
-            for key in remove:
-                dotted = key if key in CONFIG_NAMES else key.replace("_", ".")
-                if dotted not in CONFIG_NAMES:
-                    raise InvalidConfigurationError(f"unknown topic config {key!r}")
-                merged.pop(dotted, None)
-            merged.update(normalized_overrides(overrides))
+            merged = overrides_after(info, overrides, remove)
             self._default.with_overrides(merged)  # validate before writing
             return self._write(name, {**_doc(info), "config": merged})
 
@@ -285,12 +279,23 @@ def _doc(info):
 def normalized_overrides(overrides):
     """Overrides checked and keyed by Kafka's dotted names, whatever spelling the caller
     used ("retention.ms" or "retention_ms"); values parsed ("100" -> 100)."""
-    config = LogConfig().with_overrides(overrides)
-    full = config.to_dict()
-    out = {}
-    for key in overrides:
-        dotted = key if key in full else key.replace("_", ".")
-        if dotted not in full:
-            raise InvalidConfigurationError(f"unknown topic config {key!r}")
-        out[dotted] = full[dotted]
-    return out
+    full = LogConfig().with_overrides(overrides).to_dict()
+    return {_dotted(key): full[_dotted(key)] for key in overrides}
+
+
+def overrides_after(info, overrides, remove=()):
+    """The topic's overrides once `overrides` are set and the configs named in `remove`
+    (either spelling) are back to their defaults; checked as normalized_overrides."""
+    merged = dict(info.overrides)
+    for key in remove:
+        merged.pop(_dotted(key), None)
+    merged.update(normalized_overrides(overrides))
+    return merged
+
+
+def _dotted(key):
+    """A topic config's Kafka name from either spelling ("retention_ms" too)."""
+    dotted = key if key in CONFIG_NAMES else key.replace("_", ".")
+    if dotted not in CONFIG_NAMES:
+        raise InvalidConfigurationError(f"unknown topic config {key!r}")
+    return dotted

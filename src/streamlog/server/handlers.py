@@ -17,7 +17,7 @@ from kio.static.primitive import i8, i16, i32, i64
 
 from .. import errors
 from ..broker.broker import EARLIEST_TIMESTAMP
-from ..broker.metadata import validate_partitions, validate_topic_name
+from ..broker.metadata import overrides_after, validate_partitions, validate_topic_name
 from ..structs import TopicPartition
 from .error_codes import error_code, error_message, failure
 from .group_handlers import GroupHandlers
@@ -344,7 +344,6 @@ class Handlers:
                                  error_message=error_message(exc)))
         return build(cls, throttle_time=NO_THROTTLE, responses=tuple(results))
 
-
     # --- CreatePartitions, DescribeConfigs, DeleteRecords, DescribeCluster -------------
 
     def create_partitions(self, version, body, context):
@@ -466,8 +465,8 @@ class Handlers:
                 info = self.broker.topic(resource.resource_name)
                 overrides, remove = change(info, resource.configs)
                 if body.validate_only:
-                    kept = {k: v for k, v in info.overrides.items() if k not in remove}
-                    self.broker.config.topic_defaults.with_overrides({**kept, **overrides})
+                    self.broker.config.topic_defaults.with_overrides(
+                        overrides_after(info, overrides, remove))
                 else:
                     self.broker.alter_topic_config(resource.resource_name, overrides, remove)
             except errors.StreamlogError as exc_:
