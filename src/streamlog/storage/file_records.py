@@ -10,7 +10,9 @@ Invariants:
      held), remapped when the file has grown past it, and smaller ones by
      copy. Its files are truncated only by recovery at open, before any
      reader exists, so a mapped page never vanishes under a reader (a lazy
-     segment's first-use check rebuilds indexes and never cuts the log).
+     segment's first-use check rebuilds indexes and never cuts the log), or by
+     cut_to() (a replica's divergent tail), which replaces a file that was ever
+     mapped by a copy of the part kept instead of shortening it.
      A read-only process may
      see a file that another writer's recovery truncates, where touching a
      mapped page past the new end is a SIGBUS: it reads with pread, which just
@@ -23,10 +25,12 @@ never while the file is in use.
 Thread-safety: append / truncate_to / close are serialised by the segment's
 owner; reads need no lock.
 """
+import contextlib
 import errno
 import os
 
 from ..errors import CorruptRecordError, KafkaStorageError
+from .files import TMP_SUFFIX
 from .mapping import map_readonly
 from .open_files import storage_error
 from .record_batch import LOG_OVERHEAD, RECORD_BATCH_OVERHEAD, RecordBatch, iter_batches
@@ -61,6 +65,7 @@ class FileRecords:
         self._fd = None
         self._closed = False
         self._map = None  # read-only mapping for view(); replaced as the file grows
+        self._mapped = False  # a view may be alive (invariant 3: no ftruncate under it)
         if lazy:
             try:
                 self.size = os.stat(path).st_size
@@ -146,6 +151,45 @@ class FileRecords:
             self.size = size
         return removed
 
+    def cut_to(self, size):
+        """Cut the file to `size` bytes while readers may hold views of it (a replica's
+        divergent tail); returns how many bytes were removed. A file never mapped is
+        shortened in place; one that was is replaced by a copy of its first `size` bytes,
+        so a view of the old file stays readable (invariant 3). A crash leaves the old file
+        or the new one whole (the copy is synced before it takes the name)."""
+        if not self._mapped:
+            self.open()
+            return self.truncate_to(size)
+        if size > self.size or size < 0:
+            raise KafkaStorageError(f"cannot truncate {self.path} to {size} (size {self.size})")
+        self.open()
+        tmp = self.path + TMP_SUFFIX
+        try:
+            fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+            try:
+                copied = 0
+                while copied < size:
+                    chunk = os.pread(self._fd, min(_SCAN_CHUNK_BYTES, size - copied), copied)
+                    if not chunk:
+                        raise OSError(errno.EIO, f"{self.path} ended at byte {copied}")
+                    os.pwrite(fd, chunk, copied)
+                    copied += len(chunk)
+                os.fsync(fd)
+                os.replace(tmp, self.path)
+            except BaseException:
+                os.close(fd)
+                raise
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                os.remove(tmp)
+            raise storage_error(exc, f"cannot truncate {self.path}") from exc
+        old, self._fd = self._fd, fd
+        self._map = None
+        self._mapped = False
+        os.close(old)
+        removed, self.size = self.size - size, size
+        return removed
+
     def refresh_size(self):
         """Re-read the file length (a read-only process following a live writer)."""
         self.size = os.fstat(self._fd).st_size
@@ -219,6 +263,7 @@ class FileRecords:
                 return self.read(position, size)
             try:
                 mapped = self._map = map_readonly(self._fd, self.size)
+                self._mapped = True
             except OSError as exc:
                 raise storage_error(exc, f"cannot map {self.path}") from exc
             except (ValueError, TypeError) as exc:

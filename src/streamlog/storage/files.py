@@ -39,6 +39,9 @@ PARTITION_METADATA_FILE = "partition.metadata"
 # Per partition: the topic's name, id and configs, so `streamlog repair` can rebuild a topic's
 # metadata from its directories. The library's own file; Kafka ignores files it does not know.
 TOPIC_CONFIG_FILE = "topic.json"
+# Per replicated partition: which leader epoch began at which offset (Kafka's name and format,
+# storage/leader_epoch_cache.py).
+LEADER_EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
 
 # A directory being deleted: `<topic>-<partition>.<32 hex digits>-delete`, the topic cut
 # short so the name fits the file system's 255-byte limit (Kafka's LocalLog.logDeleteDirName).
@@ -160,6 +163,9 @@ def list_segments(names):
     return SegmentListing(sorted(bases), sorted(swap_bases), leftovers, orphans, others,
                           txn_bases, sorted(set(snapshots)))
 
+_LEFTOVER_TMP_FILES = frozenset(n + TMP_SUFFIX for n in (
+    PARTITION_METADATA_FILE, TOPIC_CONFIG_FILE, LEADER_EPOCH_CHECKPOINT))
+
 
 def partition_dir_name(topic, partition):
     return f"{topic}-{partition}"
@@ -167,10 +173,10 @@ def partition_dir_name(topic, partition):
 
 def is_leftover_file_name(name, parsed=False):
     """True for a file of interrupted work that recovery removes: a segment file, snapshot,
-    partition.metadata or topic.json left with a `.deleted`, `.cleaned` or `.tmp` suffix.
+    partition.metadata, topic.json or leader-epoch-checkpoint left with a `.deleted`, `.cleaned` or `.tmp` suffix.
     Only names this module makes qualify: a file the library did not make is never removed.
     parsed: parse_segment_file_name(name) when the caller has it."""
-    if name in (PARTITION_METADATA_FILE + TMP_SUFFIX, TOPIC_CONFIG_FILE + TMP_SUFFIX):
+    if name in _LEFTOVER_TMP_FILES:
         return True
     if parsed is False:
         parsed = parse_segment_file_name(name)

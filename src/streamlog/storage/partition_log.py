@@ -38,6 +38,7 @@ from ..errors import (CorruptRecordError, InvalidRecordError, KafkaStorageError,
 from . import files
 from .durable import fsync_dir
 from .file_records import IncompleteBatch
+from .leader_epoch_cache import LeaderEpochCache
 from .log_cleaner import CleanerSnapshot
 from .log_loader import list_directory, load_log, settled_listing
 from .open_files import OpenSegments
@@ -131,6 +132,17 @@ class PartitionLog:
         self._tail = (None, 0, 0)  # read-only: (segment base, position, next offset) scanned
         self.producer_state = ProducerState(directory, producer_id_expiration_ms)
         self.txn_indexes = TxnIndexes(directory)
+        # Replication (start_replication): the high watermark is then the replica manager's
+        # to move, `epochs` the leader epoch history, `leader_epoch` the epoch stamped on the
+        # batches this log assigns offsets to (None: a follower, or not replicated), and
+        # `_unreplicated` the (first offset, marker offset) of transactions whose marker the
+        # high watermark has not passed yet: they keep the LSO down (Kafka's
+        # unreplicatedTxns), so a read_committed reader never sees a transaction's records
+        # without its marker being as safe as they are.
+        self.replicated = False
+        self.epochs = None
+        self.leader_epoch = None
+        self._unreplicated = []
         if not readonly:
             self.txn_indexes.load(loaded.txn_index_bases)
             if not clean_shutdown:
@@ -197,7 +209,7 @@ class PartitionLog:
             log.warning("%s: no readable producer snapshot; rebuilding producer state from "
                         "offset %d", self.name, start)
         start = max(start, self.log_start_offset)
-        for batch in self._batches_between(start, self._next_offset):
+        for batch in self._batches_between(start, self._next_offset, below_high_watermark=False):
             if batch.last_offset >= start and batch.producer_id >= 0:
                 state.replay(producer_batch(batch, batch.base_offset))
         state.map_end_offset = self._next_offset
@@ -275,6 +287,8 @@ class PartitionLog:
                                    self.config.max_segment_ms):
                 segment = self._roll_locked(first_offset, now_ms)
             for txn in completed or ():
+                if self.replicated:
+                    self._unreplicated.append((txn.first_offset, txn.marker_offset))
                 if txn.aborted:
                     # Durable before its marker is (txn_index.py): a marker always has it.
                     self.txn_indexes.append(segment.base_offset, AbortedTxn(
@@ -286,7 +300,13 @@ class PartitionLog:
                 self.producer_state.apply(updated, self._next_offset)
             else:
                 self.producer_state.map_end_offset = self._next_offset
-            self.high_watermark = self._next_offset
+            if not self.replicated:
+                self.high_watermark = self._next_offset
+            elif not assign_offsets:
+                # A follower learns the epochs from the leader's batches (Kafka's
+                # appendAsFollower assigns each new epoch at its first batch).
+                for batch in iter_batches(view, 0, len(view)):
+                    self.epochs.assign(batch.partition_leader_epoch, batch.base_offset)
             self._unflushed_records += records
             need_flush = self._unflushed_records >= self.config.flush_messages
         if need_flush:
@@ -325,6 +345,10 @@ class PartitionLog:
         # high watermark past it, so this order never sees the one without the other.
         high_watermark = self.high_watermark
         unstable = self.producer_state.first_unstable_offset()
+        unreplicated = self._unreplicated
+        if unreplicated:
+            first = min(f for f, _ in unreplicated)
+            unstable = first if unstable is None else min(unstable, first)
         return high_watermark if unstable is None else min(unstable, high_watermark)
 
     def aborted_transactions(self, fetch_offset, upper_bound):
@@ -341,6 +365,8 @@ class PartitionLog:
         max_ts, offset_of_max_ts, records = -1, -1, 0
         consumed = 0
         max_message_bytes = self.config.max_message_bytes
+        leader_epoch = None if self.leader_epoch is None else \
+            self.leader_epoch.to_bytes(4, "big", signed=True)
         for batch in iter_batches(view, 0, len(view)):
             size = batch.size_in_bytes
             try:
@@ -386,7 +412,12 @@ class PartitionLog:
                 piece = bytearray(piece)
                 set_log_append_time(piece, 0, now_ms)
                 batch = RecordBatch(piece)
-            if assign_offsets:
+            if assign_offsets and leader_epoch is not None:
+                # partitionLeaderEpoch lies outside the CRC, as the base offset does.
+                pieces.append(base.to_bytes(8, "big", signed=True) + bytes(piece[8:12]) +
+                              leader_epoch)
+                pieces.append(piece[16:])
+            elif assign_offsets:
                 pieces.append(base.to_bytes(8, "big", signed=True))
                 pieces.append(piece[8:])
             else:
@@ -410,6 +441,126 @@ class PartitionLog:
             raise InvalidRecordError("nothing to append: no record batch in the data")
         return infos, pieces, (first_offset, next_offset - 1, max_ts, offset_of_max_ts,
                                records), producer_batches
+
+    # --- replication --------------------------------------------------------
+
+    def start_replication(self, high_watermark):
+        """Hand the high watermark to the replica manager (set_high_watermark moves it from
+        now on; appends no longer do) and load the leader epoch history, rebuilt from the
+        batches when its file is missing or damaged. high_watermark: the last one known
+        (a checkpoint's), kept within [log start, LEO]."""
+        with self._lock:
+            self._check_writable()
+            if self.epochs is None:
+                epochs = LeaderEpochCache(self.directory)
+                if not epochs.loaded and self._next_offset > self.log_start_offset:
+                    log.warning("%s: no readable %s; rebuilding it from the batches",
+                                self.name, files.LEADER_EPOCH_CHECKPOINT)
+                    epochs.rebuild(self._batches_between(self.log_start_offset,
+                                                         self._next_offset,
+                                                         below_high_watermark=False))
+                epochs.truncate_from_end(self._next_offset)  # a recovery cut the tail
+                epochs.truncate_from_start(self.log_start_offset)
+                self.epochs = epochs
+            self.replicated = True
+            self.high_watermark = min(max(high_watermark, self.log_start_offset),
+                                      self._next_offset)
+
+    def become_leader(self, epoch):
+        """Batches this log gives offsets to carry `epoch` from now on; the epoch begins at
+        the log end (Kafka's makeLeader)."""
+        with self._lock:
+            self._check_writable()
+            self.epochs.assign(epoch, self._next_offset)
+            self.leader_epoch = epoch
+
+    def become_follower(self):
+        """Appends come from the leader, with their own offsets and epochs."""
+        with self._lock:
+            self.leader_epoch = None
+
+    def set_high_watermark(self, offset):
+        """Move the high watermark of a replicated log to offset, kept within [log start,
+        LEO]; returns whether it moved. Transactions whose marker it passes are stable."""
+        with self._lock:
+            high_watermark = min(max(offset, self.log_start_offset), self._next_offset)
+            if high_watermark == self.high_watermark:
+                return False
+            self.high_watermark = high_watermark
+            if self._unreplicated:
+                self._unreplicated = [t for t in self._unreplicated if t[1] >= high_watermark]
+            return True
+
+    def end_offset_for_epoch(self, epoch):
+        """(epoch, end offset) for a follower asking where `epoch` ends here (Kafka's
+        OffsetsForLeaderEpoch; leader_epoch_cache.end_offset_for)."""
+        return self.epochs.end_offset_for(epoch, self._next_offset)
+
+    def truncate_to(self, offset):
+        """Remove every record at or above offset: a replica's tail its leader does not have
+        (KIP-101). Readers may be reading: removed segments wait out file.delete.delay.ms
+        as retention's do, and a cut segment file is replaced rather than shortened when a
+        view of it may be alive (file_records.cut_to). Segments go newest first, so a crash
+        half way leaves a shorter log, never one with a hole. Returns the new log end
+        offset (below offset if offset fell inside a batch)."""
+        with self._lock:
+            self._check_writable()
+            if offset >= self._next_offset:
+                return self._next_offset
+            if offset <= self.log_start_offset:
+                return self._restart_at_locked(max(offset, self.log_start_offset))
+            keep = max(bisect.bisect_left(self._bases, offset), 1)
+            removed = self._segments[keep:]
+            deadline = self.clock_ms() + self.config.file_delete_delay_ms
+            self._delete_pending_locked({s.base_offset for s in removed})
+            for segment in reversed(removed):
+                segment.rename_suffix("", files.DELETED_SUFFIX)
+                self._pending_deletes.append((deadline, segment))
+            self._segments = self._segments[:keep]
+            self._bases = self._bases[:keep]
+            self.txn_indexes.forget_segments(s.base_offset for s in removed)
+            active = self._segments[-1]
+            end = active.truncate_to(offset)
+            active.resize_indexes(self.config.segment_index_bytes)
+            self._after_truncation_locked(end)
+            log.info("%s: truncated to offset %d", self.name, end)
+            return end
+
+    def _restart_at_locked(self, offset):
+        """Empty the log and start it at offset (a follower behind its leader's log start,
+        or truncated to its own start: Kafka's truncateFullyAndStartAt)."""
+        deadline = self.clock_ms() + self.config.file_delete_delay_ms
+        old = self._segments
+        self._delete_pending_locked({s.base_offset for s in old})
+        for segment in reversed(old):
+            segment.rename_suffix("", files.DELETED_SUFFIX)
+            self._pending_deletes.append((deadline, segment))
+        self.txn_indexes.forget_segments(s.base_offset for s in old)
+        self.log_start_offset = offset
+        if self._log_start_checkpoint is not None:
+            self._log_start_checkpoint.write(offset)
+        segment = LogSegment(self.directory, offset, self.config, now_ms=self.clock_ms(),
+                             open_files=self._open_files, new=True)
+        self._segments = [segment]
+        self._bases = [offset]
+        self.producer_state.truncate_fully()
+        self._after_truncation_locked(offset)
+        if self.epochs is not None:
+            self.epochs.truncate_from_start(offset)
+        log.info("%s: emptied; the log now starts at offset %d", self.name, offset)
+        return offset
+
+    def _after_truncation_locked(self, end):
+        self._next_offset = end
+        self.high_watermark = min(self.high_watermark, end)
+        self.recovery_point = min(self.recovery_point, end)
+        self._unreplicated = [t for t in self._unreplicated if t[1] < end]
+        self.txn_indexes.truncate_from(end)
+        if self.epochs is not None:
+            self.epochs.truncate_from_end(end)
+        self._load_producer_state(list(self.producer_state.snapshot_offsets), False)
+        self._unflushed_records = 0
+        self._dir_dirty = True
 
     # --- roll --------------------------------------------------------------
 
@@ -448,7 +599,7 @@ class PartitionLog:
     # --- read --------------------------------------------------------------
 
     def read(self, fetch_offset, max_bytes=1 << 20, max_offset=None, min_one_batch=True,
-             buffer=None):
+             buffer=None, below_high_watermark=True):
         """Whole batches from the one holding fetch_offset, up to max_bytes.
 
         max_offset bounds what is visible (default: the high watermark; a
@@ -458,6 +609,7 @@ class PartitionLog:
         then views into it, valid until the next read with that buffer.
         Offsets that no segment holds in a log that is not compacted are
         CorruptRecordError, never skipped (see _missing_offsets).
+        below_high_watermark=False: up to the log end (a follower's fetch from its leader).
         """
         if self._closed:
             raise LogClosedError(f"partition log {self.name} is closed")
@@ -465,13 +617,15 @@ class PartitionLog:
             self.refresh()  # caught up with what we know: look for more
         segments = self._segments
         try:
-            return self._read(fetch_offset, max_bytes, max_offset, min_one_batch, buffer)
+            return self._read(fetch_offset, max_bytes, max_offset, min_one_batch, buffer,
+                              below_high_watermark)
         except (KafkaStorageError, _MissingOffsets) as exc:
             if self._segments is not segments:
                 # The cleaner, retention or a read-only view's refresh replaced segments
                 # under this read (one it held was closed or removed): read again, from the
                 # log as it is now.
-                return self._read(fetch_offset, max_bytes, max_offset, min_one_batch, buffer)
+                return self._read(fetch_offset, max_bytes, max_offset, min_one_batch, buffer,
+                                  below_high_watermark)
             if not self.readonly:
                 raise
             if not (isinstance(exc, _MissingOffsets) or
@@ -481,7 +635,8 @@ class PartitionLog:
             # below the log start the writer moved; a lazy segment finds its file gone at
             # its first use): look again before calling it damage.
             self.refresh()
-            return self._read(fetch_offset, max_bytes, max_offset, min_one_batch, buffer)
+            return self._read(fetch_offset, max_bytes, max_offset, min_one_batch, buffer,
+                              below_high_watermark)
 
     def _read(self, fetch_offset, max_bytes, max_offset, min_one_batch, buffer,
               below_high_watermark=True):
@@ -489,10 +644,12 @@ class PartitionLog:
         following the writer's batches before it moves its high watermark past them)."""
         segments, bases = self._segments, self._bases
         high_watermark = self.high_watermark
-        upper = high_watermark if max_offset is None else \
-            min(max_offset, high_watermark) if below_high_watermark else max_offset
         log_start = self.log_start_offset
         end = self._next_offset
+        if not below_high_watermark:
+            upper = end if max_offset is None else max_offset
+        else:
+            upper = high_watermark if max_offset is None else min(max_offset, high_watermark)
         if fetch_offset < log_start or fetch_offset > end:
             raise OffsetOutOfRangeError(
                 f"offset {fetch_offset} is out of range for {self.name} (log start {log_start}, "
@@ -604,6 +761,8 @@ class PartitionLog:
             self._log_start_checkpoint.write(self.log_start_offset)
         self._segments = keep
         self._bases = [s.base_offset for s in keep]
+        if self.epochs is not None:
+            self.epochs.truncate_from_start(self.log_start_offset)
         self.producer_state.delete_snapshots_below(keep[0].base_offset)
         self.txn_indexes.forget_segments(s.base_offset for s in deletable)
         deadline = self.clock_ms() + self.config.file_delete_delay_ms
@@ -724,6 +883,8 @@ class PartitionLog:
                     f"cannot move the log start of {self.name} to {new_start}, past its high "
                     f"watermark {self.high_watermark}", self.name, new_start)
             self.log_start_offset = max(self.log_start_offset, new_start)
+            if self.epochs is not None:
+                self.epochs.truncate_from_start(self.log_start_offset)
             return self.log_start_offset
 
     def expire_producers(self, now_ms=None):

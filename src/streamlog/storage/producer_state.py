@@ -385,6 +385,14 @@ class ProducerState:
         for old in [o for o in self.snapshot_offsets if o < offset and o != keep]:
             self._delete_snapshot(old)
 
+    def truncate_fully(self):
+        """The log was emptied (a replica restarted at its leader's log start): every
+        producer and snapshot goes, as in Kafka's truncateFullyAndStartAt."""
+        for offset in list(self.snapshot_offsets):
+            self._delete_snapshot(offset)
+        self.producers = {}
+        self.ongoing = {}
+
     def _delete_snapshot(self, offset):
         try:
             os.remove(files.snapshot_file(self.directory, offset))

@@ -610,6 +610,20 @@ class LogSegment:
         seal=False: the segment stays the active one (its close seals it)."""
         return self._rebuild_indexes(truncate=True, seal=seal)
 
+    @_uses_files
+    def truncate_to(self, offset):
+        """Cut every batch that ends at or after offset, while readers may be reading (a
+        replica's divergent tail: PartitionLog.truncate_to); the segment is an active one
+        afterwards, its indexes rebuilt. Returns its next offset (below offset when offset
+        fell inside a batch: a batch is kept whole or not at all)."""
+        position = self.translate_offset(offset)
+        if position is not None:
+            self._recent = []
+            self._recent_end = -1
+            self.log.cut_to(position)
+        self._sealed = False
+        return self._rebuild_indexes(truncate=False, seal=False).next_offset
+
     def _rebuild_indexes(self, truncate, seal=True):
         self.offset_index.reset()
         self.time_index.reset()
