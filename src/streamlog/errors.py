@@ -263,3 +263,48 @@ class IllegalStateError(StreamlogError):
 
 class NoOffsetForPartitionError(OffsetOutOfRangeError):
     """No committed offset and auto_offset_reset='none'."""
+
+
+# --- replication (a cluster of brokers: streamlog.cluster) ---------------------------
+
+class NotLeaderOrFollowerError(StreamlogError):
+    """This broker does not lead the partition (it follows it, or holds no replica): a
+    client refreshes its metadata and asks the leader."""
+
+    retriable = True
+
+
+class LeaderNotAvailableError(StreamlogError):
+    """The partition has no leader now (no eligible replica is alive)."""
+
+    retriable = True
+
+
+class NotEnoughReplicasError(StreamlogError):
+    """acks=all with fewer in-sync replicas than min.insync.replicas: nothing was written."""
+
+    retriable = True
+
+
+class NotEnoughReplicasAfterAppendError(NotEnoughReplicasError):
+    """acks=all: written to the leader, but the in-sync replicas fell below
+    min.insync.replicas before it was replicated; the record may or may not survive."""
+
+
+class FencedLeaderEpochError(StreamlogError):
+    """The request names a leader epoch older than the partition's: the sender's metadata
+    is stale."""
+
+    retriable = True
+
+
+class UnknownLeaderEpochError(StreamlogError):
+    """The request names a leader epoch newer than this broker knows: it is behind."""
+
+    retriable = True
+
+
+class NotCoordinatorError(StreamlogError):
+    """This broker is not the coordinator of the group or transactional id."""
+
+    retriable = True

@@ -18,6 +18,8 @@ LAYERS = [
     # The Kafka wire-protocol server: over the broker and coordinators, never the client
     # layer (Database.serve starts one).
     ("server", ["streamlog.server"]),
+    # Brokers in one process, replicated (issue: the cluster): runs a server per broker.
+    ("cluster", ["streamlog.cluster"]),
     ("client", ["streamlog.client"]),
     ("integrations", ["streamlog.cli", "streamlog.testing", "streamlog.progress"]),
 ]

@@ -113,6 +113,9 @@ class Broker:
         self.appender = Appender()
         self._services = []  # (name, object with close()): see attach_service
         self._producer_ids = iter(())  # what is left of the block init_producer_id hands out
+        # In a cluster (streamlog.cluster): this broker's replicas (replica_manager.py);
+        # None for a database on its own, where every partition is a single replica.
+        self.replicas = None
         self.partitions = {}  # TopicPartition -> PartitionLog, replaced on change
         # Directories named like partitions that the metadata log cannot explain: kept as they
         # are, listed here and logged (see _remove_deleted_leftovers).
@@ -296,7 +299,7 @@ class Broker:
 
     # --- requests: topics ------------------------------------------------------
 
-    def create_topic(self, name, partitions=None, config=None, internal=False):
+    def create_topic(self, name, partitions=None, config=None, internal=False, topic_id=None):
         self._check_writable()
         with self._lock:
             count = self.config.num_partitions if partitions is None else partitions
@@ -304,7 +307,8 @@ class Broker:
             validate_partitions(count)
             if name not in self.metadata.topics:
                 self._check_new_partition_dirs(name, 0, count)
-            info = self.metadata.create(name, count, config, allow_internal=internal)
+            info = self.metadata.create(name, count, config, allow_internal=internal,
+                                        topic_id=topic_id)
             try:
                 self._sync_partitions()
             except Exception as exc:
@@ -486,14 +490,18 @@ class Broker:
 
     # --- requests: produce ----------------------------------------------------
 
-    def produce(self, tp, data, origin=None):
+    def produce(self, tp, data, origin=None, acks=1):
         """Append encoded batches to tp; returns storage's AppendInfo (acks=1 semantics).
 
         Waiting fetches on tp are checked at once, so a long poll wakes as
         soon as the append returns. origin: who writes, for the producer rules
         (storage.producer_state: a client by default; the coordinators pass theirs).
+        A replicated partition appends on its leader only (replica_manager.py); acks=-1
+        then refuses when too few replicas are in sync.
         """
         self._check_writable()
+        if self.replicas is not None and self.replicas.manages(tp):
+            return self.replicas.append(tp, data, origin, acks)
         info = self.partition_log(tp).append(data, origin=origin)
         if self.fetch_purgatory.check_and_complete(tp):
             # A consumer thread was woken: let it have the GIL now rather than after this
@@ -508,7 +516,10 @@ class Broker:
         with self._lock:
             producer_id = next(self._producer_ids, None)
             if producer_id is None:
-                self._producer_ids = iter(self.metadata.allocate_producer_ids())
+                # In a cluster the ids must be unique across brokers: the controller's.
+                self._producer_ids = iter(self.metadata.allocate_producer_ids()
+                                          if self.replicas is None
+                                          else self.replicas.allocate_producer_ids())
                 producer_id = next(self._producer_ids)
             return producer_id, 0
 
@@ -519,6 +530,8 @@ class Broker:
         self._check_writable()
         out = {}
         for tp, producer_id, epoch, coordinator_epoch, commit in markers:
+            if self.replicas is not None and self.replicas.manages(tp):
+                self.replicas.leader_replica(tp)
             out[tp] = self.partition_log(tp).write_txn_marker(producer_id, epoch,
                                                               coordinator_epoch, commit)
             self.fetch_purgatory.check_and_complete(tp)
@@ -673,12 +686,34 @@ class Broker:
     def closed(self):
         return self._closed
 
+    def crash(self):
+        """Stop as a killed process does: threads stopped, files closed unflushed, no
+        clean-shutdown marker; the next open recovers (a cluster's broker kill)."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        if self.replicas is not None:
+            self.replicas.close(checkpoint=False)
+        for _, service in reversed(self._services):
+            try:
+                service.close()
+            except Exception:
+                log.exception("closing a broker service failed")
+        for tp in list(self.partitions):
+            for op in self.fetch_purgatory.cancel_for_key(tp):
+                op.force_complete()
+        self.fetch_purgatory.shutdown()
+        self._abandon()
+
     def close(self):
         """Drain, answer waiting fetches, stop the threads, seal the logs, release the lock."""
         with self._lock:
             if self._closed:
                 return
             self._closed = True
+        if self.replicas is not None:
+            self.replicas.close()
         for _, service in reversed(self._services):
             try:
                 service.close()

@@ -181,7 +181,9 @@ class TopicRegistry:
         self.next_producer_id_block = next_block
         self._replayed_to = self._log.log_end_offset
 
-    def create(self, name, partitions, overrides=None, allow_internal=False):
+    def create(self, name, partitions, overrides=None, allow_internal=False, topic_id=None):
+        """topic_id: the id a cluster's controller gave the topic (every broker's replicas
+        share it); None: a fresh one."""
         validate_topic_name(name, allow_internal)
         validate_partitions(partitions)
         normalized = normalized_overrides(overrides or {})  # raises on a bad key or value
@@ -194,7 +196,7 @@ class TopicRegistry:
                 raise InvalidTopicError(
                     f"topic {name!r} collides with existing topic {twin!r} ('.' and '_' are "
                     "treated alike in metric names); choose another name")
-            return self._write(name, {"v": 1, "name": name, "id": uuid.uuid4().hex,
+            return self._write(name, {"v": 1, "name": name, "id": topic_id or uuid.uuid4().hex,
                                       "partitions": partitions, "config": normalized,
                                       "created_ms": int(time.time() * 1000)})
 

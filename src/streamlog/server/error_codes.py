@@ -8,6 +8,14 @@ from kio.schema.errors import ErrorCode
 from .. import errors
 
 _ERROR_CODES = [
+    # replication
+    (errors.NotLeaderOrFollowerError, ErrorCode.not_leader_or_follower),
+    (errors.LeaderNotAvailableError, ErrorCode.leader_not_available),
+    (errors.NotEnoughReplicasAfterAppendError, ErrorCode.not_enough_replicas_after_append),
+    (errors.NotEnoughReplicasError, ErrorCode.not_enough_replicas),
+    (errors.FencedLeaderEpochError, ErrorCode.fenced_leader_epoch),
+    (errors.UnknownLeaderEpochError, ErrorCode.unknown_leader_epoch),
+    (errors.NotCoordinatorError, ErrorCode.not_coordinator),
     # storage and topics
     (errors.UnknownTopicOrPartitionError, ErrorCode.unknown_topic_or_partition),
     (errors.TopicAlreadyExistsError, ErrorCode.topic_already_exists),

@@ -35,9 +35,10 @@ _CONNECTION_CHECK_S = 0.1
 
 
 class GroupHandlers:
-    def __init__(self, broker, node):
+    def __init__(self, broker, node, view=None):
         self.broker = broker
-        self._node = node              # NODE_ID of this server
+        self._node = node              # this broker's node id
+        self._view = view              # its cluster (cluster.ClusterView), None on its own
         self._coordinator = None
         self._rebalance_timeouts = {}  # group -> longest rebalance timeout (ms) of its joins
 
@@ -57,16 +58,28 @@ class GroupHandlers:
 
     # --- FindCoordinator -------------------------------------------------------------
 
+    def _coordinator_of(self, key, context):
+        """(node id, host, port) of the broker coordinating key: this one on its own; in a
+        cluster the one the cluster names (cluster.Cluster.coordinator_for)."""
+        if self._view is None:
+            return self._node, context.host, context.port
+        node = self._view.coordinator_for(key)
+        for broker in self._view.brokers():
+            if broker[0] == node:
+                return broker
+        return self._node, context.host, context.port
+
     def find_coordinator(self, version, body, context):
         cls, types = response_types(FIND_COORDINATOR, version)
-        host, port = context.host, context.port
         if version >= 4:
             return build(cls, throttle_time=NO_THROTTLE, coordinators=tuple(
-                build(types.Coordinator, key=key, node_id=i32(self._node), host=host,
+                build(types.Coordinator, key=key, node_id=i32(node), host=host,
                       port=i32(port), error_code=ErrorCode.none, error_message=None)
-                for key in body.coordinator_keys))
+                for key in body.coordinator_keys
+                for node, host, port in [self._coordinator_of(key, context)]))
+        node, host, port = self._coordinator_of(body.key, context)
         return build(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.none,
-                     error_message=None, node_id=i32(self._node), host=host, port=i32(port))
+                     error_message=None, node_id=i32(node), host=host, port=i32(port))
 
     # --- JoinGroup, SyncGroup ------------------------------------------------------------
 

@@ -6,6 +6,7 @@ Every handler runs on a worker thread (network.py), so it may wait: a Fetch for 
 max_wait, a Produce with acks=all for its fsync. A handler returns the response entity, or
 None when the request wants none (Produce with acks=0).
 """
+import contextlib
 import datetime
 import threading
 import time
@@ -70,8 +71,59 @@ class Handlers:
                         DESCRIBE_CLUSTER: self.describe_cluster,
                         ALTER_CONFIGS: self.alter_configs,
                         INCREMENTAL_ALTER_CONFIGS: self.incremental_alter_configs}
-        self._by_key.update(GroupHandlers(broker, NODE_ID).table)
+        self._by_key.update(GroupHandlers(broker, self.node_id, self._view).table)
         self._by_key.update(TxnHandlers(broker).table)
+
+    @property
+    def _view(self):
+        """The cluster this broker belongs to (cluster.ClusterView), or None on its own."""
+        replicas = self.broker.replicas
+        return None if replicas is None else replicas.view
+
+    @property
+    def node_id(self):
+        view = self._view
+        return NODE_ID if view is None else view.node_id
+
+    def _brokers(self, context):
+        """[(node id, host, port)] to advertise: the cluster's live brokers, or this one at
+        the address the client connected to."""
+        view = self._view
+        return [(NODE_ID, context.host, context.port)] if view is None else view.brokers()
+
+    def _partition_metadata(self, types, tp):
+        view = self._view
+        state = None if view is None else view.partition_state(tp)
+        if state is None:   # a database on its own, or an internal topic (not replicated)
+            node = self.node_id
+            return build(types.MetadataResponsePartition, error_code=ErrorCode.none,
+                         partition_index=i32(tp.partition), leader_id=i32(node),
+                         leader_epoch=i32(0), replica_nodes=(i32(node),),
+                         isr_nodes=(i32(node),), offline_replicas=())
+        live = {b[0] for b in view.brokers()}
+        return build(types.MetadataResponsePartition,
+                     error_code=ErrorCode.leader_not_available if state.leader < 0
+                     else ErrorCode.none,
+                     partition_index=i32(tp.partition), leader_id=i32(state.leader),
+                     leader_epoch=i32(state.leader_epoch),
+                     replica_nodes=tuple(i32(r) for r in state.replicas),
+                     isr_nodes=tuple(i32(r) for r in state.isr),
+                     offline_replicas=tuple(i32(r) for r in state.replicas if r not in live))
+
+    def _ensure_topic(self, name, allow_create):
+        """The topic's info, auto-created (through the controller in a cluster) when allowed."""
+        view = self._view
+        if view is not None and allow_create and name not in self.broker.topics():
+            validate_topic_name(name)
+            with contextlib.suppress(errors.TopicAlreadyExistsError):
+                view.create_topic(name, self.broker.config.num_partitions, None, {})
+        return self.broker.ensure_topic(name) if allow_create else self.broker.topic(name)
+
+    def _check_leader(self, tp):
+        """In a cluster, only tp's leader serves its produce, fetch and offsets."""
+        replicas = self.broker.replicas
+        if replicas is not None and replicas.manages(tp):
+            replicas.check_readable(tp)
 
     def handle(self, header, body, connection):
         """The response entity to one decoded request on a Connection."""
@@ -112,27 +164,26 @@ class Handlers:
             try:
                 if name is None:   # a topic named by id only: ids are not served
                     raise errors.InvalidRequestError("topics are looked up by name here")
-                info = self.broker.ensure_topic(name) if allow_create else self.broker.topic(name)
+                info = self._ensure_topic(name, allow_create)
             except errors.StreamlogError as exc:
                 topics.append(build(types.MetadataResponseTopic, error_code=error_code(exc),
                                     name=name if name is not None or version >= 12 else "",
                                     topic_id=uuid.UUID(int=0), is_internal=False,
                                     partitions=(), topic_authorized_operations=i32(-2**31)))
                 continue
-            partitions = tuple(build(
-                types.MetadataResponsePartition, error_code=ErrorCode.none,
-                partition_index=i32(p), leader_id=i32(NODE_ID), leader_epoch=i32(0),
-                replica_nodes=(i32(NODE_ID),), isr_nodes=(i32(NODE_ID),), offline_replicas=())
-                for p in range(info.partitions))
+            partitions = tuple(self._partition_metadata(types, TopicPartition(name, p))
+                               for p in range(info.partitions))
             topics.append(build(types.MetadataResponseTopic, error_code=ErrorCode.none,
                                 name=name, topic_id=uuid.UUID(hex=info.topic_id),
                                 is_internal=info.internal, partitions=partitions,
                                 topic_authorized_operations=i32(-2**31)))
-        host, port = context.host, context.port
+        view = self._view
         return build(cls, throttle_time=NO_THROTTLE, cluster_id=self.cluster_id,
-                     controller_id=i32(NODE_ID), cluster_authorized_operations=i32(-2**31),
-                     brokers=(build(types.MetadataResponseBroker, node_id=i32(NODE_ID),
-                                    host=host, port=i32(port), rack=None),),
+                     controller_id=i32(NODE_ID if view is None else view.controller_id),
+                     cluster_authorized_operations=i32(-2**31),
+                     brokers=tuple(build(types.MetadataResponseBroker, node_id=i32(node),
+                                         host=host, port=i32(port), rack=None)
+                                   for node, host, port in self._brokers(context)),
                      topics=tuple(topics))
 
     # --- Produce ------------------------------------------------------------------
@@ -154,7 +205,7 @@ class Handlers:
                     if injected is not None:
                         raise injected
                     self._check_not_internal(tp.topic, "append to")
-                    info = self.broker.produce(tp, partition.records or b"")
+                    info = self.broker.produce(tp, partition.records or b"", acks=body.acks)
                     answer["base"] = info.first_offset
                     if info.log_append_time >= 0:
                         answer["append_time"] = datetime.datetime.fromtimestamp(
@@ -171,7 +222,8 @@ class Handlers:
         deadline = time.monotonic() + body.timeout.total_seconds()   # one for the request
         for done, answer in waits:
             if not done[0].wait(max(deadline - time.monotonic(), 0)):
-                answer["error"] = errors.RequestTimedOutError("not fsynced within the timeout")
+                answer["error"] = errors.RequestTimedOutError(
+                    "not replicated (or fsynced) within the timeout")
             elif done[1] is not None:
                 answer["error"] = done[1]
         return build(cls, throttle_time=NO_THROTTLE, responses=tuple(
@@ -190,14 +242,19 @@ class Handlers:
             raise errors.InvalidTopicError(f"cannot {action} internal topic {topic}")
 
     def _durable(self, tp, offset):
-        """(event, [error]) set once tp is fsynced below offset (acks=all)."""
+        """(event, [error]) set once tp is safe below offset (acks=all): replicated to the
+        ISR in a cluster (its high watermark), fsynced on a database on its own."""
         event, result = threading.Event(), [None, None]
 
         def callback(error):
             result[1] = error
             event.set()
         result[0] = event
-        self.broker.when_durable(tp, offset, callback)
+        replicas = self.broker.replicas
+        if replicas is not None and replicas.manages(tp):
+            replicas.when_replicated(tp, offset, callback)
+        else:
+            self.broker.when_durable(tp, offset, callback)
         return result
 
     # --- Fetch --------------------------------------------------------------------
@@ -214,6 +271,11 @@ class Handlers:
                 partition_max = max(partition_max, partition.partition_max_bytes)
         results = {tp: injected for tp in positions
                    if (injected := self.faults.partition_error(FETCH, tp)) is not None}
+        for tp in positions:
+            if tp not in results:
+                exc = failure(self._check_leader, tp)
+                if exc is not None:
+                    results[tp] = exc
         known = [tp for tp in positions
                  if tp not in results and self.broker.has_partition(tp)]
         if known:
@@ -269,6 +331,7 @@ class Handlers:
                 tp = TopicPartition(topic.name, partition.partition_index)
                 offset, timestamp, exc = -1, -1, None
                 try:
+                    self._check_leader(tp)
                     found = self.broker.list_offsets({tp: partition.timestamp},
                                                      read_committed)[tp]
                     if found is not None:
@@ -281,10 +344,16 @@ class Handlers:
                 parts.append(build(types.ListOffsetsPartitionResponse,
                                    partition_index=partition.partition_index,
                                    error_code=error_code(exc), timestamp=i64(timestamp),
-                                   offset=i64(offset), leader_epoch=i32(0)))
+                                   offset=i64(offset),
+                                   leader_epoch=i32(self._leader_epoch(tp))))
             topics.append(build(types.ListOffsetsTopicResponse, name=topic.name,
                                 partitions=tuple(parts)))
         return build(cls, throttle_time=NO_THROTTLE, topics=tuple(topics))
+
+    def _leader_epoch(self, tp):
+        view = self._view
+        state = None if view is None else view.partition_state(tp)
+        return 0 if state is None else state.leader_epoch
 
     # --- CreateTopics, DeleteTopics ---------------------------------------------------
 
@@ -293,8 +362,9 @@ class Handlers:
         results = []
         for topic in body.topics:
             info, exc = None, None
+            view = self._view
             try:
-                if topic.replication_factor not in (-1, 1):
+                if view is None and topic.replication_factor not in (-1, 1):
                     results.append(build(
                         types.CreatableTopicResult, name=topic.name, topic_id=uuid.UUID(int=0),
                         error_code=ErrorCode.invalid_replication_factor,
@@ -313,6 +383,11 @@ class Handlers:
                         "null value not supported for topic configs (Kafka's rule)")
                 if body.validate_only:
                     self._validate_new_topic(topic.name, partitions, config)
+                elif view is not None:
+                    validate_topic_name(topic.name)
+                    view.create_topic(topic.name, partitions or self.broker.config.num_partitions,
+                                      int(topic.replication_factor), config)
+                    info = self.broker.topic(topic.name)
                 else:
                     info = self.broker.create_topic(topic.name, partitions, config)
             except errors.StreamlogError as exc_:
@@ -323,8 +398,15 @@ class Handlers:
                 error_code=error_code(exc), error_message=error_message(exc),
                 topic_config_error_code=ErrorCode.none,
                 num_partitions=i32(info.partitions if info is not None else -1),
-                replication_factor=i16(1 if info is not None else -1), configs=()))
+                replication_factor=i16(self._replication_factor(info)), configs=()))
         return build(cls, throttle_time=NO_THROTTLE, topics=tuple(results))
+
+    def _replication_factor(self, info):
+        if info is None:
+            return -1
+        view = self._view
+        state = None if view is None else view.partition_state(TopicPartition(info.name, 0))
+        return 1 if state is None else len(state.replicas)
 
     def _validate_new_topic(self, name, partitions, config):
         """CreateTopics with validate_only: the checks create_topic makes, nothing written."""
@@ -480,12 +562,14 @@ class Handlers:
 
     def describe_cluster(self, version, body, context):
         cls, types = response_types(DESCRIBE_CLUSTER, version)
-        host, port = context.host, context.port
+        view = self._view
         return build(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.none,
                      error_message=None, endpoint_type=i8(1), cluster_id=self.cluster_id,
-                     controller_id=i32(NODE_ID), cluster_authorized_operations=i32(-2**31),
-                     brokers=(build(types.DescribeClusterBroker, broker_id=i32(NODE_ID),
-                                    host=host, port=i32(port), rack=None),))
+                     controller_id=i32(NODE_ID if view is None else view.controller_id),
+                     cluster_authorized_operations=i32(-2**31),
+                     brokers=tuple(build(types.DescribeClusterBroker, broker_id=i32(node),
+                                         host=host, port=i32(port), rack=None)
+                                   for node, host, port in self._brokers(context)))
 
 
 # IncrementalAlterConfigs operations (Kafka's AlterConfigOp.OpType).

@@ -197,6 +197,11 @@ class KafkaServer:
             await self._server.wait_closed()
         self._on_loop(stop)
 
+    @property
+    def listening(self):
+        """Whether clients can connect now (False after stop_listening or close)."""
+        return not self._closed and self._server.is_serving()
+
     def start_listening(self):
         """Listen again on the same host and port after stop_listening()."""
         async def start():

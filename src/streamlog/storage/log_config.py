@@ -62,6 +62,7 @@ _RULES = {
     "flush.messages": ("flush_messages", _int(1)),
     "flush.ms": ("flush_ms", _int(0)),
     "min.insync.replicas": ("min_insync_replicas", _int(1)),
+    "unclean.leader.election.enable": ("unclean_leader_election_enable", _bool),
     "delete.retention.ms": ("delete_retention_ms", _int(0)),
     "min.cleanable.dirty.ratio": ("min_cleanable_dirty_ratio", _float(0.0, 1.0)),
     "min.compaction.lag.ms": ("min_compaction_lag_ms", _int(0)),
@@ -89,6 +90,7 @@ class LogConfig:
     flush_messages: int = LONG_MAX
     flush_ms: int = LONG_MAX
     min_insync_replicas: int = 1
+    unclean_leader_election_enable: bool = False
     delete_retention_ms: int = 24 * 3600 * 1000
     min_cleanable_dirty_ratio: float = 0.5
     min_compaction_lag_ms: int = 0

@@ -526,6 +526,12 @@ class PartitionLog:
             log.info("%s: truncated to offset %d", self.name, end)
             return end
 
+    def restart_at(self, offset):
+        """Empty the log and start it at offset (see _restart_at_locked); returns offset."""
+        with self._lock:
+            self._check_writable()
+            return self._restart_at_locked(offset)
+
     def _restart_at_locked(self, offset):
         """Empty the log and start it at offset (a follower behind its leader's log start,
         or truncated to its own start: Kafka's truncateFullyAndStartAt)."""

@@ -1,0 +1,490 @@
+"""One broker's share of a replicated cluster: which partitions it leads or follows, and
+what a leader knows of its followers (Kafka's ReplicaManager and Partition, core/).
+
+The controller (streamlog.cluster) decides each partition's PartitionState -- leader,
+leader epoch, replicas, in-sync replicas (ISR) -- and pushes it to every live broker
+(apply). A broker leads a partition when the state names it; it follows when it holds a
+replica and another leads. Kafka's rules, as kept here:
+
+  - Leader appends stamp the leader epoch into each batch (storage/partition_log.py). A
+    follower copies the leader's batches, offsets and epochs unchanged.
+  - acks=all: refused with NOT_ENOUGH_REPLICAS, nothing written, when the ISR is smaller
+    than min(min.insync.replicas, replicas) (Partition.appendRecordsToLeader); otherwise
+    answered once the high watermark passes the batch -- then NOT_ENOUGH_REPLICAS_AFTER_
+    APPEND if the ISR shrank below the minimum meanwhile (DelayedProduce).
+  - The high watermark is the smallest log end offset (LEO) among the ISR; it only moves
+    up, and not at all while the ISR is below the minimum (Kafka 3.7+, KAFKA-15583). A new
+    leader keeps the high watermark it had and knows no follower's LEO until each fetches.
+  - A follower's fetch tells the leader its LEO. It is caught up when it fetched at the
+    leader's LEO, or at the LEO the leader had at its previous fetch (then as of that
+    fetch); one not caught up for replica.lag.time.max.ms leaves the ISR (isr-expiration,
+    every half of that). One at or past the high watermark and the current epoch's start
+    offset joins it again. ISR changes go through the controller (AlterPartition).
+  - A replica that becomes a follower truncates, before it fetches, to where its log and
+    the leader's part: OffsetsForLeaderEpoch for its latest epoch (KIP-101, KIP-279);
+    with no epoch known, to its high watermark.
+
+The high watermarks are checkpointed in `replication-offset-checkpoint` at the root
+(Kafka's file and format), on the expiration tick and at close; a restarted broker starts
+each partition from it.
+
+Lock order: a replica manager never calls the controller or another broker while holding
+its lock (the controller calls apply() while holding its own).
+"""
+import logging
+import os
+import threading
+import time
+from typing import NamedTuple
+
+from ..errors import (FencedLeaderEpochError, LeaderNotAvailableError,
+                      NotEnoughReplicasAfterAppendError, NotEnoughReplicasError,
+                      NotLeaderOrFollowerError, StreamlogError, UnknownLeaderEpochError)
+from ..storage.checkpoint import CorruptCheckpointError, OffsetCheckpointFile
+
+log = logging.getLogger("streamlog.replication")
+
+HIGH_WATERMARK_CHECKPOINT = "replication-offset-checkpoint"
+NO_LEADER = -1
+DEFAULT_REPLICA_LAG_TIME_MAX_MS = 30000
+
+
+class PartitionState(NamedTuple):
+    """What the controller decided for one partition."""
+
+    leader: int            # broker id, NO_LEADER when none is eligible
+    leader_epoch: int
+    replicas: tuple        # broker ids, in assignment order
+    isr: tuple             # in-sync replicas, the leader among them
+    partition_epoch: int   # bumped by every change (AlterPartition's optimistic check)
+
+
+class ReplicaFetch(NamedTuple):
+    """A leader's answer to a follower's fetch of one partition."""
+
+    batches: list
+    high_watermark: int
+    log_start_offset: int
+    error: object = None
+
+
+class _Follower:
+    __slots__ = ("leo", "last_caught_up_ms", "last_fetch_ms", "leader_leo_at_last_fetch")
+
+    def __init__(self, in_sync, now_ms):
+        self.leo = -1   # unknown until it fetches from this leader
+        self.last_caught_up_ms = now_ms if in_sync else 0
+        self.last_fetch_ms = 0
+        self.leader_leo_at_last_fetch = -1
+
+
+class _Replica:
+    """One partition on this broker."""
+
+    __slots__ = ("tp", "log", "state", "followers", "epoch_start_offset", "waiters",
+                 "needs_truncation")
+
+    def __init__(self, tp, partition_log, state):
+        self.tp = tp
+        self.log = partition_log
+        self.state = state
+        self.followers = {}
+        self.epoch_start_offset = 0
+        self.waiters = []            # acks=all: (required offset, callback(error or None))
+        self.needs_truncation = False
+
+
+class ReplicaManager:
+    def __init__(self, broker, node_id, controller,
+                 replica_lag_time_max_ms=DEFAULT_REPLICA_LAG_TIME_MAX_MS):
+        """controller: what this broker asks of the controller --
+        alter_partition(node_id, tp, leader_epoch, partition_epoch, isr) -> PartitionState
+        or None when refused (stale), and allocate_producer_ids(node_id) -> range."""
+        self.broker = broker
+        self.node_id = node_id
+        self.controller = controller
+        self.replica_lag_time_max_ms = replica_lag_time_max_ms
+        self.clock_ms = broker.clock_ms
+        self._replicas = {}
+        self._lock = threading.RLock()
+        # Wakes replica fetches that wait at the log end (a follower's long poll).
+        self._appended = threading.Condition()
+        self._checkpoint = OffsetCheckpointFile(os.path.join(broker.root,
+                                                             HIGH_WATERMARK_CHECKPOINT))
+        try:
+            self._checkpointed = self._checkpoint.read()
+        except CorruptCheckpointError as exc:
+            log.warning("%s; high watermarks start from 0", exc)
+            self._checkpointed = {}
+        self._closed = threading.Event()
+        self._ticker = threading.Thread(target=self._tick, daemon=True,
+                                        name=f"streamlog-isr-expiration-{node_id}")
+        self._ticker.start()
+
+    # --- what the controller decides ------------------------------------------
+
+    def apply(self, tp, state):
+        """Take the controller's state of tp: become its leader or a follower, or take a
+        new ISR. Only a replica listed in state.replicas keeps a role."""
+        with self._lock:
+            replica = self._replicas.get(tp)
+            if self.node_id not in state.replicas:
+                if replica is not None:
+                    self._fail_waiters(replica, NotLeaderOrFollowerError(
+                        f"broker {self.node_id} no longer holds a replica of {tp}"))
+                    del self._replicas[tp]
+                return
+            if replica is None:
+                partition_log = self.broker.partition_log(tp)
+                partition_log.start_replication(self._checkpointed.get(tp, 0))
+                replica = self._replicas[tp] = _Replica(tp, partition_log, None)
+            old = replica.state
+            replica.state = state
+            new_epoch = old is None or state.leader_epoch != old.leader_epoch
+            if state.leader == self.node_id:
+                if new_epoch:
+                    self._become_leader(replica)
+                self._maybe_advance_high_watermark(replica)
+                self._complete_waiters(replica)
+            elif new_epoch:
+                replica.log.become_follower()
+                replica.followers = {}
+                replica.needs_truncation = True
+                self._fail_waiters(replica, NotLeaderOrFollowerError(
+                    f"broker {self.node_id} no longer leads {tp}"))
+        with self._appended:
+            self._appended.notify_all()   # a waiting replica fetch sees the change
+
+    def _become_leader(self, replica):
+        """Kafka's makeLeader: the epoch starts at the log end; every follower's LEO is
+        unknown until it fetches; those in the ISR count as caught up from now."""
+        partition_log = replica.log
+        partition_log.become_leader(replica.state.leader_epoch)
+        replica.epoch_start_offset = partition_log.log_end_offset
+        replica.needs_truncation = False
+        now = self.clock_ms()
+        replica.followers = {r: _Follower(r in replica.state.isr, now)
+                             for r in replica.state.replicas if r != self.node_id}
+        log.info("broker %d leads %s in epoch %d from offset %d (ISR %s)", self.node_id,
+                 replica.tp, replica.state.leader_epoch, replica.epoch_start_offset,
+                 list(replica.state.isr))
+
+    # --- queries --------------------------------------------------------------------
+
+    def manages(self, tp):
+        return tp in self._replicas
+
+    def state(self, tp):
+        replica = self._replicas.get(tp)
+        return None if replica is None else replica.state
+
+    def followed(self):
+        """{tp: (leader id, leader epoch)} of the partitions this broker follows."""
+        return {tp: (r.state.leader, r.state.leader_epoch) for tp, r in
+                list(self._replicas.items()) if r.state.leader != self.node_id}
+
+    def needs_truncation(self, tp):
+        replica = self._replicas.get(tp)
+        return replica is not None and replica.needs_truncation
+
+    def leader_replica(self, tp, leader_epoch=None):
+        """The replica of tp if this broker leads it; else the error Kafka answers."""
+        replica = self._replicas.get(tp)
+        if replica is None:
+            raise NotLeaderOrFollowerError(f"broker {self.node_id} holds no replica of {tp}")
+        state = replica.state
+        if leader_epoch is not None and leader_epoch >= 0:
+            if leader_epoch < state.leader_epoch:
+                raise FencedLeaderEpochError(
+                    f"leader epoch {leader_epoch} of {tp} is older than {state.leader_epoch}")
+            if leader_epoch > state.leader_epoch:
+                raise UnknownLeaderEpochError(
+                    f"leader epoch {leader_epoch} of {tp} is newer than {state.leader_epoch}")
+        if state.leader == NO_LEADER:
+            raise LeaderNotAvailableError(f"{tp} has no leader now")
+        if state.leader != self.node_id:
+            raise NotLeaderOrFollowerError(
+                f"broker {self.node_id} follows {tp}; broker {state.leader} leads it")
+        return replica
+
+    def check_readable(self, tp):
+        """A consumer's fetch or ListOffsets of tp: only its leader answers (KIP-392's
+        follower fetching is not served)."""
+        self.leader_replica(tp)
+
+    # --- the leader's side -------------------------------------------------------
+
+    def append(self, tp, data, origin=None, acks=1):
+        """Append a client's (or a coordinator's) batches on the leader. acks=-1 first
+        checks the ISR against min.insync.replicas; the caller then waits with
+        when_replicated."""
+        replica = self.leader_replica(tp)
+        if acks == -1:
+            self._check_enough_replicas(replica, NotEnoughReplicasError)
+        info = replica.log.append(data, origin=origin)
+        with self._lock:
+            self._maybe_advance_high_watermark(replica)
+        with self._appended:
+            self._appended.notify_all()
+        return info
+
+    def _check_enough_replicas(self, replica, error):
+        state = replica.state
+        needed = min(replica.log.config.min_insync_replicas, len(state.replicas))
+        if len(state.isr) < needed:
+            raise error(f"{replica.tp} has {len(state.isr)} in-sync replica(s) "
+                        f"{list(state.isr)}, fewer than min.insync.replicas={needed}")
+
+    def when_replicated(self, tp, offset, callback):
+        """callback(error or None) once the high watermark of tp reaches offset (acks=all),
+        or at once with the error if this broker stops leading tp first."""
+        with self._lock:
+            try:
+                replica = self.leader_replica(tp)
+            except StreamlogError as exc:
+                error = exc
+            else:
+                replica.waiters.append((offset, callback))
+                self._complete_waiters(replica)
+                return
+        callback(error)
+
+    def _complete_waiters(self, replica):
+        if not replica.waiters:
+            return
+        hw = replica.log.high_watermark
+        done = [w for w in replica.waiters if w[0] <= hw]
+        if not done:
+            return
+        replica.waiters = [w for w in replica.waiters if w[0] > hw]
+        error = None
+        try:
+            self._check_enough_replicas(replica, NotEnoughReplicasAfterAppendError)
+        except NotEnoughReplicasAfterAppendError as exc:
+            error = exc
+        for _, callback in done:
+            callback(error)
+
+    def _fail_waiters(self, replica, error):
+        waiters, replica.waiters = replica.waiters, []
+        for _, callback in waiters:
+            callback(error)
+
+    def _maybe_advance_high_watermark(self, replica):
+        """HW = min LEO over the ISR, only upwards, never while the ISR is below the
+        minimum (see the module doc). Under self._lock."""
+        state = replica.state
+        if state.leader != self.node_id:
+            return
+        if len(state.isr) < min(replica.log.config.min_insync_replicas, len(state.replicas)):
+            return
+        partition_log = replica.log
+        candidate = partition_log.log_end_offset
+        for replica_id in state.isr:
+            if replica_id == self.node_id:
+                continue
+            follower = replica.followers.get(replica_id)
+            leo = -1 if follower is None else follower.leo
+            if leo < 0:
+                return   # a follower of this epoch that has not fetched yet
+            candidate = min(candidate, leo)
+        if candidate > partition_log.high_watermark and partition_log.set_high_watermark(
+                candidate):
+            self._complete_waiters(replica)
+            self.broker.fetch_purgatory.check_and_complete(replica.tp)
+
+    def replica_fetch(self, replica_id, partitions, max_bytes=1 << 20, max_wait_ms=0):
+        """A follower's fetch: partitions = {tp: (fetch offset, its leader epoch)}. Records
+        up to the log end (not the HW); the follower's LEO, caught-up time and ISR
+        membership are updated first, as Kafka's updateFollowerFetchState does. Waits up to
+        max_wait_ms while nothing is new. Returns {tp: ReplicaFetch}."""
+        deadline = time.monotonic() + max_wait_ms / 1000
+        expand = []
+        out = self._replica_read(replica_id, partitions, max_bytes, expand)
+        while not any(r.batches or r.error for r in out.values()) and \
+                time.monotonic() < deadline and not self._closed.is_set():
+            with self._appended:
+                if all(self._nothing_new(tp, offset) for tp, (offset, _) in
+                       partitions.items()):
+                    self._appended.wait(max(deadline - time.monotonic(), 0))
+            out = self._replica_read(replica_id, partitions, max_bytes, None)
+        for tp, isr in expand:
+            self._alter_isr(tp, isr)
+        return out
+
+    def _nothing_new(self, tp, offset):
+        replica = self._replicas.get(tp)
+        return replica is not None and replica.state.leader == self.node_id and \
+            replica.log.log_end_offset <= offset
+
+    def _replica_read(self, replica_id, partitions, max_bytes, expand):
+        out = {}
+        now = self.clock_ms()
+        for tp, (offset, leader_epoch) in partitions.items():
+            try:
+                replica = self.leader_replica(tp, leader_epoch)
+                if replica_id not in replica.state.replicas:
+                    raise NotLeaderOrFollowerError(f"broker {replica_id} is no replica of {tp}")
+                partition_log = replica.log
+                with self._lock:
+                    self._update_follower(replica, replica_id, offset, now)
+                    if expand is not None:
+                        isr = self._isr_with(replica, replica_id)
+                        if isr is not None:
+                            expand.append((tp, isr))
+                    self._maybe_advance_high_watermark(replica)
+                fetched = partition_log.read(offset, max_bytes, below_high_watermark=False)
+                out[tp] = ReplicaFetch(fetched.batches, partition_log.high_watermark,
+                                       partition_log.log_start_offset)
+            except StreamlogError as exc:
+                replica = self._replicas.get(tp)
+                out[tp] = ReplicaFetch([], -1, -1 if replica is None else
+                                       replica.log.log_start_offset, exc)
+        return out
+
+    def _update_follower(self, replica, replica_id, offset, now):
+        follower = replica.followers.get(replica_id)
+        if follower is None:
+            follower = replica.followers[replica_id] = _Follower(False, now)
+        leader_leo = replica.log.log_end_offset
+        if offset >= leader_leo:
+            follower.last_caught_up_ms = max(follower.last_caught_up_ms, now)
+        elif offset >= follower.leader_leo_at_last_fetch >= 0:
+            follower.last_caught_up_ms = max(follower.last_caught_up_ms,
+                                             follower.last_fetch_ms)
+        follower.leo = offset
+        follower.leader_leo_at_last_fetch = leader_leo
+        follower.last_fetch_ms = now
+
+    def _isr_with(self, replica, replica_id):
+        """The ISR with replica_id added when it qualifies (Kafka's maybeExpandIsr: at or
+        past the high watermark and the epoch's start offset), else None."""
+        state = replica.state
+        follower = replica.followers.get(replica_id)
+        if replica_id in state.isr or follower is None:
+            return None
+        if follower.leo >= replica.log.high_watermark and \
+                follower.leo >= replica.epoch_start_offset:
+            return tuple(r for r in state.replicas if r in state.isr or r == replica_id)
+        return None
+
+    def _alter_isr(self, tp, isr):
+        """Propose a new ISR to the controller (outside our lock: it calls apply())."""
+        replica = self._replicas.get(tp)
+        if replica is None or replica.state.leader != self.node_id:
+            return
+        state = replica.state
+        if self.controller.alter_partition(self.node_id, tp, state.leader_epoch,
+                                           state.partition_epoch, isr) is None:
+            log.info("broker %d: ISR change of %s to %s refused as stale", self.node_id, tp,
+                     list(isr))
+
+    def log_end_offsets(self, tp):
+        """(log start, log end) of tp on its leader, for a follower whose fetch offset
+        was out of range; None when this broker does not lead tp."""
+        try:
+            partition_log = self.leader_replica(tp).log
+        except StreamlogError:
+            return None
+        return partition_log.log_start_offset, partition_log.log_end_offset
+
+    def offsets_for_leader_epoch(self, tp, epoch, current_leader_epoch=None):
+        """(epoch, end offset) for a follower's OffsetsForLeaderEpoch (leader only)."""
+        replica = self.leader_replica(tp, current_leader_epoch)
+        return replica.log.end_offset_for_epoch(epoch)
+
+    def shrink_isrs(self):
+        """isr-expiration: drop the followers not caught up for replica.lag.time.max.ms."""
+        now = self.clock_ms()
+        changes = []
+        with self._lock:
+            for tp, replica in self._replicas.items():
+                state = replica.state
+                if state.leader != self.node_id:
+                    continue
+                lagging = [r for r in state.isr if r != self.node_id and
+                           now - getattr(replica.followers.get(r), "last_caught_up_ms", 0)
+                           > self.replica_lag_time_max_ms]
+                if lagging:
+                    changes.append((tp, tuple(r for r in state.isr if r not in lagging)))
+        for tp, isr in changes:
+            log.info("broker %d: shrinking the ISR of %s to %s", self.node_id, tp, list(isr))
+            self._alter_isr(tp, isr)
+
+    # --- the follower's side -----------------------------------------------------
+
+    def append_as_follower(self, tp, data, leader_epoch, leader_high_watermark):
+        """Append batches fetched from the leader of leader_epoch (their own offsets and
+        epochs), then take the leader's high watermark, bounded by our LEO. Ignored when
+        the partition's state moved on meanwhile."""
+        replica = self._replicas.get(tp)
+        if replica is None or replica.state.leader_epoch != leader_epoch or \
+                replica.state.leader == self.node_id or replica.needs_truncation:
+            return False
+        if data:
+            replica.log.append(data, assign_offsets=False)
+        replica.log.set_high_watermark(min(leader_high_watermark,
+                                           replica.log.log_end_offset))
+        return True
+
+    def truncate(self, tp, offset, leader_epoch):
+        """Cut tp's log at offset (a follower's divergent tail) and start fetching."""
+        replica = self._replicas.get(tp)
+        if replica is None or replica.state.leader_epoch != leader_epoch or \
+                replica.state.leader == self.node_id:
+            return
+        if offset > replica.log.log_end_offset:
+            end = replica.log.restart_at(offset)   # behind the leader's log start
+        else:
+            end = replica.log.truncate_to(offset)
+        replica.needs_truncation = False
+        log.info("broker %d: %s truncated to %d for leader epoch %d", self.node_id, tp, end,
+                 leader_epoch)
+
+    def local_epoch_end(self, tp, epoch):
+        """This replica's own (epoch, end offset) for epoch (KIP-279's iteration)."""
+        return self._replicas[tp].log.end_offset_for_epoch(epoch)
+
+    def latest_epoch(self, tp):
+        return self._replicas[tp].log.epochs.latest_epoch
+
+    def log_of(self, tp):
+        return self._replicas[tp].log
+
+    # --- producer ids -------------------------------------------------------------
+
+    def allocate_producer_ids(self):
+        """A block of producer ids unique in the cluster (Kafka's AllocateProducerIds)."""
+        return self.controller.allocate_producer_ids(self.node_id)
+
+    # --- background and lifecycle --------------------------------------------------
+
+    def _tick(self):
+        interval = max(self.replica_lag_time_max_ms / 2, 10) / 1000
+        while not self._closed.wait(interval):
+            try:
+                self.shrink_isrs()
+                self.checkpoint_high_watermarks()
+            except Exception:
+                if not self._closed.is_set():
+                    log.exception("broker %d: isr-expiration failed", self.node_id)
+
+    def checkpoint_high_watermarks(self):
+        with self._lock:
+            marks = {tp: r.log.high_watermark for tp, r in self._replicas.items()
+                     if not r.log.closed}
+        if marks:
+            self._checkpoint.write(marks)
+
+    def close(self, checkpoint=True):
+        self._closed.set()
+        with self._appended:
+            self._appended.notify_all()
+        self._ticker.join()
+        with self._lock:
+            for replica in self._replicas.values():
+                self._fail_waiters(replica, NotLeaderOrFollowerError(
+                    f"broker {self.node_id} is shutting down"))
+        if checkpoint:
+            self.checkpoint_high_watermarks()
+

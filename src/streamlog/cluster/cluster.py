@@ -1,0 +1,459 @@
+"""N brokers in one process: each its own database directory, broker id and Kafka
+listener, one controller, replica fetchers between them, and the faults a test asks for.
+
+Layout of a cluster directory::
+
+    <path>/controller/__cluster_metadata-0/   the controller's metadata log (controller.py)
+    <path>/broker-<id>/                       each broker's database (a streamlog database,
+                                              with replication-offset-checkpoint and, per
+                                              replicated partition, leader-epoch-checkpoint)
+
+Faults (what a test can do):
+  - stop(id): a clean shutdown (logs flushed, checkpoints written);
+  - kill(id): no clean shutdown, and the tail of every replicated log that was never
+    fsynced is lost, as a power cut loses the page cache (the broker's threads stop, its
+    listener closes, its files are closed unflushed);
+  - restart(id): the same directory, id and port: clients reconnect to the address they
+    know; it recovers, truncates as a follower and catches up;
+  - isolate(id) / heal(id): cut / restore the replication links between the broker and
+    every other (the controller stays reachable, as a KRaft controller quorum elsewhere
+    would be); isolate(id, clients=True) also stops its listener;
+  - slow(id, delay_ms): the broker's fetches from its leaders each wait delay_ms first.
+
+partition_state(topic, partition) reads the controller's decision and each live replica's
+log end offset and high watermark, for tests to wait on and assert.
+"""
+import contextlib
+import logging
+import os
+import shutil
+import tempfile
+import threading
+import time
+from typing import NamedTuple
+
+from ..broker.broker import Broker
+from ..coordinator.offsets import partition_for
+from ..broker.replica_manager import DEFAULT_REPLICA_LAG_TIME_MAX_MS, NO_LEADER, ReplicaManager
+from ..errors import (InvalidRequestError, LeaderNotAvailableError, NotLeaderOrFollowerError,
+                      RequestTimedOutError, StreamlogError)
+from ..storage.partition_log import wall_clock_ms
+from ..storage.record_batch import build_batch
+from ..structs import TopicPartition
+from .controller import Controller
+from .replica_fetcher import REPLICA_FETCH_WAIT_MAX_MS, LinkDown, ReplicaFetcher
+
+log = logging.getLogger("streamlog.cluster")
+
+
+class ReplicaInfo(NamedTuple):
+    broker_id: int
+    alive: bool
+    log_end_offset: int     # -1 when the broker is down
+    high_watermark: int
+
+
+class PartitionStatus(NamedTuple):
+    """cluster.partition_state(): the controller's view and each replica's offsets."""
+
+    leader: int
+    leader_epoch: int
+    replicas: tuple
+    isr: tuple
+    offline_replicas: tuple
+    replica_states: dict    # broker id -> ReplicaInfo
+
+    @property
+    def high_watermark(self):
+        info = self.replica_states.get(self.leader)
+        return -1 if info is None else info.high_watermark
+
+
+class _Slot:
+    """One broker of the cluster, up or down."""
+
+    def __init__(self, broker_id, root):
+        self.broker_id = broker_id
+        self.root = root
+        self.port = 0
+        self.broker = None
+        self.server = None
+        self.manager = None
+
+
+class ClusterView:
+    """What one broker's request handlers ask of the cluster (server/handlers.py): who
+    the brokers are, where a partition's leader is, which broker coordinates a group,
+    and topic creation through the controller."""
+
+    def __init__(self, cluster, node_id):
+        self._cluster = cluster
+        self.node_id = node_id
+
+    @property
+    def controller_id(self):
+        return min(self._cluster.controller.alive, default=self.node_id)
+
+    def brokers(self):
+        """[(broker id, host, port)] of the brokers clients can reach now."""
+        return self._cluster.reachable_brokers()
+
+    def partition_state(self, tp):
+        return self._cluster.controller.partitions.get(tp)
+
+    def coordinator_for(self, key):
+        return self._cluster.coordinator_for(key)
+
+    def create_topic(self, name, partitions, replication_factor, config):
+        return self._cluster.create_topic(name, partitions, replication_factor, config)
+
+
+class Cluster:
+    def __init__(self, brokers=3, path=None, config=None, host="127.0.0.1",
+                 replica_lag_time_max_ms=DEFAULT_REPLICA_LAG_TIME_MAX_MS,
+                 replica_fetch_wait_max_ms=REPLICA_FETCH_WAIT_MAX_MS, cluster_id=None):
+        """brokers: how many (ids 0..n-1); path: the cluster's directory (None: a temporary
+        one, removed at close); config: each broker's database config (topic defaults
+        such as min.insync.replicas included)."""
+        if brokers < 1:
+            raise InvalidRequestError(f"a cluster needs at least one broker, not {brokers}")
+        self.temporary = path is None
+        self.path = tempfile.mkdtemp(prefix="streamlog-cluster-") if path is None \
+            else os.path.abspath(path)
+        self.host = host
+        self.config = dict(config or {})
+        self.replica_lag_time_max_ms = replica_lag_time_max_ms
+        self.replica_fetch_wait_max_ms = min(replica_fetch_wait_max_ms,
+                                             max(replica_lag_time_max_ms // 3, 1))
+        self.cluster_id = cluster_id or "streamlog-cluster"
+        self._lock = threading.RLock()
+        self._cut = set()             # frozenset({a, b}) of cut replication links
+        self._slow = {}               # follower id -> seconds each of its fetches waits
+        self._fetchers = {}
+        self._closed = False
+        self.controller = Controller(os.path.join(self.path, "controller"), range(brokers))
+        self._slots = {i: _Slot(i, os.path.join(self.path, f"broker-{i}"))
+                       for i in range(brokers)}
+        try:
+            for broker_id in self._slots:
+                self._start(broker_id)
+        except BaseException:
+            self.close()
+            raise
+
+    # --- brokers up and down ---------------------------------------------------------
+
+    def _start(self, broker_id):
+        from ..server import KafkaServer   # kio is imported only by what serves
+        slot = self._slots[broker_id]
+        broker = Broker(slot.root, config=self.config)
+        try:
+            self._sync_topics(broker)
+            manager = ReplicaManager(broker, broker_id, self.controller,
+                                     self.replica_lag_time_max_ms)
+            manager.view = ClusterView(self, broker_id)
+            broker.replicas = manager
+            server = KafkaServer(broker, self.host, slot.port, cluster_id=self.cluster_id)
+        except BaseException:
+            broker.close()
+            raise
+        slot.broker, slot.manager, slot.server = broker, manager, server
+        slot.port = server.port
+        self.controller.broker_up(broker_id, manager)
+        with self._lock:
+            for other in self._slots:
+                if other != broker_id:
+                    self._start_fetcher(broker_id, other)
+                    self._start_fetcher(other, broker_id)
+
+    def _sync_topics(self, broker):
+        """Make the controller's topics a restarted broker missed while it was down."""
+        for name, topic in sorted(self.controller.topics.items()):
+            if name not in broker.topics():
+                broker.create_topic(name, topic["partitions"], topic["config"],
+                                    topic_id=topic.get("id"))
+
+    def _start_fetcher(self, follower_id, leader_id):
+        key = (follower_id, leader_id)
+        old = self._fetchers.get(key)
+        if old is None or old.stopped:
+            self._fetchers[key] = ReplicaFetcher(self, follower_id, leader_id,
+                                                 self.replica_fetch_wait_max_ms)
+
+    def _stop_fetchers(self, broker_id):
+        with self._lock:
+            stopping = [f for (a, _), f in self._fetchers.items() if a == broker_id]
+            for fetcher in stopping:
+                fetcher.stop()
+        for fetcher in stopping:
+            fetcher.join(5)
+        with self._lock:
+            for key in [k for k in self._fetchers if k[0] == broker_id]:
+                del self._fetchers[key]
+
+    def stop(self, broker_id):
+        """A clean shutdown of one broker."""
+        self._down(broker_id, clean=True)
+
+    def kill(self, broker_id):
+        """A crash of one broker that also loses what it never fsynced (see module doc)."""
+        self._down(broker_id, clean=False)
+
+    def _down(self, broker_id, clean):
+        slot = self._slot(broker_id)
+        if slot.broker is None:
+            return
+        self._stop_fetchers(broker_id)
+        slot.server.close()
+        self.controller.broker_down(broker_id)
+        broker, slot.broker, slot.server, slot.manager = slot.broker, None, None, None
+        if clean:
+            broker.close()
+            return
+        for tp in list(broker.partitions):
+            if broker.replicas.manages(tp):
+                partition_log = broker.partitions[tp]
+                with contextlib.suppress(StreamlogError):
+                    partition_log.truncate_to(partition_log.recovery_point)
+        broker.crash()
+
+    def restart(self, broker_id):
+        """Start a stopped or killed broker again: same directory, id and port."""
+        slot = self._slot(broker_id)
+        if slot.broker is not None:
+            return
+        self._start(broker_id)
+
+    def _slot(self, broker_id):
+        slot = self._slots.get(broker_id)
+        if slot is None:
+            raise InvalidRequestError(f"no broker {broker_id}; the cluster has "
+                                      f"{sorted(self._slots)}")
+        return slot
+
+    def alive(self, broker_id):
+        return self._slot(broker_id).broker is not None
+
+    # --- network faults -------------------------------------------------------------
+
+    def isolate(self, broker_id, clients=False):
+        """Cut the broker's replication links to every other broker (and, with clients,
+        its listener)."""
+        slot = self._slot(broker_id)
+        with self._lock:
+            for other in self._slots:
+                if other != broker_id:
+                    self._cut.add(frozenset((broker_id, other)))
+        if clients and slot.server is not None:
+            slot.server.stop_listening()
+            slot.server.drop_connections()
+
+    def heal(self, broker_id=None):
+        """Restore the links isolate() cut (of one broker, or all) and its listener."""
+        with self._lock:
+            self._cut = {c for c in self._cut if broker_id is not None and broker_id not in c}
+        for slot in self._slots.values():
+            if (broker_id is None or slot.broker_id == broker_id) and slot.server is not None \
+                    and not slot.server.listening:
+                slot.server.start_listening()
+
+    def slow(self, broker_id, delay_ms):
+        """Delay each of the broker's fetches from its leaders by delay_ms (0: no delay)."""
+        self._slot(broker_id)
+        with self._lock:
+            if delay_ms > 0:
+                self._slow[broker_id] = delay_ms / 1000
+            else:
+                self._slow.pop(broker_id, None)
+
+    def link(self, follower_id, leader_id):
+        """The leader's replica manager as the follower reaches it; LinkDown if it cannot."""
+        delay = self._slow.get(follower_id)
+        if delay:
+            time.sleep(delay)
+        if frozenset((follower_id, leader_id)) in self._cut:
+            raise LinkDown(f"broker {follower_id} cannot reach broker {leader_id}")
+        manager = self.replica_manager(leader_id)
+        if manager is None:
+            raise LinkDown(f"broker {leader_id} is down")
+        return manager
+
+    # --- what brokers and tests ask -----------------------------------------------------
+
+    def replica_manager(self, broker_id):
+        slot = self._slots.get(broker_id)
+        return None if slot is None else slot.manager
+
+    def broker(self, broker_id):
+        """The live Broker of broker_id (None when it is down)."""
+        return self._slot(broker_id).broker
+
+    @property
+    def broker_ids(self):
+        return tuple(self._slots)
+
+    @property
+    def bootstrap_servers(self):
+        """Every broker's listener, comma-separated (the ports stay across restarts)."""
+        return ",".join(f"{self.host}:{s.port}" for s in self._slots.values() if s.port)
+
+    def reachable_brokers(self):
+        """The live brokers' addresses (one isolated from clients is still listed, as a
+        registered Kafka broker is: clients find out by failing to connect)."""
+        return [(s.broker_id, self.host, s.port) for s in self._slots.values()
+                if s.server is not None]
+
+    def coordinator_for(self, key):
+        """The broker that coordinates a group or transactional id: its preferred broker
+        (a hash of the key) while alive, else the next live one."""
+        ids = sorted(self._slots)
+        start = partition_for(key, len(ids))
+        for i in range(len(ids)):
+            candidate = ids[(start + i) % len(ids)]
+            if self._slots[candidate].broker is not None:
+                return candidate
+        return ids[start]
+
+    def create_topic(self, name, partitions=1, replication_factor=None, config=None):
+        """A topic replicated replication_factor times (default: min(3, brokers)), created
+        through the controller on every live broker. Returns {partition: PartitionState}."""
+        rf = min(3, len(self._slots)) if replication_factor in (None, -1) \
+            else replication_factor
+
+        def create_local(broker_id, topic_name, topic):
+            broker = self._slots[broker_id].broker
+            if broker is not None and topic_name not in broker.topics():
+                broker.create_topic(topic_name, topic["partitions"], topic["config"],
+                                    topic_id=topic["id"])
+
+        states = self.controller.create_topic(name, partitions, rf, config, create_local)
+        return {tp.partition: state for tp, state in states.items()}
+
+    def partition_state(self, topic, partition):
+        tp = TopicPartition(topic, partition)
+        state = self.controller.partitions.get(tp)
+        if state is None:
+            raise InvalidRequestError(f"{tp} is not a partition of this cluster")
+        replicas = {}
+        for broker_id in state.replicas:
+            broker = self._slots[broker_id].broker
+            partition_log = None if broker is None else broker.partitions.get(tp)
+            if partition_log is None:
+                replicas[broker_id] = ReplicaInfo(broker_id, False, -1, -1)
+            else:
+                replicas[broker_id] = ReplicaInfo(broker_id, True,
+                                                  partition_log.log_end_offset,
+                                                  partition_log.high_watermark)
+        offline = tuple(r for r in state.replicas if not replicas[r].alive)
+        return PartitionStatus(state.leader, state.leader_epoch, state.replicas, state.isr,
+                               offline, replicas)
+
+    def produce(self, topic, partition, values, acks="all", timeout=10.0, key=None):
+        """Append values (bytes each) as one batch on the partition's leader, in process;
+        returns the first offset. acks="all" waits until the in-sync replicas have it
+        (NotEnoughReplicasError / NotEnoughReplicasAfterAppendError as Kafka answers;
+        RequestTimedOutError after timeout); acks=1 returns after the leader's append.
+        Errors of a leaderless or moving partition are raised (NotLeaderOrFollowerError,
+        LeaderNotAvailableError), not retried: the caller decides."""
+        tp = TopicPartition(topic, partition)
+        state = self.controller.partitions.get(tp)
+        if state is None:
+            raise InvalidRequestError(f"{tp} is not a partition of this cluster")
+        if state.leader == NO_LEADER:
+            raise LeaderNotAvailableError(f"{tp} has no leader now")
+        broker = self._slots[state.leader].broker
+        if broker is None:
+            raise NotLeaderOrFollowerError(f"the leader of {tp} is down")
+        all_acks = acks in ("all", -1)
+        batch = build_batch(list(values), keys=None if key is None else [key] * len(values),
+                            timestamp=wall_clock_ms())
+        info = broker.produce(tp, batch, acks=-1 if all_acks else 1)
+        if all_acks:
+            done, result = threading.Event(), []
+            broker.replicas.when_replicated(tp, info.last_offset + 1,
+                                            lambda error: (result.append(error), done.set()))
+            if not done.wait(timeout):
+                raise RequestTimedOutError(f"offsets {info.first_offset}..{info.last_offset}"
+                                           f" of {tp} not replicated in {timeout} s")
+            if result[0] is not None:
+                raise result[0]
+        return info.first_offset
+
+    def replica_records(self, topic, partition, broker_id):
+        """[(offset, value)] of one replica's whole log, up to its log end (not only the
+        high watermark): what that broker holds, to compare replicas."""
+        broker = self._slot(broker_id).broker
+        if broker is None:
+            raise InvalidRequestError(f"broker {broker_id} is down")
+        partition_log = broker.partition_log(TopicPartition(topic, partition))
+        out, offset = [], partition_log.log_start_offset
+        while offset < partition_log.log_end_offset:
+            fetched = partition_log.read(offset, 1 << 20, below_high_watermark=False)
+            if not fetched.batches:
+                break
+            for batch in fetched.batches:
+                if not batch.is_control:
+                    out += [(o, v) for o, _, _, v, _ in batch.records() if o >= offset]
+                offset = batch.next_offset
+        return out
+
+    def leader(self, topic, partition):
+        """The leader's broker id, or -1."""
+        return self.partition_state(topic, partition).leader
+
+    def wait_for(self, predicate, timeout=30, interval=0.01, message=None):
+        """Poll predicate() until it is true; StreamlogError with message after timeout."""
+        deadline = time.monotonic() + timeout
+        while True:
+            value = predicate()
+            if value:
+                return value
+            if time.monotonic() >= deadline:
+                raise StreamlogError(message or f"cluster state not reached in {timeout} s")
+            time.sleep(interval)
+
+    def wait_in_sync(self, topic, partitions=None, timeout=30):
+        """Wait until every partition of topic has its whole replica set in the ISR and
+        every replica's LEO equal to the leader's high watermark."""
+        count = self.controller.topics[topic]["partitions"]
+
+        def synced():
+            for p in (range(count) if partitions is None else partitions):
+                st = self.partition_state(topic, p)
+                if st.leader == NO_LEADER or set(st.isr) != set(st.replicas) or any(
+                        r.log_end_offset != st.high_watermark
+                        for r in st.replica_states.values()):
+                    return False
+            return True
+        return self.wait_for(synced, timeout, message=f"{topic} not in sync in {timeout} s")
+
+    # --- lifecycle -----------------------------------------------------------------------
+
+    def close(self):
+        if self._closed:
+            return
+        self._closed = True
+        with self._lock:
+            fetchers = list(self._fetchers.values())
+            for fetcher in fetchers:
+                fetcher.stop()
+        for fetcher in fetchers:
+            fetcher.join(5)
+        for slot in self._slots.values():
+            if slot.server is not None:
+                slot.server.close()
+        for broker_id, slot in self._slots.items():
+            if slot.broker is not None:
+                self.controller.broker_down(broker_id)
+                slot.broker.close()
+                slot.broker = slot.server = slot.manager = None
+        self.controller.close()
+        if self.temporary:
+            shutil.rmtree(self.path, ignore_errors=True)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+

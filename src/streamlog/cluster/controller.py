@@ -1,0 +1,240 @@
+"""The cluster's controller: replica assignment, leaders, leader epochs, in-sync replica
+sets and producer id blocks, in one metadata log (KRaft's role, in one process).
+
+Every change is a record in `<cluster>/controller/__cluster_metadata-0` (keyed_log.py:
+the last value of a key wins), written and fsynced before it is applied and pushed to the
+live brokers' replica managers (broker/replica_manager.py), in the order it was made. A
+controller opened on an existing directory replays the log: the cluster restarts where it
+stopped.
+
+Kafka's rules kept here (metadata/.../controller/ReplicationControlManager.java,
+PartitionChangeBuilder.java):
+  - Assignment without racks (Kafka's rack-unaware placer, with a fixed start and shift
+    instead of random ones, so a test's layout is reproducible): partition p's first
+    replica is broker (p mod n); the others follow it shifted, the shift growing every n
+    partitions.
+  - Election: the first replica in assignment order that is alive and in the ISR; else,
+    only with unclean.leader.election.enable, the first alive replica, which becomes the
+    whole ISR (it may lack acknowledged records: an unclean election loses data); else
+    no leader (-1). Every leader change bumps the leader epoch.
+  - A broker that dies leaves every ISR, except where it is the last member (Kafka
+    without eligible leader replicas keeps it: the partition then waits for it).
+  - AlterPartition (a leader's ISR change) is applied only when it names the current
+    leader epoch and partition epoch, keeps the leader in the ISR, and lists only live
+    replicas; each applied change bumps the partition epoch.
+"""
+import logging
+import os
+import threading
+import uuid
+
+import msgpack
+
+from ..broker.replica_manager import NO_LEADER, PartitionState
+from ..errors import InvalidConfigurationError, InvalidRequestError, TopicAlreadyExistsError
+from ..storage.keyed_log import encode_changes, replay
+from ..storage.log_config import LogConfig
+from ..storage.partition_log import PartitionLog, wall_clock_ms
+from ..structs import TopicPartition
+
+log = logging.getLogger("streamlog.cluster")
+
+PRODUCER_ID_BLOCK_SIZE = 1000
+_METADATA_DIR = "__cluster_metadata-0"
+_PRODUCER_IDS_KEY = b"producer_ids"
+
+
+def assign_replicas(partitions, replication_factor, broker_ids, first_partition=0):
+    """{partition: (broker ids)} by Kafka's rack-unaware placement (see the module doc)."""
+    n = len(broker_ids)
+    if not 1 <= replication_factor <= n:
+        raise InvalidConfigurationError(
+            f"replication factor {replication_factor} needs 1..{n} brokers; the cluster has {n}")
+    out = {}
+    for p in range(first_partition, first_partition + partitions):
+        first = p % n
+        shift = p // n
+        replicas = [broker_ids[first]]
+        for j in range(replication_factor - 1):
+            replicas.append(broker_ids[(first + 1 + (shift + j) % (n - 1)) % n])
+        out[p] = tuple(replicas)
+    return out
+
+
+class Controller:
+    def __init__(self, directory, broker_ids):
+        self.broker_ids = tuple(broker_ids)
+        self.partitions = {}     # TopicPartition -> PartitionState
+        self.topics = {}         # name -> {"partitions": n, "replication_factor": r, "config": {}}
+        self.alive = set()
+        self._managers = {}      # broker id -> ReplicaManager of the live broker
+        self._next_producer_id = 0
+        self._lock = threading.RLock()
+        os.makedirs(directory, exist_ok=True)
+        self._log = PartitionLog(os.path.join(directory, _METADATA_DIR), LogConfig())
+        replay(self._log, 0, self._replay_record)
+
+    # --- the metadata log ---------------------------------------------------------
+
+    def _replay_record(self, key, value, _timestamp_ms):
+        kind, _, name = key.partition(b":")
+        data = None if value is None else msgpack.unpackb(value)
+        if key == _PRODUCER_IDS_KEY:
+            self._next_producer_id = data
+        elif kind == b"topic":
+            if data is None:
+                self.topics.pop(name.decode(), None)
+            else:
+                self.topics[name.decode()] = data
+        elif kind == b"partition":
+            topic, _, partition = name.decode().rpartition(":")
+            tp = TopicPartition(topic, int(partition))
+            if data is None:
+                self.partitions.pop(tp, None)
+            else:
+                self.partitions[tp] = PartitionState(data[0], data[1], tuple(data[2]),
+                                                     tuple(data[3]), data[4])
+
+    def _write(self, changes):
+        """Append [(key, value or None)] as one batch, fsync it, then apply it here."""
+        encoded = [(k, None if v is None else msgpack.packb(v)) for k, v in changes]
+        self._log.append(encode_changes(encoded, wall_clock_ms()))
+        self._log.flush()
+        for key, value in encoded:
+            self._replay_record(key, value, 0)
+
+    @staticmethod
+    def _partition_change(tp, state):
+        return (f"partition:{tp.topic}:{tp.partition}".encode(),
+                None if state is None else [state.leader, state.leader_epoch,
+                                            list(state.replicas), list(state.isr),
+                                            state.partition_epoch])
+
+    def _change(self, states):
+        """Record {tp: PartitionState}, then push each to the live brokers."""
+        self._write([self._partition_change(tp, st) for tp, st in states.items()])
+        for tp, state in states.items():
+            self._push(tp, state)
+
+    def _push(self, tp, state):
+        for broker_id in sorted(self.alive):
+            manager = self._managers.get(broker_id)
+            if manager is not None:
+                manager.apply(tp, state)
+
+    # --- brokers ------------------------------------------------------------------
+
+    def broker_up(self, broker_id, manager):
+        """A broker (re)started: it gets the state of every partition it holds; leaderless
+        partitions it can lead get a leader."""
+        with self._lock:
+            self.alive.add(broker_id)
+            self._managers[broker_id] = manager
+            for tp, state in sorted(self.partitions.items()):
+                if broker_id in state.replicas:
+                    manager.apply(tp, state)
+            elected = {}
+            for tp, state in sorted(self.partitions.items()):
+                if state.leader == NO_LEADER and broker_id in state.replicas:
+                    new = self._elect(tp, state)
+                    if new.leader != NO_LEADER:
+                        elected[tp] = new
+            if elected:
+                self._change(elected)
+
+    def broker_down(self, broker_id):
+        """A broker stopped or died: it leaves the ISRs; partitions it led elect again."""
+        with self._lock:
+            self.alive.discard(broker_id)
+            self._managers.pop(broker_id, None)
+            changed = {}
+            for tp, state in sorted(self.partitions.items()):
+                if broker_id not in state.isr and state.leader != broker_id:
+                    continue
+                isr = tuple(r for r in state.isr if r != broker_id) or state.isr
+                new = state._replace(isr=isr, partition_epoch=state.partition_epoch + 1)
+                if state.leader == broker_id:
+                    new = self._elect(tp, new)
+                if new != state:
+                    changed[tp] = new
+            if changed:
+                self._change(changed)
+
+    def _elect(self, tp, state):
+        """state with a new leader (see the module doc), its epoch bumped; or leaderless."""
+        leader, isr = NO_LEADER, state.isr
+        for replica in state.replicas:
+            if replica in self.alive and replica in state.isr:
+                leader = replica
+                break
+        else:
+            if self._config(tp.topic).unclean_leader_election_enable:
+                for replica in state.replicas:
+                    if replica in self.alive:
+                        leader, isr = replica, (replica,)
+                        log.warning("unclean election: broker %d leads %s; records only "
+                                    "the old ISR %s had are lost", replica, tp, list(state.isr))
+                        break
+        if leader == state.leader:
+            return state
+        return state._replace(leader=leader, leader_epoch=state.leader_epoch + 1, isr=isr,
+                              partition_epoch=state.partition_epoch + 1)
+
+    def _config(self, topic):
+        return LogConfig.from_dict(self.topics.get(topic, {}).get("config", {}))
+
+    # --- requests from brokers ------------------------------------------------------
+
+    def alter_partition(self, broker_id, tp, leader_epoch, partition_epoch, isr):
+        """A leader's ISR change; the new PartitionState, or None when refused."""
+        with self._lock:
+            state = self.partitions.get(tp)
+            if state is None or state.leader != broker_id or \
+                    state.leader_epoch != leader_epoch or \
+                    state.partition_epoch != partition_epoch or broker_id not in isr or \
+                    any(r not in state.replicas or r not in self.alive for r in isr):
+                return None
+            new = state._replace(isr=tuple(isr), partition_epoch=partition_epoch + 1)
+            self._change({tp: new})
+            return new
+
+    def allocate_producer_ids(self, broker_id):
+        """A block of producer ids no broker of the cluster was given before."""
+        with self._lock:
+            first = self._next_producer_id
+            self._write([(_PRODUCER_IDS_KEY, first + PRODUCER_ID_BLOCK_SIZE)])
+            return range(first, first + PRODUCER_ID_BLOCK_SIZE)
+
+    # --- topics ---------------------------------------------------------------------
+
+    def create_topic(self, name, partitions, replication_factor, config=None, create_local=None):
+        """Assign and record a topic's partitions; create_local(broker id) makes its logs
+        on each live broker (create_local(broker id, name, topic record)), before the states
+        reach them. Returns {tp: PartitionState}."""
+        with self._lock:
+            if name in self.topics:
+                raise TopicAlreadyExistsError(f"topic {name!r} already exists")
+            if partitions < 1:
+                raise InvalidRequestError(f"a topic needs at least one partition, not "
+                                          f"{partitions}")
+            config = dict(config or {})
+            LogConfig.from_dict(config)   # a bad config is refused before anything is written
+            assignment = assign_replicas(partitions, replication_factor, self.broker_ids)
+            topic = {"partitions": partitions, "replication_factor": replication_factor,
+                     "config": config, "id": uuid.uuid4().hex}
+            for broker_id in sorted(self.alive):
+                if create_local is not None:
+                    create_local(broker_id, name, topic)
+            states = {}
+            for p, replicas in assignment.items():
+                isr = tuple(r for r in replicas if r in self.alive)
+                leader = isr[0] if isr else NO_LEADER
+                states[TopicPartition(name, p)] = PartitionState(leader, 0, replicas,
+                                                                 isr or replicas, 0)
+            self._write([(f"topic:{name}".encode(), topic)])
+            self._change(states)
+            return states
+
+    def close(self):
+        with self._lock:
+            self._log.close()

@@ -1,0 +1,193 @@
+"""Kafka's replication textbook, driven on an in-process cluster and asserted as Kafka
+answers (docs/CLUSTER.md; the rules' sources are in broker/replica_manager.py,
+cluster/controller.py and cluster/replica_fetcher.py).
+
+Waits are on states (support.wait_until); no verdict rests on how fast one came."""
+import os
+
+import pytest
+
+from streamlog.broker.replica_manager import HIGH_WATERMARK_CHECKPOINT
+from streamlog.cluster import Cluster
+from streamlog.errors import (LeaderNotAvailableError, NotEnoughReplicasError,
+                              RequestTimedOutError)
+from streamlog.storage.checkpoint import OffsetCheckpointFile
+from streamlog.storage.leader_epoch_cache import LeaderEpochCache
+from streamlog.structs import TopicPartition
+
+from support import wait_until
+
+LAG_MS = 300   # replica.lag.time.max.ms for these tests (Kafka's default is 30 s)
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    with Cluster(3, path=str(tmp_path / "cluster"), replica_lag_time_max_ms=LAG_MS) as c:
+        yield c
+
+
+def values(prefix, n):
+    return [b"%s-%d" % (prefix, i) for i in range(n)]
+
+
+def test_a_lagging_follower_leaves_the_isr_and_rejoins_once_caught_up(cluster):
+    # Partition.maybeShrinkIsr: not caught up for replica.lag.time.max.ms -> out;
+    # maybeExpandIsr: at or past the high watermark -> back in.
+    cluster.create_topic("t", 1, 3)
+    leader = cluster.leader("t", 0)
+    follower = next(b for b in cluster.broker_ids if b != leader)
+    cluster.produce("t", 0, values(b"a", 10))
+    cluster.isolate(follower)
+    wait_until(lambda: follower not in cluster.partition_state("t", 0).isr,
+               "the isolated follower to leave the ISR")
+    state = cluster.partition_state("t", 0)
+    assert state.leader == leader and len(state.isr) == 2
+    cluster.produce("t", 0, values(b"b", 10))   # acks=all needs only the ISR now
+    assert cluster.partition_state("t", 0).replica_states[follower].log_end_offset == 10
+    cluster.heal(follower)
+    wait_until(lambda: follower in cluster.partition_state("t", 0).isr,
+               "the follower to rejoin the ISR")
+    assert cluster.replica_records("t", 0, follower)[:20] == \
+        cluster.replica_records("t", 0, leader)[:20]
+
+
+def test_acks_all_under_min_insync_replicas_blocks_then_is_refused(cluster):
+    # Partition.appendRecordsToLeader: ISR < min.insync.replicas -> NOT_ENOUGH_REPLICAS,
+    # nothing appended. While the ISR still holds the cut followers, the produce waits and
+    # the high watermark does not move (it never does under the minimum: KAFKA-15583).
+    cluster.create_topic("t", 1, 3, config={"min.insync.replicas": 2})
+    leader = cluster.leader("t", 0)
+    cluster.produce("t", 0, values(b"ok", 3))
+    for other in cluster.broker_ids:
+        if other != leader:
+            cluster.isolate(other)
+    with pytest.raises(RequestTimedOutError):
+        cluster.produce("t", 0, [b"blocked"], timeout=0.2)
+    wait_until(lambda: cluster.partition_state("t", 0).isr == (leader,),
+               "both cut followers to leave the ISR")
+    end = cluster.partition_state("t", 0).replica_states[leader].log_end_offset
+    with pytest.raises(NotEnoughReplicasError):
+        cluster.produce("t", 0, [b"refused"])
+    state = cluster.partition_state("t", 0)
+    assert state.replica_states[leader].log_end_offset == end   # nothing written
+    assert state.high_watermark == 3   # "blocked" is in the log, never acknowledged
+    cluster.produce("t", 0, [b"acks=1 still works"], acks=1)
+    cluster.heal()
+    wait_until(lambda: len(cluster.partition_state("t", 0).isr) == 3, "the ISR to refill")
+    cluster.produce("t", 0, [b"after"])
+
+
+def test_a_leader_killed_after_acks_all_loses_nothing_acknowledged(cluster):
+    cluster.create_topic("t", 1, 3, config={"min.insync.replicas": 2})
+    acked = []
+    for i in range(20):
+        first = cluster.produce("t", 0, values(b"r%d" % i, 5))
+        acked += [(first + j, v) for j, v in enumerate(values(b"r%d" % i, 5))]
+    old = cluster.leader("t", 0)
+    cluster.kill(old)   # its unflushed tail is gone with it
+    new = wait_until(lambda: (st := cluster.partition_state("t", 0)).leader not in (-1, old)
+                     and st.leader, "a new leader")
+    assert cluster.replica_records("t", 0, new)[:len(acked)] == acked
+    cluster.restart(old)
+    cluster.wait_in_sync("t")
+    assert cluster.replica_records("t", 0, old) == cluster.replica_records("t", 0, new)
+
+
+def test_acks_1_loses_what_the_leader_acknowledged_before_followers_copied_it(cluster):
+    # Kafka's documented window for acks=1: the leader answers after its own append; if it
+    # dies before a follower copies the records, the next leader never had them.
+    cluster.create_topic("t", 1, 3)
+    cluster.produce("t", 0, values(b"safe", 5))
+    leader = cluster.leader("t", 0)
+    cluster.wait_in_sync("t")
+    for other in cluster.broker_ids:
+        if other != leader:
+            cluster.slow(other, 10_000)   # their next fetch comes too late
+    first = cluster.produce("t", 0, values(b"acks1", 5), acks=1)
+    assert first == 5
+    cluster.kill(leader)
+    for other in cluster.broker_ids:
+        cluster.slow(other, 0)
+    new = wait_until(lambda: cluster.partition_state("t", 0).leader not in (-1, leader)
+                     and cluster.partition_state("t", 0).leader, "a new leader")
+    kept = [v for _, v in cluster.replica_records("t", 0, new)]
+    assert kept == values(b"safe", 5)   # the five acks=1 records are lost
+
+
+def _lose_the_isr_but_one(cluster, topic):
+    """The follower falls out of the ISR, then the leader acknowledges records it lacks."""
+    leader = cluster.leader(topic, 0)
+    follower = next(r for r in cluster.partition_state(topic, 0).replicas if r != leader)
+    cluster.produce(topic, 0, values(b"both", 3))
+    cluster.isolate(follower)
+    wait_until(lambda: cluster.partition_state(topic, 0).isr == (leader,),
+               "the follower to leave the ISR")
+    cluster.produce(topic, 0, values(b"leader-only", 3))   # acks=all: the ISR is the leader
+    return leader, follower
+
+
+def test_clean_election_refuses_an_out_of_sync_replica(cluster):
+    cluster.create_topic("t", 1, 2)
+    leader, follower = _lose_the_isr_but_one(cluster, "t")
+    cluster.heal(follower)
+    cluster.stop(leader)   # a clean stop: its log is whole when it returns
+    state = cluster.partition_state("t", 0)
+    assert state.leader == -1 and state.isr == (leader,)   # waits for the in-sync replica
+    with pytest.raises(LeaderNotAvailableError):
+        cluster.produce("t", 0, [b"x"])
+    cluster.restart(leader)
+    wait_until(lambda: cluster.partition_state("t", 0).leader == leader, "the old leader back")
+    cluster.wait_in_sync("t")
+    assert [v for _, v in cluster.replica_records("t", 0, follower)] == \
+        values(b"both", 3) + values(b"leader-only", 3)
+
+
+def test_unclean_election_elects_an_out_of_sync_replica_and_loses_data(cluster):
+    cluster.create_topic("t", 1, 2, config={"unclean.leader.election.enable": "true"})
+    leader, follower = _lose_the_isr_but_one(cluster, "t")
+    cluster.heal(follower)
+    cluster.kill(leader)
+    state = cluster.partition_state("t", 0)
+    assert state.leader == follower and state.isr == (follower,)
+    cluster.produce("t", 0, [b"new-leader"])
+    cluster.restart(leader)
+    cluster.wait_in_sync("t")
+    expected = values(b"both", 3) + [b"new-leader"]   # "leader-only" is gone everywhere
+    for broker_id in (leader, follower):
+        assert [v for _, v in cluster.replica_records("t", 0, broker_id)] == expected
+
+
+def test_kip_101_two_leaders_in_turn_and_a_hard_crash_end_with_identical_logs(cluster):
+    """KIP-101's second scenario. A leads and has m1, m2 fsynced, its high watermark 2
+    checkpointed; B copied both but never fsynced m2. Both crash; B restarts first, leads
+    and writes m3 at offset 1. When A returns, truncating to its high watermark (2) would
+    keep m2 where B has m3: the logs would differ for good. A asks B where A's last epoch
+    ends (offset 1) instead, cuts there and copies m3."""
+    cluster.create_topic("t", 1, 2)
+    tp = TopicPartition("t", 0)
+    a = cluster.leader("t", 0)
+    b = next(r for r in cluster.partition_state("t", 0).replicas if r != a)
+    cluster.produce("t", 0, [b"m1"])
+    cluster.broker(a).partition_log(tp).flush()
+    cluster.broker(b).partition_log(tp).flush()      # m1 is safe on both
+    cluster.produce("t", 0, [b"m2"])
+    wait_until(lambda: cluster.partition_state("t", 0).replica_states[b].log_end_offset == 2,
+               "B to copy m2")
+    wait_until(lambda: cluster.partition_state("t", 0).high_watermark == 2, "HW 2")
+    cluster.broker(a).partition_log(tp).flush()      # A fsyncs m2; B never does
+    cluster.broker(a).replicas.checkpoint_high_watermarks()
+    cluster.kill(a)
+    cluster.kill(b)
+    checkpoint = OffsetCheckpointFile(os.path.join(cluster.path, f"broker-{a}",
+                                                   HIGH_WATERMARK_CHECKPOINT))
+    assert checkpoint.read()[tp] == 2   # what a truncation to the high watermark would keep
+    cluster.restart(b)
+    wait_until(lambda: cluster.partition_state("t", 0).leader == b, "B to lead")
+    assert cluster.replica_records("t", 0, b) == [(0, b"m1")]
+    cluster.produce("t", 0, [b"m3"], acks=1)
+    cluster.restart(a)
+    cluster.wait_in_sync("t")
+    assert cluster.replica_records("t", 0, a) == cluster.replica_records("t", 0, b) == \
+        [(0, b"m1"), (1, b"m3")]
+    epochs_a = LeaderEpochCache(cluster.broker(a).partition_log(tp).directory).entries
+    assert epochs_a == cluster.broker(b).partition_log(tp).epochs.entries
