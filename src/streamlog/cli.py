@@ -12,9 +12,10 @@
     streamlog compact [TOPIC] --path DIR
                                         run a log cleaning pass now on a compacted topic
                                         (every compacted log without TOPIC)
-    streamlog serve --path DIR [--host 127.0.0.1] [--port 9092]
+    streamlog serve --path DIR [--host 127.0.0.1] [--port 9092] [--brokers N]
                                         serve the database to Kafka clients until Ctrl-C or
-                                        SIGTERM (docs/SERVER.md)
+                                        SIGTERM (docs/SERVER.md); --brokers N: a replicated
+                                        cluster of N brokers in DIR (docs/CLUSTER.md)
     streamlog repair --path DIR [--dry-run]
                                         rebuild the metadata log from the partition directories
 
@@ -127,6 +128,20 @@ def cmd_dump(args, out=sys.stdout):
     return status
 
 
+def _serve_cluster(args, stop, out):
+    from .cluster import Cluster
+    print(f"starting {args.brokers} brokers in {os.path.abspath(args.path)}", file=out,
+          flush=True)
+    with Cluster(args.brokers, path=args.path, host=args.host, port=args.port,
+                 config={"auto.create.topics.enable": True}) as cluster:
+        print(f"serving a {args.brokers}-broker cluster to Kafka clients on "
+              f"{cluster.bootstrap_servers} (Ctrl-C or SIGTERM stops)", file=out, flush=True)
+        while not stop.wait(0.5):
+            pass
+        print("stopping: closing connections and flushing the logs", file=out, flush=True)
+    return EXIT_OK
+
+
 def cmd_serve(args, out=sys.stdout):
     import signal
     import threading
@@ -134,6 +149,8 @@ def cmd_serve(args, out=sys.stdout):
     previous = {sig: signal.signal(sig, lambda *_: stop.set())
                 for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
+        if args.brokers > 1:
+            return _serve_cluster(args, stop, out)
         db = _open(args.path)
         try:
             server = db.serve(args.host, args.port)
@@ -624,7 +641,12 @@ def build_parser():
                                    "writer's lock. What is served: docs/SERVER.md.")
     p.add_argument("--path", required=True, help=path_help)
     p.add_argument("--host", default="127.0.0.1", help="the address to listen on (loopback)")
-    p.add_argument("--port", type=int, default=9092, help="the port (default 9092; 0: any)")
+    p.add_argument("--port", type=int, default=9092,
+                   help="the port (default 9092; 0: any); with --brokers N, broker i listens "
+                        "on PORT+i")
+    p.add_argument("--brokers", type=int, default=1,
+                   help="run N replicated brokers in one process, PATH holding the cluster "
+                        "(docs/CLUSTER.md); default 1: the database at PATH alone")
     p.set_defaults(func=cmd_serve)
 
     p = sub.add_parser("compact", help="run a log cleaning pass now on compacted topics",

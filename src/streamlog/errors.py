@@ -308,3 +308,7 @@ class NotCoordinatorError(StreamlogError):
     """This broker is not the coordinator of the group or transactional id."""
 
     retriable = True
+
+
+class InvalidReplicationFactorError(InvalidConfigurationError):
+    """A replication factor below 1 or above the cluster's broker count."""

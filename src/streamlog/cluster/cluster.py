@@ -109,12 +109,13 @@ class ClusterView:
 
 
 class Cluster:
-    def __init__(self, brokers=3, path=None, config=None, host="127.0.0.1",
+    def __init__(self, brokers=3, path=None, config=None, host="127.0.0.1", port=0,
                  replica_lag_time_max_ms=DEFAULT_REPLICA_LAG_TIME_MAX_MS,
                  replica_fetch_wait_max_ms=REPLICA_FETCH_WAIT_MAX_MS, cluster_id=None):
         """brokers: how many (ids 0..n-1); path: the cluster's directory (None: a temporary
         one, removed at close); config: each broker's database config (topic defaults
-        such as min.insync.replicas included)."""
+        such as min.insync.replicas included); port: broker i listens on port + i (0: any
+        free port each, kept across its restarts)."""
         if brokers < 1:
             raise InvalidRequestError(f"a cluster needs at least one broker, not {brokers}")
         self.temporary = path is None
@@ -134,6 +135,8 @@ class Cluster:
         self.controller = Controller(os.path.join(self.path, "controller"), range(brokers))
         self._slots = {i: _Slot(i, os.path.join(self.path, f"broker-{i}"))
                        for i in range(brokers)}
+        for i, slot in self._slots.items():
+            slot.port = port + i if port else 0
         try:
             for broker_id in self._slots:
                 self._start(broker_id)

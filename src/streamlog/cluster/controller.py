@@ -31,7 +31,7 @@ import uuid
 import msgpack
 
 from ..broker.replica_manager import NO_LEADER, PartitionState
-from ..errors import InvalidConfigurationError, InvalidRequestError, TopicAlreadyExistsError
+from ..errors import InvalidReplicationFactorError, InvalidRequestError, TopicAlreadyExistsError
 from ..storage.keyed_log import encode_changes, replay
 from ..storage.log_config import LogConfig
 from ..storage.partition_log import PartitionLog, wall_clock_ms
@@ -48,8 +48,9 @@ def assign_replicas(partitions, replication_factor, broker_ids, first_partition=
     """{partition: (broker ids)} by Kafka's rack-unaware placement (see the module doc)."""
     n = len(broker_ids)
     if not 1 <= replication_factor <= n:
-        raise InvalidConfigurationError(
-            f"replication factor {replication_factor} needs 1..{n} brokers; the cluster has {n}")
+        raise InvalidReplicationFactorError(
+            f"replication factor {replication_factor} is not in 1..{n}: the cluster has {n} "
+            "brokers")
     out = {}
     for p in range(first_partition, first_partition + partitions):
         first = p % n

@@ -69,6 +69,13 @@ class GroupHandlers:
                 return broker
         return self._node, context.host, context.port
 
+    def _check_coordinator(self, group_id):
+        """NOT_COORDINATOR for a group another broker of the cluster coordinates (its client
+        then asks FindCoordinator again), as Kafka's GroupCoordinator answers."""
+        if self._view is not None and self._view.coordinator_for(group_id) != self._node:
+            raise errors.NotCoordinatorError(
+                f"broker {self._node} does not coordinate group {group_id!r}")
+
     def find_coordinator(self, version, body, context):
         cls, types = response_types(FIND_COORDINATOR, version)
         if version >= 4:
@@ -92,6 +99,7 @@ class GroupHandlers:
         try:
             protocols = [(p.name, _subscription(p.metadata, instance) if consumer
                           else bytes(p.metadata)) for p in body.protocols]
+            self._check_coordinator(body.group_id)
             pending = self.coordinator.join_group(
                 body.group_id, body.member_id, instance, context.client_id,
                 int(body.session_timeout.total_seconds() * 1000), rebalance_ms,
@@ -131,6 +139,7 @@ class GroupHandlers:
             assignments = {a.member_id: _assignment(a.assignment)
                            if protocol_type == PROTOCOL_TYPE else bytes(a.assignment)
                            for a in body.assignments} or None
+            self._check_coordinator(body.group_id)
             pending = self.coordinator.sync_group(body.group_id, body.member_id,
                                                   int(body.generation_id), instance,
                                                   assignments)
@@ -158,8 +167,9 @@ class GroupHandlers:
 
     def heartbeat(self, version, body, context):
         cls, _ = response_types(HEARTBEAT, version)
-        exc = failure(self.coordinator.heartbeat, body.group_id, body.member_id,
-                      int(body.generation_id), getattr(body, "group_instance_id", None))
+        exc = failure(self._check_coordinator, body.group_id) or failure(
+            self.coordinator.heartbeat, body.group_id, body.member_id,
+            int(body.generation_id), getattr(body, "group_instance_id", None))
         return build(cls, throttle_time=NO_THROTTLE, error_code=error_code(exc))
 
     def leave_group(self, version, body, context):
@@ -170,7 +180,8 @@ class GroupHandlers:
             leaving = [(body.member_id, None)]
         results, first = [], None
         for member_id, instance in leaving:
-            exc = failure(self.coordinator.leave_group, body.group_id, member_id, instance)
+            exc = failure(self._check_coordinator, body.group_id) or \
+                failure(self.coordinator.leave_group, body.group_id, member_id, instance)
             first = first or exc
             results.append(build(types.MemberResponse, member_id=member_id,
                                  group_instance_id=instance, error_code=error_code(exc))
@@ -192,7 +203,9 @@ class GroupHandlers:
                              getattr(body, "generation_id", -1))
         # Kafka answers per partition: a refused offset (metadata too large, an unknown
         # partition) fails alone, and the others are committed.
-        problems = self.coordinator.offset_problems(offsets)
+        wrong = failure(self._check_coordinator, body.group_id)
+        problems = {tp: wrong for tp in offsets} if wrong is not None else \
+            self.coordinator.offset_problems(offsets)
         valid = {tp: om for tp, om in offsets.items() if tp not in problems}
         exc = failure(self.coordinator.offset_commit, body.group_id, body.member_id or "",
                       int(generation), getattr(body, "group_instance_id", None), valid) \
@@ -210,6 +223,7 @@ class GroupHandlers:
             TopicPartition(t.name, int(p)) for t in body.topics for p in t.partition_indexes]
         exc, committed, unstable = None, {}, set()
         try:
+            self._check_coordinator(body.group_id)
             committed = self.coordinator.offset_fetch(body.group_id, wanted)
             if getattr(body, "require_stable", False):
                 # KIP-447: an offset pending in an open transaction is not answered yet;

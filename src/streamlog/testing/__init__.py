@@ -9,6 +9,8 @@ uses Kafka's own clients (the pytest plugin in pytest_plugin.py wraps these as f
     assert_records(records, keys=, values=, headers=)
                                        the records' keys / values / headers, in order,
                                        with the first difference named on failure
+    cluster(brokers=3)                 a replicated cluster of brokers in this process,
+                                       with faults on demand (docs/CLUSTER.md)
 """
 import time
 
@@ -24,6 +26,17 @@ def fake_kafka_database(path=None, config=None):
     settings = {"auto.create.topics.enable": True}
     settings.update(config or {})
     return streamlog.open(path, config=settings)
+
+
+def cluster(brokers=3, path=None, config=None, **options):
+    """A cluster of `brokers` replicated brokers (streamlog.cluster.Cluster; a context
+    manager), topics created on first use as a default Kafka cluster does, at path (None:
+    a temporary directory, removed on close). options: replica_lag_time_max_ms,
+    replica_fetch_wait_max_ms, host, port."""
+    from ..cluster import Cluster   # kio (the wire codec) loads only for what serves
+    settings = {"auto.create.topics.enable": True}
+    settings.update(config or {})
+    return Cluster(brokers, path=path, config=settings, **options)
 
 
 def records(db, topic, isolation_level="read_committed", timeout=10.0):

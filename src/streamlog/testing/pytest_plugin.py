@@ -14,6 +14,9 @@ Fixtures:
     kafka_wait_for_lag    wait_for_lag(group, lag=0, topics=None, timeout=30)
     kafka_faults          the server's fault injection (server.faults: errors, latency,
                           disconnects, rebalances, fencing)
+    kafka_cluster         three replicated brokers in this process (streamlog.cluster.
+                          Cluster): bootstrap_servers, kill / stop / restart / isolate /
+                          slow a broker, partition_state (docs/CLUSTER.md)
 No state is shared between tests: each gets its own directory and port, so tests run in
 parallel (pytest-xdist) as they are.
 """
@@ -21,7 +24,7 @@ import functools
 
 import pytest
 
-from . import fake_kafka_database, records, wait_for_lag, wait_for_records
+from . import cluster, fake_kafka_database, records, wait_for_lag, wait_for_records
 
 
 @pytest.fixture
@@ -60,3 +63,9 @@ def kafka_wait_for_lag(streamlog_db):
 @pytest.fixture
 def kafka_faults(kafka_server):
     return kafka_server.faults
+
+
+@pytest.fixture
+def kafka_cluster():
+    with cluster(3) as brokers:
+        yield brokers

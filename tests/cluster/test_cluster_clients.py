@@ -1,0 +1,158 @@
+"""Kafka's own clients against a 3-broker cluster while brokers are killed and restarted
+20 times: confluent-kafka, kafka-python and aiokafka producers (idempotent, acks=all)
+write side by side, a confluent-kafka consumer group reads, and the main thread kills
+(unflushed tail lost) and restarts one broker after another.
+
+Kafka's promise, asserted: with idempotence and acks=all, min.insync.replicas=2 and one
+broker down at a time, every record a producer saw acknowledged is in the log exactly
+once, and no record is written twice; the group keeps consuming through every change of
+leader and coordinator."""
+import asyncio
+import threading
+import time
+
+import pytest
+
+from streamlog.testing import cluster as make_cluster
+
+from support import wait_until
+
+confluent_kafka = pytest.importorskip("confluent_kafka")
+kafka = pytest.importorskip("kafka")
+aiokafka = pytest.importorskip("aiokafka")
+
+TOPIC = "orders"
+KILLS = 20
+
+
+class Writer:
+    """A producer thread: sends value `<name>-<i>` until stopped; `acked` is what its
+    client reported delivered, `failed` what it reported lost."""
+
+    def __init__(self, name, send_all):
+        self.name = name
+        self.acked, self.failed = set(), []
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=send_all, args=(self,), daemon=True,
+                                       name=f"writer-{name}")
+
+    def values(self):
+        i = 0
+        while not self.stop.is_set():
+            yield b"%s-%d" % (self.name.encode(), i)
+            i += 1
+            time.sleep(0.002)
+
+
+def confluent_writer(bootstrap):
+    def run(w):
+        p = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True,
+                                      "acks": "all", "linger.ms": 5,
+                                      "message.timeout.ms": 120000})
+
+        def delivered(err, msg):
+            (w.failed.append(err) if err else w.acked.add(msg.value()))
+        for value in w.values():
+            p.produce(TOPIC, value=value, on_delivery=delivered)
+            p.poll(0)
+        assert p.flush(120) == 0
+    return Writer("confluent", run)
+
+
+def kafka_python_writer(bootstrap):
+    def run(w):
+        p = kafka.KafkaProducer(bootstrap_servers=bootstrap, enable_idempotence=True,
+                                acks="all", linger_ms=5, delivery_timeout_ms=120000,
+                                request_timeout_ms=10000, retry_backoff_ms=50)
+        futures = []
+        for value in w.values():
+            futures.append((value, p.send(TOPIC, value=value)))
+        p.flush(120)
+        for value, future in futures:
+            try:
+                future.get(timeout=120)
+                w.acked.add(value)
+            except Exception as exc:   # noqa: BLE001 - the client's own error, recorded
+                w.failed.append(exc)
+        p.close()
+    return Writer("kafkapython", run)
+
+
+def aiokafka_writer(bootstrap):
+    def run(w):
+        async def main():
+            p = aiokafka.AIOKafkaProducer(bootstrap_servers=bootstrap, enable_idempotence=True,
+                                          acks="all", linger_ms=5, request_timeout_ms=10000,
+                                          retry_backoff_ms=50)
+            await p.start()
+            pending = []
+            try:
+                for value in w.values():
+                    pending.append((value, await p.send(TOPIC, value=value)))
+                    await asyncio.sleep(0)
+                for value, future in pending:
+                    try:
+                        await future
+                        w.acked.add(value)
+                    except Exception as exc:   # noqa: BLE001 - recorded, judged below
+                        w.failed.append(exc)
+            finally:
+                await p.stop()
+        asyncio.run(main())
+    return Writer("aiokafka", run)
+
+
+def test_three_clients_through_twenty_broker_kills(tmp_path):
+    with make_cluster(3, path=str(tmp_path / "c"), config={"min.insync.replicas": 2},
+                      replica_lag_time_max_ms=2000) as cluster:
+        cluster.create_topic(TOPIC, 3, 3)
+        bootstrap = cluster.bootstrap_servers
+        consumed, consumer_stop = [], threading.Event()
+
+        def consume():
+            c = confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": "readers",
+                                          "auto.offset.reset": "earliest",
+                                          "session.timeout.ms": 6000})
+            c.subscribe([TOPIC])
+            while not consumer_stop.is_set():
+                m = c.poll(0.2)
+                if m is not None and not m.error():
+                    consumed.append(m.value())
+            c.close()
+        reader = threading.Thread(target=consume, daemon=True)
+        reader.start()
+        writers = [confluent_writer(bootstrap), kafka_python_writer(bootstrap),
+                   aiokafka_writer(bootstrap)]
+        for w in writers:
+            w.thread.start()
+        for kill in range(KILLS):
+            cluster.wait_in_sync(TOPIC, timeout=60)   # one broker down at a time, from sync
+            victim = kill % 3
+            cluster.kill(victim)
+            time.sleep(0.3)
+            cluster.restart(victim)
+            before = len(consumed)
+        cluster.wait_in_sync(TOPIC, timeout=60)
+        for w in writers:
+            w.stop.set()
+        for w in writers:
+            w.thread.join(180)
+            assert not w.thread.is_alive(), f"{w.name} did not finish"
+        wait_until(lambda: len(consumed) > before, "the group to consume after the last kill",
+                   timeout_s=60)
+        cluster.wait_in_sync(TOPIC, timeout=60)
+        written = []
+        for p in range(3):
+            written += [v for _, v in cluster.replica_records(TOPIC, p, cluster.leader(TOPIC, p))]
+        assert len(written) == len(set(written)), "a record was written twice"
+        for w in writers:
+            assert w.acked, f"{w.name} had nothing acknowledged"
+            missing = w.acked - set(written)
+            assert not missing, f"{w.name}: acknowledged then lost: {sorted(missing)[:5]}"
+        every = set().union(*(w.acked for w in writers))
+        wait_until(lambda: every <= set(consumed), "the group to read every acknowledged record",
+                   timeout_s=60)
+        consumer_stop.set()
+        reader.join(30)
+        print({w.name: (len(w.acked), len(w.failed)) for w in writers}, len(written),
+              len(consumed), len(set(consumed)))

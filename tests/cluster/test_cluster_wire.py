@@ -1,0 +1,130 @@
+"""What each broker of a cluster answers on the wire: Metadata with leaders, replicas, ISR
+and offline replicas; NOT_LEADER_OR_FOLLOWER from a follower; LEADER_NOT_AVAILABLE for a
+partition without a leader; CreateTopics with a replication factor; DescribeCluster and
+FindCoordinator naming brokers of the cluster; NOT_COORDINATOR from a broker that does
+not coordinate the group. Each rule is Kafka's (KafkaApis, ReplicaManager, MetadataCache)."""
+import datetime
+import socket
+
+import pytest
+
+from kio.schema.create_topics.v7.request import CreatableTopic, CreateTopicsRequest
+from kio.schema.describe_cluster.v0.request import DescribeClusterRequest
+from kio.schema.errors import ErrorCode
+from kio.schema.find_coordinator.v3.request import FindCoordinatorRequest
+from kio.schema.heartbeat.v4.request import HeartbeatRequest
+from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
+from kio.schema.produce.v9.request import (PartitionProduceData, ProduceRequest,
+                                           TopicProduceData)
+from kio.static.primitive import i8, i16, i32, i32Timedelta
+from streamlog.cluster.cluster import Cluster
+from streamlog.storage import record_batch
+
+from support import wait_until
+from support.wire import call
+
+SECONDS = i32Timedelta.parse(datetime.timedelta(seconds=5))
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    with Cluster(3, path=str(tmp_path / "c"), replica_lag_time_max_ms=300) as c:
+        yield c
+
+
+def connect(cluster, broker_id):
+    slot = cluster._slots[broker_id]
+    return socket.create_connection((cluster.host, slot.port))
+
+
+def metadata(sock, *topics):
+    return call(sock, MetadataRequest(
+        topics=tuple(MetadataRequestTopic(topic_id=None, name=t) for t in topics),
+        allow_auto_topic_creation=False, include_topic_authorized_operations=False))
+
+
+def produce(topic, partition, acks=-1):
+    batch = bytes(record_batch.build_batch([b"v"], timestamp=1))
+    return ProduceRequest(transactional_id=None, acks=i16(acks), timeout=SECONDS, topic_data=(
+        TopicProduceData(name=topic, partition_data=(
+            PartitionProduceData(index=i32(partition), records=batch),)),))
+
+
+def test_every_broker_answers_the_same_leaders_replicas_and_isr(cluster):
+    cluster.create_topic("t", 3, 3)
+    answers = []
+    for broker_id in cluster.broker_ids:
+        with connect(cluster, broker_id) as sock:
+            answers.append(metadata(sock, "t"))
+    for answer in answers:
+        assert sorted(b.node_id for b in answer.brokers) == [0, 1, 2]
+        parts = sorted(answer.topics[0].partitions, key=lambda p: p.partition_index)
+        for p in parts:
+            state = cluster.partition_state("t", p.partition_index)
+            assert p.error_code == ErrorCode.none
+            assert p.leader_id == state.leader and p.leader_epoch == state.leader_epoch
+            assert tuple(p.replica_nodes) == state.replicas
+            assert tuple(p.isr_nodes) == state.isr and p.offline_replicas == ()
+    assert answers[0].topics[0].topic_id == answers[1].topics[0].topic_id  # one id per topic
+    assert len({p.leader_id for p in answers[0].topics[0].partitions}) == 3  # spread
+
+
+def test_a_follower_refuses_produce_with_not_leader_or_follower(cluster):
+    cluster.create_topic("t", 1, 3)
+    leader = cluster.leader("t", 0)
+    follower = next(b for b in cluster.broker_ids if b != leader)
+    with connect(cluster, follower) as sock:
+        answer = call(sock, produce("t", 0))
+    assert answer.responses[0].partition_responses[0].error_code == \
+        ErrorCode.not_leader_or_follower
+    with connect(cluster, leader) as sock:
+        answer = call(sock, produce("t", 0))
+    assert answer.responses[0].partition_responses[0].error_code == ErrorCode.none
+
+
+def test_a_partition_without_a_leader_is_leader_not_available_with_its_offline_replica(
+        cluster):
+    cluster.create_topic("t", 1, 1)
+    only = cluster.leader("t", 0)
+    cluster.stop(only)
+    other = next(b for b in cluster.broker_ids if b != only)
+    with connect(cluster, other) as sock:
+        p = metadata(sock, "t").topics[0].partitions[0]
+    assert p.error_code == ErrorCode.leader_not_available and p.leader_id == -1
+    assert tuple(p.offline_replicas) == (only,)
+
+
+def test_create_topics_takes_a_replication_factor_and_refuses_one_above_the_brokers(cluster):
+    with connect(cluster, 1) as sock:
+        answer = call(sock, CreateTopicsRequest(
+            timeout=SECONDS, validate_only=False, topics=(
+                CreatableTopic(name="r2", num_partitions=i32(2), replication_factor=i16(2),
+                               assignments=(), configs=()),
+                CreatableTopic(name="r4", num_partitions=i32(1), replication_factor=i16(4),
+                               assignments=(), configs=()))))
+    ok, refused = answer.topics
+    assert ok.error_code == ErrorCode.none and ok.replication_factor == 2
+    assert refused.error_code == ErrorCode.invalid_replication_factor   # 4 > 3 brokers
+    for p in range(2):
+        assert len(cluster.partition_state("r2", p).replicas) == 2
+        for broker_id in cluster.broker_ids:   # the topic exists on every broker
+            assert "r2" in cluster.broker(broker_id).topics()
+
+
+def test_describe_cluster_and_find_coordinator_name_the_clusters_brokers(cluster):
+    with connect(cluster, 2) as sock:
+        brokers = call(sock, DescribeClusterRequest(include_cluster_authorized_operations=False))
+        found = call(sock, FindCoordinatorRequest(key="group-a", key_type=i8(0)))
+    assert sorted(b.broker_id for b in brokers.brokers) == [0, 1, 2]
+    coordinator = cluster.coordinator_for("group-a")
+    assert found.node_id == coordinator
+    assert found.port == cluster._slots[coordinator].port
+    other = next(b for b in cluster.broker_ids if b != coordinator)
+    with connect(cluster, other) as sock:
+        beat = call(sock, HeartbeatRequest(group_id="group-a", generation_id=i32(1),
+                                           member_id="m", group_instance_id=None))
+    assert beat.error_code == ErrorCode.not_coordinator
+    cluster.kill(coordinator)   # the group moves to a live broker
+    moved = cluster.coordinator_for("group-a")
+    assert moved != coordinator and cluster.alive(moved)
+    wait_until(lambda: moved in [b[0] for b in cluster.reachable_brokers()], "its listener")
