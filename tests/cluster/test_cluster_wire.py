@@ -128,3 +128,25 @@ def test_describe_cluster_and_find_coordinator_name_the_clusters_brokers(cluster
     moved = cluster.coordinator_for("group-a")
     assert moved != coordinator and cluster.alive(moved)
     wait_until(lambda: moved in [b[0] for b in cluster.reachable_brokers()], "its listener")
+
+
+def test_topics_deleted_or_grown_while_a_broker_is_down_are_so_when_it_returns(cluster):
+    cluster.create_topic("gone", 1, 3)
+    cluster.create_topic("grows", 1, 3)
+    cluster.produce("gone", 0, [b"x"])
+    cluster.stop(2)
+    cluster.delete_topic("gone")
+    cluster.create_partitions("grows", 3)
+    for broker_id in (0, 1):
+        assert "gone" not in cluster.broker(broker_id).topics()
+        assert cluster.broker(broker_id).topic("grows").partitions == 3
+    cluster.restart(2)
+    assert "gone" not in cluster.broker(2).topics()
+    assert cluster.broker(2).topic("grows").partitions == 3
+    cluster.wait_in_sync("grows")
+    for p in range(3):
+        cluster.produce("grows", p, [b"p%d" % p])
+    cluster.wait_in_sync("grows")
+    cluster.create_topic("gone", 2, 2)   # the name is free again, under a new topic id
+    ids = {cluster.broker(b).topic("gone").topic_id for b in cluster.broker_ids}
+    assert len(ids) == 1

@@ -365,6 +365,9 @@ class Broker:
         self._check_writable()
         with self._lock:
             info = self.metadata.delete(name)
+            if self.replicas is not None:
+                for p in range(info.partitions):
+                    self.replicas.forget(TopicPartition(name, p))
             gone = self._drop_partitions_locked(info)
             for tp in gone:
                 self.fetch_purgatory.check_and_complete(tp)  # waiting fetches answer now

@@ -106,9 +106,12 @@ class ReplicaManager:
         self.replica_lag_time_max_ms = replica_lag_time_max_ms
         self.clock_ms = broker.clock_ms
         self._replicas = {}
+        self._fenced = False
         self._lock = threading.RLock()
-        # Wakes replica fetches that wait at the log end (a follower's long poll).
+        # Wakes replica fetches that wait at the log end (a follower's long poll), and this
+        # broker's idle fetchers when a state it follows changes (wait_for_change).
         self._appended = threading.Condition()
+        self.version = 0   # bumped by every apply()
         self._checkpoint = OffsetCheckpointFile(os.path.join(broker.root,
                                                              HIGH_WATERMARK_CHECKPOINT))
         try:
@@ -153,7 +156,35 @@ class ReplicaManager:
                 self._fail_waiters(replica, NotLeaderOrFollowerError(
                     f"broker {self.node_id} no longer leads {tp}"))
         with self._appended:
+            self.version += 1
             self._appended.notify_all()   # a waiting replica fetch sees the change
+
+    def wait_for_change(self, seen_version, timeout):
+        """Wait up to timeout while no apply() came after seen_version (an idle fetcher)."""
+        with self._appended:
+            if self.version == seen_version and not self._closed.is_set():
+                self._appended.wait(timeout)
+
+    def wake_fetchers(self):
+        """End wait_for_change() waits now (the cluster is stopping this broker's fetchers)."""
+        with self._appended:
+            self._appended.notify_all()
+
+    def fence(self):
+        """The controller let this broker go (it is stopping or was killed): it refuses to
+        lead anything from now on, and waiting acks=all requests fail."""
+        with self._lock:
+            self._fenced = True
+            for replica in self._replicas.values():
+                self._fail_waiters(replica, NotLeaderOrFollowerError(
+                    f"broker {self.node_id} is no longer in the cluster"))
+
+    def forget(self, tp):
+        """tp's topic is being deleted: its replica goes, waiting acks=all answered."""
+        with self._lock:
+            replica = self._replicas.pop(tp, None)
+            if replica is not None:
+                self._fail_waiters(replica, NotLeaderOrFollowerError(f"{tp} was deleted"))
 
     def _become_leader(self, replica):
         """Kafka's makeLeader: the epoch starts at the log end; every follower's LEO is
@@ -190,8 +221,10 @@ class ReplicaManager:
     def leader_replica(self, tp, leader_epoch=None):
         """The replica of tp if this broker leads it; else the error Kafka answers."""
         replica = self._replicas.get(tp)
-        if replica is None:
-            raise NotLeaderOrFollowerError(f"broker {self.node_id} holds no replica of {tp}")
+        if replica is None or self._fenced:
+            raise NotLeaderOrFollowerError(f"broker {self.node_id} holds no replica of {tp}"
+                                           if replica is None else
+                                           f"broker {self.node_id} is no longer in the cluster")
         state = replica.state
         if leader_epoch is not None and leader_epoch >= 0:
             if leader_epoch < state.leader_epoch:

@@ -107,6 +107,12 @@ class ClusterView:
     def create_topic(self, name, partitions, replication_factor, config):
         return self._cluster.create_topic(name, partitions, replication_factor, config)
 
+    def delete_topic(self, name):
+        return self._cluster.delete_topic(name)
+
+    def create_partitions(self, name, total):
+        return self._cluster.create_partitions(name, total)
+
 
 class Cluster:
     def __init__(self, brokers=3, path=None, config=None, host="127.0.0.1", port=0,
@@ -170,11 +176,26 @@ class Cluster:
                     self._start_fetcher(other, broker_id)
 
     def _sync_topics(self, broker):
-        """Make the controller's topics a restarted broker missed while it was down."""
-        for name, topic in sorted(self.controller.topics.items()):
-            if name not in broker.topics():
-                broker.create_topic(name, topic["partitions"], topic["config"],
-                                    topic_id=topic.get("id"))
+        """Make a (re)starting broker's topics the controller's: what it missed while it was
+        down is created, grown or deleted (a local topic the controller does not know, or
+        knows under another id, was deleted meanwhile; internal topics are the broker's)."""
+        topics = self.controller.topics
+        for name, info in sorted(broker.topics().items()):
+            wanted = topics.get(name)
+            if not info.internal and (wanted is None or wanted["id"] != info.topic_id):
+                broker.delete_topic(name)
+        for name, topic in sorted(topics.items()):
+            self._create_local(broker, name, topic)
+
+    @staticmethod
+    def _create_local(broker, name, topic):
+        """The controller's topic record made real on one broker: created, or grown."""
+        info = broker.topics().get(name)
+        if info is None:
+            broker.create_topic(name, topic["partitions"], topic["config"],
+                                topic_id=topic["id"])
+        elif info.partitions < topic["partitions"]:
+            broker.create_partitions(name, topic["partitions"])
 
     def _start_fetcher(self, follower_id, leader_id):
         key = (follower_id, leader_id)
@@ -184,15 +205,19 @@ class Cluster:
                                                  self.replica_fetch_wait_max_ms)
 
     def _stop_fetchers(self, broker_id):
+        """Tell the broker's fetchers to stop (and wake the idle ones); returns them, for
+        the caller to join once the broker is out of the cluster (a fetcher in a long poll
+        must not delay a kill)."""
         with self._lock:
             stopping = [f for (a, _), f in self._fetchers.items() if a == broker_id]
             for fetcher in stopping:
                 fetcher.stop()
-        for fetcher in stopping:
-            fetcher.join(5)
-        with self._lock:
             for key in [k for k in self._fetchers if k[0] == broker_id]:
                 del self._fetchers[key]
+        manager = self._slots[broker_id].manager
+        if manager is not None:
+            manager.wake_fetchers()
+        return stopping
 
     def stop(self, broker_id):
         """A clean shutdown of one broker."""
@@ -206,9 +231,13 @@ class Cluster:
         slot = self._slot(broker_id)
         if slot.broker is None:
             return
-        self._stop_fetchers(broker_id)
-        slot.server.close()
+        fetchers = self._stop_fetchers(broker_id)
+        # The controller first: the moment clients see the listener go, every other broker
+        # already names the new leaders (a client's first metadata refresh finds them).
         self.controller.broker_down(broker_id)
+        slot.server.close()
+        for fetcher in fetchers:
+            fetcher.join(5)
         broker, slot.broker, slot.server, slot.manager = slot.broker, None, None, None
         if clean:
             broker.close()
@@ -322,15 +351,28 @@ class Cluster:
         through the controller on every live broker. Returns {partition: PartitionState}."""
         rf = min(3, len(self._slots)) if replication_factor in (None, -1) \
             else replication_factor
-
-        def create_local(broker_id, topic_name, topic):
-            broker = self._slots[broker_id].broker
-            if broker is not None and topic_name not in broker.topics():
-                broker.create_topic(topic_name, topic["partitions"], topic["config"],
-                                    topic_id=topic["id"])
-
-        states = self.controller.create_topic(name, partitions, rf, config, create_local)
+        states = self.controller.create_topic(name, partitions, rf, config,
+                                              self._on_live_broker(self._create_local))
         return {tp.partition: state for tp, state in states.items()}
+
+    def delete_topic(self, name):
+        """Delete a topic on every broker (one down now deletes it when it restarts)."""
+        self.controller.delete_topic(name, self._on_live_broker(
+            lambda broker, topic_name: broker.delete_topic(topic_name)))
+
+    def create_partitions(self, name, total):
+        """Grow a topic to `total` partitions, replicated as its first ones are."""
+        states = self.controller.create_partitions(name, total,
+                                                   self._on_live_broker(self._create_local))
+        return {tp.partition: state for tp, state in states.items()}
+
+    def _on_live_broker(self, action):
+        """action(broker, ...) as a controller callback taking a broker id."""
+        def call(broker_id, *args):
+            broker = self._slots[broker_id].broker
+            if broker is not None:
+                action(broker, *args)
+        return call
 
     def partition_state(self, topic, partition):
         tp = TopicPartition(topic, partition)

@@ -31,7 +31,8 @@ import uuid
 import msgpack
 
 from ..broker.replica_manager import NO_LEADER, PartitionState
-from ..errors import InvalidReplicationFactorError, InvalidRequestError, TopicAlreadyExistsError
+from ..errors import (InvalidPartitionsError, InvalidReplicationFactorError, InvalidRequestError,
+                      TopicAlreadyExistsError, UnknownTopicOrPartitionError)
 from ..storage.keyed_log import encode_changes, replay
 from ..storage.log_config import LogConfig
 from ..storage.partition_log import PartitionLog, wall_clock_ms
@@ -121,7 +122,16 @@ class Controller:
         for broker_id in sorted(self.alive):
             manager = self._managers.get(broker_id)
             if manager is not None:
-                manager.apply(tp, state)
+                self._apply(broker_id, manager, tp, state)
+
+    @staticmethod
+    def _apply(broker_id, manager, tp, state):
+        """One broker takes a state; its failure (a full disk, a log it could not open) is
+        that broker's, logged, and never stops the others from taking it."""
+        try:
+            manager.apply(tp, state)
+        except Exception:
+            log.exception("broker %d could not take the state of %s: %s", broker_id, tp, state)
 
     # --- brokers ------------------------------------------------------------------
 
@@ -133,7 +143,7 @@ class Controller:
             self._managers[broker_id] = manager
             for tp, state in sorted(self.partitions.items()):
                 if broker_id in state.replicas:
-                    manager.apply(tp, state)
+                    self._apply(broker_id, manager, tp, state)
             elected = {}
             for tp, state in sorted(self.partitions.items()):
                 if state.leader == NO_LEADER and broker_id in state.replicas:
@@ -147,7 +157,9 @@ class Controller:
         """A broker stopped or died: it leaves the ISRs; partitions it led elect again."""
         with self._lock:
             self.alive.discard(broker_id)
-            self._managers.pop(broker_id, None)
+            manager = self._managers.pop(broker_id, None)
+            if manager is not None:
+                manager.fence()   # it leads nothing from now on, whatever it last heard
             changed = {}
             for tp, state in sorted(self.partitions.items()):
                 if broker_id not in state.isr and state.leader != broker_id:
@@ -232,6 +244,46 @@ class Controller:
                 leader = isr[0] if isr else NO_LEADER
                 states[TopicPartition(name, p)] = PartitionState(leader, 0, replicas,
                                                                  isr or replicas, 0)
+            self._write([(f"topic:{name}".encode(), topic)])
+            self._change(states)
+            return states
+
+    def delete_topic(self, name, delete_local=None):
+        """Delete a topic: delete_local(broker id, name) on each live broker first, then
+        the topic's records are tombstoned (a broker down now deletes it when it returns)."""
+        with self._lock:
+            topic = self.topics.get(name)
+            if topic is None:
+                raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist", name)
+            for broker_id in sorted(self.alive):
+                if delete_local is not None:
+                    delete_local(broker_id, name)
+            self._write([(f"topic:{name}".encode(), None)] + [
+                self._partition_change(TopicPartition(name, p), None)
+                for p in range(topic["partitions"])])
+
+    def create_partitions(self, name, total, create_local=None):
+        """Grow a topic to `total` partitions, the new ones assigned as create_topic's are;
+        create_local(broker id, name, topic record) makes them on each live broker."""
+        with self._lock:
+            topic = self.topics.get(name)
+            if topic is None:
+                raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist", name)
+            current = topic["partitions"]
+            if total <= current:
+                raise InvalidPartitionsError(f"topic {name!r} has {current} partitions; a "
+                                             "count only grows")
+            assignment = assign_replicas(total - current, topic["replication_factor"],
+                                         self.broker_ids, first_partition=current)
+            topic = dict(topic, partitions=total)
+            for broker_id in sorted(self.alive):
+                if create_local is not None:
+                    create_local(broker_id, name, topic)
+            states = {}
+            for p, replicas in assignment.items():
+                isr = tuple(r for r in replicas if r in self.alive)
+                states[TopicPartition(name, p)] = PartitionState(
+                    isr[0] if isr else NO_LEADER, 0, replicas, isr or replicas, 0)
             self._write([(f"topic:{name}".encode(), topic)])
             self._change(states)
             return states

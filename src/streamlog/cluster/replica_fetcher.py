@@ -61,6 +61,8 @@ class ReplicaFetcher:
 
     def _run(self):
         while not self._stopped.is_set():
+            follower = self.cluster.replica_manager(self.follower_id)
+            seen = -1 if follower is None else follower.version
             try:
                 worked = self._round()
             except LinkDown:
@@ -77,18 +79,23 @@ class ReplicaFetcher:
                 log.exception("replica fetcher %d<-%d failed; retrying", self.follower_id,
                               self.leader_id)
                 worked = False
-            if not worked:
+            if worked is None and follower is not None:
+                # Nothing to fetch from this leader: until a state changes (a new
+                # leadership wakes us at once).
+                follower.wait_for_change(seen, REPLICA_FETCH_BACKOFF_MS / 1000)
+            elif not worked:
                 self._stopped.wait(REPLICA_FETCH_BACKOFF_MS / 1000)
 
     def _round(self):
-        """One round; False when there was nothing to do (the caller backs off)."""
+        """One round: True when it fetched, None when nothing here follows this leader
+        (the caller waits for a change of state), False when it could not (it backs off)."""
         follower = self.cluster.replica_manager(self.follower_id)
         if follower is None:
             return False
         mine = {tp: epoch for tp, (leader, epoch) in follower.followed().items()
                 if leader == self.leader_id and leader != NO_LEADER}
         if not mine:
-            return False
+            return None
         leader = self.cluster.link(self.follower_id, self.leader_id)
         for tp, epoch in mine.items():
             if follower.needs_truncation(tp):

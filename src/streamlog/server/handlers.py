@@ -421,7 +421,11 @@ class Handlers:
         cls, types = response_types(DELETE_TOPICS, version)
         results = []
         for name in body.topic_names:
-            exc = failure(self.broker.delete_topic, name)
+            delete = self.broker.delete_topic
+            info = self.broker.topics().get(name)
+            if self._view is not None and info is not None and not info.internal:
+                delete = self._view.delete_topic   # every broker's replicas, through the controller
+            exc = failure(delete, name)
             results.append(build(types.DeletableTopicResult, name=name, error_code=error_code(exc),
                                  error_message=error_message(exc)))
         return build(cls, throttle_time=NO_THROTTLE, responses=tuple(results))
@@ -442,7 +446,9 @@ class Handlers:
                     raise errors.InvalidPartitionsError(
                         f"topic {topic.name!r} has {current} partitions; a count only grows")
                 if not body.validate_only:
-                    self.broker.create_partitions(topic.name, int(topic.count))
+                    view = self._view
+                    (self.broker.create_partitions if view is None
+                     else view.create_partitions)(topic.name, int(topic.count))
             except errors.StreamlogError as exc_:
                 exc = exc_
             results.append(build(types.CreatePartitionsTopicResult, name=topic.name,

@@ -33,8 +33,8 @@ import time
 from typing import NamedTuple
 
 from ..errors import (CorruptRecordError, InvalidRecordError, KafkaStorageError, LogClosedError,
-                      OffsetOutOfRangeError, ReadOnlyError, RecordBatchTooLargeError,
-                      RecordTooLargeError)
+                      NotLeaderOrFollowerError, OffsetOutOfRangeError, ReadOnlyError,
+                      RecordBatchTooLargeError, RecordTooLargeError)
 from . import files
 from .durable import fsync_dir
 from .file_records import IncompleteBatch
@@ -269,6 +269,11 @@ class PartitionLog:
         view = memoryview(data).cast("B")
         with self._lock:
             self._check_writable()
+            if self.replicated and assign_offsets and self.leader_epoch is None:
+                # A replica that is not (or no longer) the leader: an append that passed the
+                # broker's leader check just before the role changed must not slip in after
+                # the follower's truncation, where the leader's batches will go.
+                raise NotLeaderOrFollowerError(f"{self.name} is a follower replica here")
             now_ms = self.clock_ms()
             infos, pieces, summary, producer_batches = self._validate(view, assign_offsets,
                                                                       now_ms, origin)

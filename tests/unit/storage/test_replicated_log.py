@@ -3,6 +3,10 @@ watermark moved by the replica manager, reads up to the log end for followers, a
 truncation of a divergent tail (KIP-101) while readers read."""
 import os
 
+import pytest
+
+from streamlog.errors import NotLeaderOrFollowerError
+
 from streamlog.storage import files
 from streamlog.storage.leader_epoch_cache import LEADER_EPOCH_CHECKPOINT
 from streamlog.storage.partition_log import PartitionLog
@@ -204,3 +208,18 @@ def test_kip_101_two_leaders_in_turn_end_with_identical_logs(log_dir):
     replicate(b, a)
     assert everything(a) == everything(b) == [(0, b"m1"), (1, b"m3")]
     assert a.epochs.entries == b.epochs.entries == [(1, 0), (2, 1)]
+
+
+def test_a_follower_refuses_appends_that_would_assign_offsets(log_dir):
+    # An append that passed the leader check just before the replica became a follower
+    # must not land after the follower's truncation, where the leader's batches go.
+    leader = replica(log_dir, "a")
+    follower = replica(log_dir, "b")
+    leader.become_leader(0)
+    leader.append(make_batch(0, 5))
+    follower.become_leader(0)
+    follower.become_follower()
+    with pytest.raises(NotLeaderOrFollowerError):
+        follower.append(make_batch(1, 5))
+    replicate(leader, follower)
+    assert everything(follower) == everything(leader)
