@@ -102,7 +102,7 @@ def failover_times(ck, root, kills, client_config=None):
         for _ in range(kills):
             done = []
             producer.produce("f", b"warm", partition=0,
-                             on_delivery=lambda err, _m: done.append(err))
+                             on_delivery=lambda err, _m, done=done: done.append(err))
             producer.flush(30)
             if done != [None]:
                 raise RuntimeError(f"warm-up record not delivered: {done}")
@@ -112,7 +112,7 @@ def failover_times(ck, root, kills, client_config=None):
             start = time.perf_counter()
             cluster.kill(leader)
             producer.produce("f", b"after-kill", partition=0,
-                             on_delivery=lambda err, _m: done.append(
+                             on_delivery=lambda err, _m, done=done: done.append(
                                  (err, time.perf_counter())))
             while not done:
                 producer.poll(0.001)

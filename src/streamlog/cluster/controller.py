@@ -235,18 +235,22 @@ class Controller:
             assignment = assign_replicas(partitions, replication_factor, self.broker_ids)
             topic = {"partitions": partitions, "replication_factor": replication_factor,
                      "config": config, "id": uuid.uuid4().hex}
-            for broker_id in sorted(self.alive):
-                if create_local is not None:
-                    create_local(broker_id, name, topic)
-            states = {}
-            for p, replicas in assignment.items():
-                isr = tuple(r for r in replicas if r in self.alive)
-                leader = isr[0] if isr else NO_LEADER
-                states[TopicPartition(name, p)] = PartitionState(leader, 0, replicas,
-                                                                 isr or replicas, 0)
-            self._write([(f"topic:{name}".encode(), topic)])
-            self._change(states)
-            return states
+            return self._add_partitions(name, topic, assignment, create_local)
+
+    def _add_partitions(self, name, topic, assignment, create_local):
+        """Make the partitions of `assignment` on the live brokers, record the topic and
+        their first states (leader: the first live replica; epoch 0), push them."""
+        for broker_id in sorted(self.alive):
+            if create_local is not None:
+                create_local(broker_id, name, topic)
+        states = {}
+        for p, replicas in assignment.items():
+            isr = tuple(r for r in replicas if r in self.alive)
+            states[TopicPartition(name, p)] = PartitionState(
+                isr[0] if isr else NO_LEADER, 0, replicas, isr or replicas, 0)
+        self._write([(f"topic:{name}".encode(), topic)])
+        self._change(states)
+        return states
 
     def delete_topic(self, name, delete_local=None):
         """Delete a topic: delete_local(broker id, name) on each live broker first, then
@@ -275,18 +279,8 @@ class Controller:
                                              "count only grows")
             assignment = assign_replicas(total - current, topic["replication_factor"],
                                          self.broker_ids, first_partition=current)
-            topic = dict(topic, partitions=total)
-            for broker_id in sorted(self.alive):
-                if create_local is not None:
-                    create_local(broker_id, name, topic)
-            states = {}
-            for p, replicas in assignment.items():
-                isr = tuple(r for r in replicas if r in self.alive)
-                states[TopicPartition(name, p)] = PartitionState(
-                    isr[0] if isr else NO_LEADER, 0, replicas, isr or replicas, 0)
-            self._write([(f"topic:{name}".encode(), topic)])
-            self._change(states)
-            return states
+            return self._add_partitions(name, dict(topic, partitions=total), assignment,
+                                        create_local)
 
     def close(self):
         with self._lock:
