@@ -310,5 +310,12 @@ class NotCoordinatorError(StreamlogError):
     retriable = True
 
 
+class CoordinatorNotAvailableError(StreamlogError):
+    """No broker can coordinate the group or transactional id now (its partition of the
+    internal topic has no leader)."""
+
+    retriable = True
+
+
 class InvalidReplicationFactorError(InvalidConfigurationError):
     """A replication factor below 1 or above the cluster's broker count."""

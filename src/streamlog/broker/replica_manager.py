@@ -112,6 +112,9 @@ class ReplicaManager:
         # broker's idle fetchers when a state it follows changes (wait_for_change).
         self._appended = threading.Condition()
         self.version = 0   # bumped by every apply()
+        # Called with tp, outside the lock, when this broker becomes tp's leader (a new
+        # epoch): the cluster's coordinators load the internal partitions they now lead.
+        self.leadership_listeners = []
         self._checkpoint = OffsetCheckpointFile(os.path.join(broker.root,
                                                              HIGH_WATERMARK_CHECKPOINT))
         try:
@@ -144,6 +147,7 @@ class ReplicaManager:
             old = replica.state
             replica.state = state
             new_epoch = old is None or state.leader_epoch != old.leader_epoch
+            elected = state.leader == self.node_id and new_epoch
             if state.leader == self.node_id:
                 if new_epoch:
                     self._become_leader(replica)
@@ -158,6 +162,12 @@ class ReplicaManager:
         with self._appended:
             self.version += 1
             self._appended.notify_all()   # a waiting replica fetch sees the change
+        if elected:
+            for listener in self.leadership_listeners:
+                try:
+                    listener(tp)
+                except Exception:
+                    log.exception("broker %d: taking over %s failed", self.node_id, tp)
 
     def wait_for_change(self, seen_version, timeout):
         """Wait up to timeout while no apply() came after seen_version (an idle fetcher)."""

@@ -33,10 +33,12 @@ import time
 from typing import NamedTuple
 
 from ..broker.broker import Broker
-from ..coordinator.offsets import partition_for
+from ..coordinator.group_coordinator import find_coordinator
+from ..coordinator.offsets import OFFSETS_TOPIC, OFFSETS_TOPIC_CONFIG, partition_for
 from ..broker.replica_manager import DEFAULT_REPLICA_LAG_TIME_MAX_MS, NO_LEADER, ReplicaManager
-from ..errors import (InvalidRequestError, LeaderNotAvailableError, NotLeaderOrFollowerError,
-                      RequestTimedOutError, StreamlogError)
+from ..errors import (CoordinatorNotAvailableError, InvalidRequestError, LeaderNotAvailableError,
+                      NotLeaderOrFollowerError, RequestTimedOutError, StreamlogError,
+                      TopicAlreadyExistsError)
 from ..storage.partition_log import wall_clock_ms
 from ..storage.record_batch import build_batch
 from ..structs import TopicPartition
@@ -44,6 +46,8 @@ from .controller import Controller
 from .replica_fetcher import REPLICA_FETCH_WAIT_MAX_MS, LinkDown, ReplicaFetcher
 
 log = logging.getLogger("streamlog.cluster")
+
+GROUP, TRANSACTION = 0, 1   # FindCoordinator's key types
 
 
 class ReplicaInfo(NamedTuple):
@@ -101,8 +105,8 @@ class ClusterView:
     def partition_state(self, tp):
         return self._cluster.controller.partitions.get(tp)
 
-    def coordinator_for(self, key):
-        return self._cluster.coordinator_for(key)
+    def coordinator_for(self, key, key_type=GROUP):
+        return self._cluster.coordinator_for(key, key_type)
 
     def create_topic(self, name, partitions, replication_factor, config):
         return self._cluster.create_topic(name, partitions, replication_factor, config)
@@ -162,6 +166,12 @@ class Cluster:
                                      self.replica_lag_time_max_ms)
             manager.view = ClusterView(self, broker_id)
             broker.replicas = manager
+            # The coordinators exist from the start: an election may hand this broker
+            # partitions of their internal topics to load at any moment.
+            groups = find_coordinator(broker)
+            manager.leadership_listeners.append(
+                lambda tp: groups.take_over(tp.partition) if tp.topic == OFFSETS_TOPIC
+                else None)
             server = KafkaServer(broker, self.host, slot.port, cluster_id=self.cluster_id)
         except BaseException:
             broker.close()
@@ -178,11 +188,12 @@ class Cluster:
     def _sync_topics(self, broker):
         """Make a (re)starting broker's topics the controller's: what it missed while it was
         down is created, grown or deleted (a local topic the controller does not know, or
-        knows under another id, was deleted meanwhile; internal topics are the broker's)."""
+        knows under another id, was deleted meanwhile)."""
         topics = self.controller.topics
         for name, info in sorted(broker.topics().items()):
             wanted = topics.get(name)
-            if not info.internal and (wanted is None or wanted["id"] != info.topic_id):
+            if (wanted is None and not info.internal) or \
+                    (wanted is not None and wanted["id"] != info.topic_id):
                 broker.delete_topic(name)
         for name, topic in sorted(topics.items()):
             self._create_local(broker, name, topic)
@@ -193,7 +204,7 @@ class Cluster:
         info = broker.topics().get(name)
         if info is None:
             broker.create_topic(name, topic["partitions"], topic["config"],
-                                topic_id=topic["id"])
+                                internal=topic.get("internal", False), topic_id=topic["id"])
         elif info.partitions < topic["partitions"]:
             broker.create_partitions(name, topic["partitions"])
 
@@ -335,16 +346,36 @@ class Cluster:
         return [(s.broker_id, self.host, s.port) for s in self._slots.values()
                 if s.server is not None]
 
-    def coordinator_for(self, key):
-        """The broker that coordinates a group or transactional id: its preferred broker
-        (a hash of the key) while alive, else the next live one."""
-        ids = sorted(self._slots)
-        start = partition_for(key, len(ids))
-        for i in range(len(ids)):
-            candidate = ids[(start + i) % len(ids)]
-            if self._slots[candidate].broker is not None:
-                return candidate
-        return ids[start]
+    def coordinator_for(self, key, key_type=GROUP):
+        """The broker that coordinates a group (key_type 0) or a transactional id (1): the
+        leader of the key's partition of the internal topic, which is made (replicated
+        min(3, brokers) times, as Kafka's offsets.topic.replication.factor) on the first
+        ask, as Kafka makes it; CoordinatorNotAvailableError while that partition has no
+        leader."""
+        if key_type == GROUP:
+            topic, config = OFFSETS_TOPIC, OFFSETS_TOPIC_CONFIG
+            partitions = self._broker_config().offsets_topic_num_partitions
+        else:
+            raise InvalidRequestError(f"coordinator key type {key_type} is not served")
+        self._ensure_internal_topic(topic, partitions, config)
+        count = self.controller.topics[topic]["partitions"]
+        leader = self.controller.partitions[TopicPartition(topic, partition_for(key, count))] \
+            .leader
+        if leader == NO_LEADER:
+            raise CoordinatorNotAvailableError(f"the partition of {topic} that holds {key!r} "
+                                               "has no leader now")
+        return leader
+
+    def _broker_config(self):
+        return Broker.config_from(self.config)
+
+    def _ensure_internal_topic(self, name, partitions, config):
+        if name in self.controller.topics:
+            return
+        with contextlib.suppress(TopicAlreadyExistsError):
+            self.controller.create_topic(name, partitions, min(3, len(self._slots)), config,
+                                         self._on_live_broker(self._create_local),
+                                         internal=True)
 
     def create_topic(self, name, partitions=1, replication_factor=None, config=None):
         """A topic replicated replication_factor times (default: min(3, brokers)), created

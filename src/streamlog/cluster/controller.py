@@ -72,6 +72,7 @@ class Controller:
         self._managers = {}      # broker id -> ReplicaManager of the live broker
         self._next_producer_id = 0
         self._lock = threading.RLock()
+        self._producer_ids_lock = threading.Lock()
         os.makedirs(directory, exist_ok=True)
         self._log = PartitionLog(os.path.join(directory, _METADATA_DIR), LogConfig())
         replay(self._log, 0, self._replay_record)
@@ -212,15 +213,18 @@ class Controller:
             return new
 
     def allocate_producer_ids(self, broker_id):
-        """A block of producer ids no broker of the cluster was given before."""
-        with self._lock:
+        """A block of producer ids no broker of the cluster was given before. Under a lock
+        of its own: a transaction coordinator asks while holding its lock, and a push of
+        this controller (under its main lock) may wait for that lock (a takeover)."""
+        with self._producer_ids_lock:
             first = self._next_producer_id
             self._write([(_PRODUCER_IDS_KEY, first + PRODUCER_ID_BLOCK_SIZE)])
             return range(first, first + PRODUCER_ID_BLOCK_SIZE)
 
     # --- topics ---------------------------------------------------------------------
 
-    def create_topic(self, name, partitions, replication_factor, config=None, create_local=None):
+    def create_topic(self, name, partitions, replication_factor, config=None, create_local=None,
+                     internal=False):
         """Assign and record a topic's partitions; create_local(broker id) makes its logs
         on each live broker (create_local(broker id, name, topic record)), before the states
         reach them. Returns {tp: PartitionState}."""
@@ -234,7 +238,7 @@ class Controller:
             LogConfig.from_dict(config)   # a bad config is refused before anything is written
             assignment = assign_replicas(partitions, replication_factor, self.broker_ids)
             topic = {"partitions": partitions, "replication_factor": replication_factor,
-                     "config": config, "id": uuid.uuid4().hex}
+                     "config": config, "id": uuid.uuid4().hex, "internal": internal}
             return self._add_partitions(name, topic, assignment, create_local)
 
     def _add_partitions(self, name, topic, assignment, create_local):

@@ -34,6 +34,7 @@ from contextlib import contextmanager
 from typing import NamedTuple
 
 from ..errors import (FencedInstanceIdError, GroupIdNotFoundError, IllegalGenerationError,
+                      NotCoordinatorError,
                       InconsistentGroupProtocolError, InvalidGroupIdError, InvalidRequestError,
                       InvalidSessionTimeoutError, LogClosedError, MemberIdRequiredError,
                       NonEmptyGroupError, OffsetMetadataTooLargeError, ReadOnlyError,
@@ -184,33 +185,54 @@ class GroupCoordinator:
         except TimerClosedError:
             return None  # closing: the task's work no longer matters
 
+    def take_over(self, partition):
+        """This broker now leads `partition` of __consumer_offsets (a cluster's election):
+        its groups are loaded again from what the replica holds -- committed offsets, and
+        each group Empty at its last generation, its members to join again -- as Kafka's
+        GroupMetadataManager loads a partition it becomes the leader of."""
+        with self._locked():
+            self._check_open()
+            for group_id in self._store.reload_partition(partition):
+                self._groups.pop(group_id, None)
+                group = self._loaded_group(group_id, self._broker.clock_ms())
+                if group is not None:
+                    self._groups[group_id] = group
+
     def _load(self):
         """Groups known to the offsets log start Empty: their members died with the writer."""
         now = self._broker.clock_ms()
         groups = {}
         for group_id in self._store.known_groups():
-            record = self._store.groups.get(group_id)
-            if record is None:
-                groups[group_id] = Group(group_id, empty_since=now)
-                continue
-            group = Group(group_id, record.generation, record.protocol_type,
-                          empty_since=record.state_timestamp)
-            if record.member_count and not self._broker.readonly:
-                # The members were alive when the writer stopped; they are gone now.
-                group.empty_since = now
-                self._write_group_record(group, now)
-            elif record.member_count:
-                # A reader sees the writer's group as last recorded: the members of its
-                # current generation (their ids, client ids and assignments; what they
-                # subscribed with is the writer's to know).
-                group.state = STABLE
-                group.protocol, group.leader = record.protocol, record.leader
-                for member_id, instance, client_id, assignment in record.members:
-                    member = Member(member_id, instance, client_id, 0, 0, [], None)
-                    member.assignment = assignment
-                    group.add(member)
-            groups[group_id] = group
+            groups[group_id] = self._loaded_group(group_id, now)
         self._groups = groups
+
+    def _loaded_group(self, group_id, now):
+        """The Group a (re)load makes of group_id's records; None when it has none."""
+        if group_id not in self._store.known_groups():
+            return None
+        record = self._store.groups.get(group_id)
+        if record is None:
+            return Group(group_id, empty_since=now)
+        group = Group(group_id, record.generation, record.protocol_type,
+                      empty_since=record.state_timestamp)
+        if record.member_count and not self._broker.readonly:
+            # The members were alive when the writer stopped; they are gone now.
+            group.empty_since = now
+            try:
+                self._write_group_record(group, now)
+            except NotCoordinatorError:
+                pass   # a cluster's broker that does not lead the partition: its leader will
+        elif record.member_count:
+            # A reader sees the writer's group as last recorded: the members of its
+            # current generation (their ids, client ids and assignments; what they
+            # subscribed with is the writer's to know).
+            group.state = STABLE
+            group.protocol, group.leader = record.protocol, record.leader
+            for member_id, instance, client_id, assignment in record.members:
+                member = Member(member_id, instance, client_id, 0, 0, [], None)
+                member.assignment = assignment
+                group.add(member)
+        return group
 
     def _write_group_record(self, group, now_ms):
         self._store.write_group(group.group_id, (
@@ -588,7 +610,10 @@ class GroupCoordinator:
         offsets = self._validate_offsets(offsets)
         with self._locked():
             self._check_committer(group_id, member_id, generation, group_instance_id)
-            self._store.commit(group_id, offsets, self._broker.clock_ms())
+            written = self._store.commit(group_id, offsets, self._broker.clock_ms())
+        if written is not None:
+            # Outside the lock: the other groups' requests go on while the replicas copy.
+            self._store.wait_replicated(*written)
 
     def txn_offset_commit(self, group_id, producer_id, producer_epoch, member_id, generation,
                           group_instance_id, offsets):

@@ -37,17 +37,22 @@ the process that stopped.
 
 Thread-safety: the coordinator calls this under its own lock.
 """
+import threading
 from typing import NamedTuple
 
 import msgpack
 
-from ..errors import CorruptRecordError
+from ..errors import (CoordinatorNotAvailableError, CorruptRecordError, NotCoordinatorError,
+                      NotLeaderOrFollowerError)
 from ..storage.keyed_log import encode_changes, replay
 from ..storage.producer_state import COORDINATOR
 from ..structs import TopicPartition
 
 OFFSETS_TOPIC = "__consumer_offsets"
 OFFSETS_TOPIC_CONFIG = {"cleanup.policy": "compact", "segment.bytes": 104857600}
+
+# Kafka's offsets.commit.timeout.ms: how long a commit waits for its replicas.
+OFFSETS_COMMIT_TIMEOUT_MS = 5000
 
 _OFFSET_KEY, _GROUP_KEY = 1, 2
 _VALUE_VERSION = 1
@@ -123,14 +128,33 @@ class OffsetStore:
 
     def _ensure_topic(self):
         if not self.partitions:
-            info = self._broker.create_topic(OFFSETS_TOPIC,
-                                             self._broker.config.offsets_topic_num_partitions,
-                                             OFFSETS_TOPIC_CONFIG, internal=True)
+            # A cluster's controller makes the topic (replicated) before any group request
+            # reaches this broker; a database on its own makes it here, on first use.
+            info = self._broker.topics().get(OFFSETS_TOPIC) or self._broker.create_topic(
+                OFFSETS_TOPIC, self._broker.config.offsets_topic_num_partitions,
+                OFFSETS_TOPIC_CONFIG, internal=True)
             self.partitions = info.partitions
 
     def partition_of(self, group_id):
         self._ensure_topic()
         return TopicPartition(OFFSETS_TOPIC, partition_for(group_id, self.partitions))
+
+    def reload_partition(self, partition):
+        """Forget what came from `partition` and replay it from its start: a cluster's
+        broker that now leads it (its replica may have been truncated under what was
+        replayed before). Returns the groups whose records live there."""
+        self._ensure_topic()
+        mine = {g for g in self.known_groups() if partition_for(g, self.partitions) == partition}
+        for group in mine:
+            self.offsets.pop(group, None)
+            self.groups.pop(group, None)
+        self.pending[partition] = {}
+        tp = TopicPartition(OFFSETS_TOPIC, partition)
+        self._replayed[partition] = replay(self._broker.partition_log(tp), 0,
+                                           lambda k, v, _ts: self._apply(tp, k, v),
+                                           pending=self.pending[partition])
+        return mine | {g for g in self.known_groups()
+                       if partition_for(g, self.partitions) == partition}
 
     def refresh(self):
         """Apply records appended since the last look (a read-only reader follows the writer)."""
@@ -176,19 +200,51 @@ class OffsetStore:
 
     def _append(self, group_id, changes, now_ms):
         tp = self.partition_of(group_id)
-        self._broker.produce(tp, encode_changes(changes, now_ms))
+        try:
+            self._broker.produce(tp, encode_changes(changes, now_ms))
+        except NotLeaderOrFollowerError as exc:
+            # A cluster moved the group's partition away: its client finds the new
+            # coordinator (Kafka answers NOT_COORDINATOR here).
+            raise NotCoordinatorError(str(exc)) from None
         # Applied from the records just written, so memory is exactly what a replay gives.
         for key, value in changes:
             self._apply(tp, key, value)
         self._replayed[tp.partition] = self._broker.partition_log(tp).log_end_offset
 
     def commit(self, group_id, offsets, now_ms):
-        """offsets: {TopicPartition: OffsetAndMetadata}; one batch, so all or nothing."""
+        """offsets: {TopicPartition: OffsetAndMetadata}; one batch, so all or nothing.
+        Returns (partition of the topic, its end offset after the batch), for
+        wait_replicated; None when there was nothing to write."""
         changes = [(_pack([_OFFSET_KEY, group_id, tp.topic, tp.partition]),
                     _pack([_VALUE_VERSION, om.offset, om.metadata, now_ms]))
                    for tp, om in offsets.items()]
         if changes:
             self._append(group_id, changes, now_ms)
+            tp = self.partition_of(group_id)
+            return tp, self._replayed[tp.partition]
+        return None
+
+    def wait_replicated(self, tp, end_offset, timeout_ms=OFFSETS_COMMIT_TIMEOUT_MS):
+        """In a cluster, wait until the in-sync replicas hold tp below end_offset, as
+        Kafka's coordinator appends commits with acks=all: a commit answered is one the
+        next coordinator finds. NotCoordinatorError when this broker lost the partition,
+        CoordinatorNotAvailableError when too few replicas are in sync or the wait timed
+        out (Kafka's GroupMetadataManager maps the append's errors so). A database on its
+        own: nothing to wait for."""
+        replicas = self._broker.replicas
+        if replicas is None or not replicas.manages(tp):
+            return
+        done, outcome = threading.Event(), []
+        replicas.when_replicated(tp, end_offset, lambda error: (outcome.append(error),
+                                                                done.set()))
+        if not done.wait(timeout_ms / 1000):
+            raise CoordinatorNotAvailableError(
+                f"the commit was not replicated within offsets.commit.timeout.ms={timeout_ms}")
+        error = outcome[0]
+        if isinstance(error, NotLeaderOrFollowerError):
+            raise NotCoordinatorError(str(error))
+        if error is not None:
+            raise CoordinatorNotAvailableError(str(error))
 
     def commit_transactional(self, group_id, offsets, producer_id, producer_epoch, now_ms):
         """Write offsets inside producer_id's open transaction: pending until its marker."""

@@ -16,6 +16,7 @@ _ERROR_CODES = [
     (errors.FencedLeaderEpochError, ErrorCode.fenced_leader_epoch),
     (errors.UnknownLeaderEpochError, ErrorCode.unknown_leader_epoch),
     (errors.NotCoordinatorError, ErrorCode.not_coordinator),
+    (errors.CoordinatorNotAvailableError, ErrorCode.coordinator_not_available),
     (errors.InvalidReplicationFactorError, ErrorCode.invalid_replication_factor),
     # storage and topics
     (errors.UnknownTopicOrPartitionError, ErrorCode.unknown_topic_or_partition),

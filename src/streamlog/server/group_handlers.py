@@ -19,7 +19,7 @@ from ..coordinator.group_coordinator import find_coordinator
 from ..structs import OffsetAndMetadata, TopicPartition
 from .consumer_protocol import (PROTOCOL_TYPE, decode_assignment, decode_subscription,
                                 encode_assignment, encode_subscription)
-from .error_codes import error_code, failure
+from .error_codes import error_code, error_message, failure
 from .protocol import NO_THROTTLE, build, response_types
 
 FIND_COORDINATOR, OFFSET_COMMIT, OFFSET_FETCH = 10, 8, 9
@@ -58,35 +58,45 @@ class GroupHandlers:
 
     # --- FindCoordinator -------------------------------------------------------------
 
-    def _coordinator_of(self, key, context):
-        """(node id, host, port) of the broker coordinating key: this one on its own; in a
-        cluster the one the cluster names (cluster.Cluster.coordinator_for)."""
+    def _coordinator_of(self, key, key_type, context):
+        """(node id, host, port) of the broker coordinating key (key_type 0: a group, 1: a
+        transactional id): this one on its own; in a cluster the leader of the key's
+        partition of the internal topic (cluster.Cluster.coordinator_for)."""
         if self._view is None:
             return self._node, context.host, context.port
-        node = self._view.coordinator_for(key)
+        node = self._view.coordinator_for(key, key_type)
         for broker in self._view.brokers():
             if broker[0] == node:
                 return broker
-        return self._node, context.host, context.port
+        raise errors.CoordinatorNotAvailableError(f"broker {node} coordinates {key!r} and "
+                                                  "is not reachable")
 
     def _check_coordinator(self, group_id):
         """NOT_COORDINATOR for a group another broker of the cluster coordinates (its client
         then asks FindCoordinator again), as Kafka's GroupCoordinator answers."""
-        if self._view is not None and self._view.coordinator_for(group_id) != self._node:
+        if self._view is not None and self._view.coordinator_for(group_id, 0) != self._node:
             raise errors.NotCoordinatorError(
                 f"broker {self._node} does not coordinate group {group_id!r}")
 
     def find_coordinator(self, version, body, context):
         cls, types = response_types(FIND_COORDINATOR, version)
+        key_type = int(getattr(body, "key_type", 0))
         if version >= 4:
             return build(cls, throttle_time=NO_THROTTLE, coordinators=tuple(
-                build(types.Coordinator, key=key, node_id=i32(node), host=host,
-                      port=i32(port), error_code=ErrorCode.none, error_message=None)
-                for key in body.coordinator_keys
-                for node, host, port in [self._coordinator_of(key, context)]))
-        node, host, port = self._coordinator_of(body.key, context)
-        return build(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.none,
-                     error_message=None, node_id=i32(node), host=host, port=i32(port))
+                build(types.Coordinator, key=key, **self._coordinator_fields(key, key_type,
+                                                                             context))
+                for key in body.coordinator_keys))
+        return build(cls, throttle_time=NO_THROTTLE,
+                     **self._coordinator_fields(body.key, key_type, context))
+
+    def _coordinator_fields(self, key, key_type, context):
+        try:
+            node, host, port = self._coordinator_of(key, key_type, context)
+        except errors.StreamlogError as exc:
+            return dict(node_id=i32(-1), host="", port=i32(-1), error_code=error_code(exc),
+                        error_message=error_message(exc))
+        return dict(node_id=i32(node), host=host, port=i32(port), error_code=ErrorCode.none,
+                    error_message=None)
 
     # --- JoinGroup, SyncGroup ------------------------------------------------------------
 
