@@ -529,7 +529,15 @@ class Broker:
     def write_txn_markers(self, markers):
         """Append transaction markers (the coordinator's WriteTxnMarkers): markers is
         [(tp, producer id, epoch, coordinator epoch, commit)]; returns {tp: AppendInfo}.
-        Waiting read_committed fetches wake: the last stable offset may have moved."""
+        Waiting read_committed fetches wake: the last stable offset may have moved. In a
+        cluster each marker goes to its partition's leader, and is replicated before this
+        returns (replica_manager.py's view: cluster.ClusterView.write_txn_markers)."""
+        if self.replicas is not None:
+            return self.replicas.view.write_txn_markers(markers)
+        return self.write_txn_markers_here(markers)
+
+    def write_txn_markers_here(self, markers):
+        """write_txn_markers on this broker's own replicas (its leaders, in a cluster)."""
         self._check_writable()
         out = {}
         for tp, producer_id, epoch, coordinator_epoch, commit in markers:

@@ -39,7 +39,8 @@ from typing import NamedTuple
 
 from ..errors import (FencedLeaderEpochError, LeaderNotAvailableError,
                       NotEnoughReplicasAfterAppendError, NotEnoughReplicasError,
-                      NotLeaderOrFollowerError, StreamlogError, UnknownLeaderEpochError)
+                      NotLeaderOrFollowerError, RequestTimedOutError, StreamlogError,
+                      UnknownLeaderEpochError)
 from ..storage.checkpoint import CorruptCheckpointError, OffsetCheckpointFile
 
 log = logging.getLogger("streamlog.replication")
@@ -291,6 +292,24 @@ class ReplicaManager:
                 self._complete_waiters(replica)
                 return
         callback(error)
+
+    def wait_replicated(self, tp, offset, timeout_s):
+        """Block until when_replicated(tp, offset) answers: None, or raise its error
+        (RequestTimedOutError after timeout_s). For the coordinators' own appends, which
+        Kafka makes with acks=all."""
+        done, outcome = threading.Event(), []
+        self.when_replicated(tp, offset, lambda error: (outcome.append(error), done.set()))
+        if not done.wait(timeout_s):
+            raise RequestTimedOutError(f"{tp} was not replicated to offset {offset} within "
+                                       f"{timeout_s} s")
+        if outcome[0] is not None:
+            raise outcome[0]
+
+    def leads(self, tp):
+        """Whether this broker is tp's leader now."""
+        replica = self._replicas.get(tp)
+        return replica is not None and not self._fenced and \
+            replica.state.leader == self.node_id
 
     def _complete_waiters(self, replica):
         if not replica.waiters:

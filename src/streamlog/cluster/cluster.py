@@ -35,10 +35,12 @@ from typing import NamedTuple
 from ..broker.broker import Broker
 from ..coordinator.group_coordinator import find_coordinator
 from ..coordinator.offsets import OFFSETS_TOPIC, OFFSETS_TOPIC_CONFIG, partition_for
+from ..coordinator.transaction_coordinator import find_transaction_coordinator
+from ..coordinator.transaction_log import TRANSACTION_STATE_CONFIG, TRANSACTION_STATE_TOPIC
 from ..broker.replica_manager import DEFAULT_REPLICA_LAG_TIME_MAX_MS, NO_LEADER, ReplicaManager
 from ..errors import (CoordinatorNotAvailableError, InvalidRequestError, LeaderNotAvailableError,
                       NotLeaderOrFollowerError, RequestTimedOutError, StreamlogError,
-                      TopicAlreadyExistsError)
+                      TopicAlreadyExistsError, UnknownTopicOrPartitionError)
 from ..storage.partition_log import wall_clock_ms
 from ..storage.record_batch import build_batch
 from ..structs import TopicPartition
@@ -48,6 +50,8 @@ from .replica_fetcher import REPLICA_FETCH_WAIT_MAX_MS, LinkDown, ReplicaFetcher
 log = logging.getLogger("streamlog.cluster")
 
 GROUP, TRANSACTION = 0, 1   # FindCoordinator's key types
+# How long a transaction marker waits for its replicas (Kafka's request.timeout.ms).
+MARKER_TIMEOUT_S = 30.0
 
 
 class ReplicaInfo(NamedTuple):
@@ -107,6 +111,9 @@ class ClusterView:
 
     def coordinator_for(self, key, key_type=GROUP):
         return self._cluster.coordinator_for(key, key_type)
+
+    def write_txn_markers(self, markers):
+        return self._cluster.write_txn_markers(self.node_id, markers)
 
     def create_topic(self, name, partitions, replication_factor, config):
         return self._cluster.create_topic(name, partitions, replication_factor, config)
@@ -168,9 +175,10 @@ class Cluster:
             broker.replicas = manager
             # The coordinators exist from the start: an election may hand this broker
             # partitions of their internal topics to load at any moment.
-            groups = find_coordinator(broker)
+            loaders = {OFFSETS_TOPIC: find_coordinator(broker),
+                       TRANSACTION_STATE_TOPIC: find_transaction_coordinator(broker)}
             manager.leadership_listeners.append(
-                lambda tp: groups.take_over(tp.partition) if tp.topic == OFFSETS_TOPIC
+                lambda tp: loaders[tp.topic].take_over(tp.partition) if tp.topic in loaders
                 else None)
             server = KafkaServer(broker, self.host, slot.port, cluster_id=self.cluster_id)
         except BaseException:
@@ -355,6 +363,9 @@ class Cluster:
         if key_type == GROUP:
             topic, config = OFFSETS_TOPIC, OFFSETS_TOPIC_CONFIG
             partitions = self._broker_config().offsets_topic_num_partitions
+        elif key_type == TRANSACTION:
+            topic, config = TRANSACTION_STATE_TOPIC, TRANSACTION_STATE_CONFIG
+            partitions = self._broker_config().transaction_state_log_num_partitions
         else:
             raise InvalidRequestError(f"coordinator key type {key_type} is not served")
         self._ensure_internal_topic(topic, partitions, config)
@@ -423,6 +434,29 @@ class Cluster:
         offline = tuple(r for r in state.replicas if not replicas[r].alive)
         return PartitionStatus(state.leader, state.leader_epoch, state.replicas, state.isr,
                                offline, replicas)
+
+    def write_txn_markers(self, from_broker, markers):
+        """A transaction coordinator's markers, each written by its partition's leader and
+        replicated before the next (Kafka's WriteTxnMarkers with acks=all); a group's
+        pending transactional offsets apply on the broker that leads their partition."""
+        out = {}
+        for marker in markers:
+            tp, producer_id, commit = marker[0], marker[1], marker[4]
+            state = self.controller.partitions.get(tp)
+            if state is None:
+                raise UnknownTopicOrPartitionError(f"{tp} does not exist", tp.topic)
+            if state.leader == NO_LEADER:
+                raise LeaderNotAvailableError(f"{tp} has no leader now")
+            if state.leader != from_broker:
+                self.link(from_broker, state.leader)   # LinkDown when cut off from it
+            broker = self._slots[state.leader].broker
+            if broker is None:
+                raise NotLeaderOrFollowerError(f"the leader of {tp} is down")
+            info = out[tp] = broker.write_txn_markers_here([marker])[tp]
+            broker.replicas.wait_replicated(tp, info.last_offset + 1, MARKER_TIMEOUT_S)
+            if tp.topic == OFFSETS_TOPIC:
+                find_coordinator(broker).complete_transaction(tp, producer_id, commit)
+        return out
 
     def produce(self, topic, partition, values, acks="all", timeout=10.0, key=None):
         """Append values (bytes each) as one batch on the partition's leader, in process;

@@ -37,13 +37,12 @@ the process that stopped.
 
 Thread-safety: the coordinator calls this under its own lock.
 """
-import threading
 from typing import NamedTuple
 
 import msgpack
 
 from ..errors import (CoordinatorNotAvailableError, CorruptRecordError, NotCoordinatorError,
-                      NotLeaderOrFollowerError)
+                      NotLeaderOrFollowerError, StreamlogError)
 from ..storage.keyed_log import encode_changes, replay
 from ..storage.producer_state import COORDINATOR
 from ..structs import TopicPartition
@@ -152,7 +151,7 @@ class OffsetStore:
         tp = TopicPartition(OFFSETS_TOPIC, partition)
         self._replayed[partition] = replay(self._broker.partition_log(tp), 0,
                                            lambda k, v, _ts: self._apply(tp, k, v),
-                                           pending=self.pending[partition])
+                                           pending=self.pending[partition], to_log_end=True)
         return mine | {g for g in self.known_groups()
                        if partition_for(g, self.partitions) == partition}
 
@@ -234,17 +233,12 @@ class OffsetStore:
         replicas = self._broker.replicas
         if replicas is None or not replicas.manages(tp):
             return
-        done, outcome = threading.Event(), []
-        replicas.when_replicated(tp, end_offset, lambda error: (outcome.append(error),
-                                                                done.set()))
-        if not done.wait(timeout_ms / 1000):
-            raise CoordinatorNotAvailableError(
-                f"the commit was not replicated within offsets.commit.timeout.ms={timeout_ms}")
-        error = outcome[0]
-        if isinstance(error, NotLeaderOrFollowerError):
-            raise NotCoordinatorError(str(error))
-        if error is not None:
-            raise CoordinatorNotAvailableError(str(error))
+        try:
+            replicas.wait_replicated(tp, end_offset, timeout_ms / 1000)
+        except NotLeaderOrFollowerError as exc:
+            raise NotCoordinatorError(str(exc)) from None
+        except StreamlogError as exc:
+            raise CoordinatorNotAvailableError(str(exc)) from None
 
     def commit_transactional(self, group_id, offsets, producer_id, producer_epoch, now_ms):
         """Write offsets inside producer_id's open transaction: pending until its marker."""

@@ -200,6 +200,7 @@ class TransactionCoordinator:
         markers = [(tp, meta.producer_id, meta.producer_epoch, 0, commit)
                    for tp in sorted(meta.partitions)]
         marked = []
+        clustered = self._broker.replicas is not None
         for marker in markers:
             try:
                 self._broker.write_txn_markers([marker])
@@ -209,22 +210,45 @@ class TransactionCoordinator:
                          meta.transactional_id, marker[0])
                 continue
             marked.append(marker[0])
-            if marker[0].topic == OFFSETS_TOPIC:
-                # The group's pending offsets of this transaction apply now, or are dropped.
+            if marker[0].topic == OFFSETS_TOPIC and not clustered:
+                # The group's pending offsets of this transaction apply now, or are dropped
+                # (in a cluster, by the coordinator of the broker that leads the partition:
+                # the cluster's marker writer tells it).
                 find_coordinator(self._broker).complete_transaction(marker[0],
                                                                     meta.producer_id, commit)
         # The markers are durable before the transaction is called complete: a Complete
         # record that outlived a lost marker would leave that partition's transaction open
-        # for good (Kafka appends markers with acks=all for the same reason).
-        for tp in marked:
+        # for good (Kafka appends markers with acks=all for the same reason; in a cluster
+        # the marker writer waited for the in-sync replicas).
+        for tp in marked if not clustered else ():
             self._broker.partition_log(tp).flush()
         meta = meta.prepare(S.COMPLETE_COMMIT if commit else S.COMPLETE_ABORT, now)
         self._log.write(meta, now, durable=False)
 
+    def take_over(self, partition):
+        """This broker now leads `partition` of __transaction_state (a cluster's election):
+        its transactional ids are loaded from what the replica holds, and what their last
+        coordinator left between Prepare* and Complete* is finished (Kafka's
+        TransactionStateManager loading a partition, then resending markers)."""
+        with self._lock:
+            self._check_open()
+            for transactional_id in self._log.reload_partition(partition):
+                meta = self._log.transactions[transactional_id]
+                if meta.state in PREPARING or meta.state == S.PREPARE_EPOCH_FENCE:
+                    try:
+                        self._complete(meta)
+                    except StreamlogError as exc:
+                        log.warning("transaction %r: finishing %s failed (%s); the timeout "
+                                    "check tries again", transactional_id, meta.state.name,
+                                    exc)
+
     def _finish_pending(self):
-        """At open: complete what a stop left between Prepare* and Complete*."""
+        """At open: complete what a stop left between Prepare* and Complete* (in a cluster,
+        of the ids this broker coordinates; take_over does the others' when it may)."""
         with self._lock:
             for meta in list(self._log.transactions.values()):
+                if not self._log.leads(meta.transactional_id):
+                    continue
                 if meta.state in PREPARING or meta.state == S.PREPARE_EPOCH_FENCE:
                     log.info("transaction %r: finishing %s left by the last stop",
                              meta.transactional_id, meta.state.name)
@@ -250,9 +274,11 @@ class TransactionCoordinator:
             if self._closed:
                 return 0
             now = self._broker.clock_ms()
-            expired = [m for m in self._log.transactions.values()
+            mine = [m for m in self._log.transactions.values()
+                    if self._log.leads(m.transactional_id)]
+            expired = [m for m in mine
                        if m.state == S.ONGOING and m.start_ms + m.timeout_ms < now]
-            unfinished = [m for m in self._log.transactions.values()
+            unfinished = [m for m in mine
                           if m.state in PREPARING or m.state == S.PREPARE_EPOCH_FENCE]
             try:
                 for meta in unfinished:   # a completion that failed part way: again

@@ -18,7 +18,7 @@ Thread-safety: the transaction coordinator calls this under its own lock.
 """
 import struct
 
-from ..errors import CorruptRecordError
+from ..errors import CorruptRecordError, NotCoordinatorError, NotLeaderOrFollowerError
 from ..storage.keyed_log import encode_changes, replay
 from ..structs import TopicPartition
 from .offsets import partition_for
@@ -26,6 +26,9 @@ from .transaction import TransactionMetadata, TxnState
 
 TRANSACTION_STATE_TOPIC = "__transaction_state"
 TRANSACTION_STATE_CONFIG = {"cleanup.policy": "compact", "segment.bytes": 104857600}
+# In a cluster, how long a state record waits for its replicas (Kafka's
+# transaction.state.log's appends wait up to request.timeout.ms).
+WRITE_TIMEOUT_S = 30.0
 
 _VALUE_HEAD = struct.Struct(">hqhib")
 _VALUE_TAIL = struct.Struct(">qq")
@@ -130,8 +133,11 @@ class TransactionLog:
 
     def partition_of(self, transactional_id):
         if not self.partitions:
-            info = self._broker.create_topic(TRANSACTION_STATE_TOPIC, self._wanted_partitions,
-                                             TRANSACTION_STATE_CONFIG, internal=True)
+            # A cluster's controller makes the topic (replicated) before a transactional
+            # request reaches this broker; a database on its own makes it here.
+            info = self._broker.topics().get(TRANSACTION_STATE_TOPIC) or \
+                self._broker.create_topic(TRANSACTION_STATE_TOPIC, self._wanted_partitions,
+                                          TRANSACTION_STATE_CONFIG, internal=True)
             self.partitions = info.partitions
         return TopicPartition(TRANSACTION_STATE_TOPIC,
                               partition_for(transactional_id, self.partitions))
@@ -142,8 +148,35 @@ class TransactionLog:
         CompleteCommit/CompleteAbort, which the next open redoes from the Prepare record
         before it (markers written twice end nothing the second time)."""
         tp = self.partition_of(meta.transactional_id)
-        self._broker.produce(tp, encode_changes(
-            [(encode_key(meta.transactional_id), encode_value(meta))], now_ms))
-        if durable:
-            self._broker.partition_log(tp).flush()
+        replicas = self._broker.replicas
+        try:
+            info = self._broker.produce(tp, encode_changes(
+                [(encode_key(meta.transactional_id), encode_value(meta))], now_ms))
+            if replicas is not None and replicas.manages(tp):
+                # In a cluster a record is safe once the in-sync replicas hold it (Kafka's
+                # coordinator appends with acks=all); the next leader loads it.
+                replicas.wait_replicated(tp, info.last_offset + 1, WRITE_TIMEOUT_S)
+            elif durable:
+                self._broker.partition_log(tp).flush()
+        except NotLeaderOrFollowerError as exc:
+            raise NotCoordinatorError(str(exc)) from None
         self.transactions[meta.transactional_id] = meta
+
+    def leads(self, transactional_id):
+        """Whether this broker coordinates the id (in a cluster: leads its partition)."""
+        replicas = self._broker.replicas
+        return replicas is None or replicas.leads(self.partition_of(transactional_id))
+
+    def reload_partition(self, partition):
+        """Forget the ids of `partition` and replay it from its start (a cluster's broker
+        that now leads it); returns the ids it holds."""
+        tp = TopicPartition(TRANSACTION_STATE_TOPIC, partition)
+        if not self.partitions:
+            self.partition_of("")
+        for transactional_id in [t for t in self.transactions
+                                 if partition_for(t, self.partitions) == partition]:
+            del self.transactions[transactional_id]
+        self._replayed[partition] = replay(self._broker.partition_log(tp), 0,
+                                           lambda k, v, _ts: self._apply(tp, k, v),
+                                           to_log_end=True)
+        return [t for t in self.transactions if partition_for(t, self.partitions) == partition]

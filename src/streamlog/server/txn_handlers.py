@@ -49,6 +49,24 @@ class TxnHandlers:
     def transactions(self):
         return find_transaction_coordinator(self.broker)
 
+    def _coordinating(self, key, key_type=1):
+        """The transaction coordinator, after checking that this broker coordinates key (a
+        transactional id; key_type 0: a group) in its cluster: NOT_COORDINATOR otherwise,
+        and the client asks FindCoordinator again."""
+        view = None if self.broker.replicas is None else self.broker.replicas.view
+        if view is not None and view.coordinator_for(key, key_type) != view.node_id:
+            raise errors.NotCoordinatorError(
+                f"broker {view.node_id} does not coordinate {key!r}")
+        return self.transactions
+
+    def _call(self, method, transactional_id, *args):
+        """The coordinator's `method` for transactional_id, where it is coordinated here."""
+        return getattr(self._coordinating(transactional_id), method)(transactional_id, *args)
+
+    def _txn_offset_commit(self, group_id, *args):
+        self._coordinating(group_id, 0)
+        return find_coordinator(self.broker).txn_offset_commit(group_id, *args)
+
     def init_producer_id(self, version, body, context):
         cls, _ = response_types(INIT_PRODUCER_ID, version)
         producer_id, epoch, exc = -1, -1, None
@@ -57,7 +75,7 @@ class TxnHandlers:
                 producer_id, epoch = self.broker.init_producer_id()
             else:
                 self._check_known_epoch(body)
-                producer_id, epoch = self.transactions.init_producer_id(
+                producer_id, epoch = self._coordinating(body.transactional_id).init_producer_id(
                     body.transactional_id,
                     int(body.transaction_timeout.total_seconds() * 1000))
         except errors.StreamlogError as exc_:
@@ -72,7 +90,7 @@ class TxnHandlers:
         producer_id = getattr(body, "producer_id", -1)
         if producer_id < 0:
             return
-        current = self.transactions.describe(body.transactional_id)
+        current = self._coordinating(body.transactional_id).describe(body.transactional_id)
         if current is not None and current.producer_id == producer_id and \
                 body.producer_epoch < current.producer_epoch:
             raise errors.ProducerFencedError(
@@ -90,8 +108,7 @@ class TxnHandlers:
             codes = {tp: ErrorCode.unknown_topic_or_partition if tp in unknown
                      else ErrorCode.operation_not_attempted for tp in partitions}
         else:
-            exc = failure(self.transactions.add_partitions,
-                          body.v3_and_below_transactional_id,
+            exc = failure(self._call, "add_partitions", body.v3_and_below_transactional_id,
                           int(body.v3_and_below_producer_id),
                           int(body.v3_and_below_producer_epoch), partitions)
             code = _code(exc, ADD_PARTITIONS_TO_TXN, version)
@@ -104,8 +121,8 @@ class TxnHandlers:
 
     def add_offsets_to_txn(self, version, body, context):
         cls, _ = response_types(ADD_OFFSETS_TO_TXN, version)
-        exc = failure(self.transactions.add_offsets, body.transactional_id,
-                      int(body.producer_id), int(body.producer_epoch), body.group_id)
+        exc = failure(self._call, "add_offsets", body.transactional_id, int(body.producer_id),
+                      int(body.producer_epoch), body.group_id)
         return build(cls, throttle_time=NO_THROTTLE,
                      error_code=_code(exc, ADD_OFFSETS_TO_TXN, version))
 
@@ -114,7 +131,7 @@ class TxnHandlers:
         offsets = {TopicPartition(t.name, int(p.partition_index)):
                    OffsetAndMetadata(int(p.committed_offset), p.committed_metadata or "")
                    for t in body.topics for p in t.partitions}
-        exc = failure(find_coordinator(self.broker).txn_offset_commit, body.group_id,
+        exc = failure(self._txn_offset_commit, body.group_id,
                       int(body.producer_id), int(body.producer_epoch),
                       getattr(body, "member_id", ""), int(getattr(body, "generation_id", -1)),
                       getattr(body, "group_instance_id", None), offsets,
@@ -128,6 +145,6 @@ class TxnHandlers:
 
     def end_txn(self, version, body, context):
         cls, _ = response_types(END_TXN, version)
-        exc = failure(self.transactions.end_txn, body.transactional_id,
+        exc = failure(self._call, "end_txn", body.transactional_id,
                       int(body.producer_id), int(body.producer_epoch), bool(body.committed))
         return build(cls, throttle_time=NO_THROTTLE, error_code=_code(exc, END_TXN, version))

@@ -26,14 +26,19 @@ def encode_changes(changes, timestamp_ms, producer_id=-1, producer_epoch=-1):
                        producer_epoch=producer_epoch, base_sequence=0, is_transactional=True)
 
 
-def replay(partition_log, start_offset, apply, chunk_bytes=1 << 20, pending=None):
+def replay(partition_log, start_offset, apply, chunk_bytes=1 << 20, pending=None,
+           to_log_end=False):
     """Call apply(key, value, timestamp_ms) for each record from start_offset to the high
     watermark; returns the offset to resume from next time. pending: {producer id:
     [(key, value, timestamp_ms)]} of transactions still open, kept across calls; without
-    it, transactional records apply at once like any other."""
+    it, transactional records apply at once like any other. to_log_end: up to the log end
+    instead (a cluster's coordinator loading a partition it was just elected to lead: its
+    high watermark catches up only as the followers fetch, as Kafka's coordinators load to
+    the log end)."""
     offset = max(start_offset, partition_log.log_start_offset)
-    while offset < partition_log.high_watermark:
-        fetch = partition_log.read(offset, chunk_bytes)
+    while offset < (partition_log.log_end_offset if to_log_end
+                    else partition_log.high_watermark):
+        fetch = partition_log.read(offset, chunk_bytes, below_high_watermark=not to_log_end)
         if not fetch.batches:
             break
         for batch in fetch.batches:
