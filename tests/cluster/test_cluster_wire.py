@@ -19,6 +19,7 @@ from kio.schema.produce.v9.request import (PartitionProduceData, ProduceRequest,
 from kio.static.primitive import i8, i16, i32, i32Timedelta
 from streamlog.cluster.cluster import Cluster
 from streamlog.storage import record_batch
+from streamlog.structs import TopicPartition
 
 from support import wait_until
 from support.wire import call
@@ -150,3 +151,39 @@ def test_topics_deleted_or_grown_while_a_broker_is_down_are_so_when_it_returns(c
     cluster.create_topic("gone", 2, 2)   # the name is free again, under a new topic id
     ids = {cluster.broker(b).topic("gone").topic_id for b in cluster.broker_ids}
     assert len(ids) == 1
+
+
+def test_delete_records_on_the_leader_reaches_the_followers(cluster):
+    # Kafka's DeleteRecords goes to the leader; followers take the leader's log start
+    # offset from their fetches, so a new leader does not bring the records back.
+    cluster.create_topic("t", 1, 3)
+    cluster.produce("t", 0, [b"r%d" % i for i in range(10)])
+    leader = cluster.leader("t", 0)
+    cluster.broker(leader).delete_records({TopicPartition("t", 0): 6})
+    cluster.produce("t", 0, [b"after"])
+    wait_until(lambda: all(cluster.broker(b).partition_log(TopicPartition("t", 0))
+                           .log_start_offset == 6 for b in cluster.broker_ids),
+               "every replica's log start at 6")
+    cluster.kill(leader)
+    new = wait_until(lambda: cluster.partition_state("t", 0).leader not in (-1, leader)
+                     and cluster.partition_state("t", 0).leader, "a new leader")
+    assert [v for _, v in cluster.replica_records("t", 0, new)] == \
+        [b"r6", b"r7", b"r8", b"r9", b"after"]
+
+
+def test_metadata_names_a_new_leader_only_once_that_broker_leads(cluster):
+    # Otherwise a client sends to the new leader before it leads: the first requests of an
+    # idempotent producer's pipeline are refused and the next ones meet OUT_OF_ORDER_
+    # SEQUENCE, which librdkafka answers by bumping its epoch and sending again what the
+    # old leader had acknowledged as NOT_LEADER_OR_FOLLOWER: duplicates.
+    cluster.create_topic("t", 1, 3)
+    seen = []
+    for broker_id in cluster.broker_ids:
+        cluster.broker(broker_id).replicas.leadership_listeners.append(
+            lambda tp, b=broker_id: seen.append(
+                (b, cluster.controller.partitions[tp].leader,
+                 cluster.broker(b).replicas.leads(tp))))
+    old = cluster.leader("t", 0)
+    cluster.kill(old)
+    new = cluster.leader("t", 0)
+    assert (new, old, True) in seen   # the new leader led while Metadata still named the old

@@ -475,18 +475,25 @@ class ReplicaManager:
 
     # --- the follower's side -----------------------------------------------------
 
-    def append_as_follower(self, tp, data, leader_epoch, leader_high_watermark):
+    def append_as_follower(self, tp, data, leader_epoch, leader_high_watermark,
+                           leader_log_start=-1):
         """Append batches fetched from the leader of leader_epoch (their own offsets and
-        epochs), then take the leader's high watermark, bounded by our LEO. Ignored when
-        the partition's state moved on meanwhile."""
+        epochs), then take the leader's high watermark, bounded by our LEO, and its log
+        start offset (records a DeleteRecords removed there go here too, as Kafka's
+        follower takes the leader's log start from each fetch). Ignored when the
+        partition's state moved on meanwhile."""
         replica = self._replicas.get(tp)
         if replica is None or replica.state.leader_epoch != leader_epoch or \
                 replica.state.leader == self.node_id or replica.needs_truncation:
             return False
+        partition_log = replica.log
         if data:
-            replica.log.append(data, assign_offsets=False)
-        replica.log.set_high_watermark(min(leader_high_watermark,
-                                           replica.log.log_end_offset))
+            partition_log.append(data, assign_offsets=False)
+        partition_log.set_high_watermark(min(leader_high_watermark,
+                                             partition_log.log_end_offset))
+        start = min(leader_log_start, partition_log.high_watermark)
+        if start > partition_log.log_start_offset:
+            partition_log.increase_log_start_offset(start)
         return True
 
     def truncate(self, tp, offset, leader_epoch):

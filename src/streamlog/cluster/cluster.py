@@ -522,17 +522,19 @@ class Cluster:
                 raise StreamlogError(message or f"cluster state not reached in {timeout} s")
             time.sleep(interval)
 
-    def wait_in_sync(self, topic, partitions=None, timeout=30):
-        """Wait until every partition of topic has its whole replica set in the ISR and
-        every replica's LEO equal to the leader's high watermark."""
+    def wait_in_sync(self, topic, partitions=None, timeout=30, offsets=True):
+        """Wait until every partition of topic has a leader and its whole replica set in
+        the ISR, and (offsets=True) every replica's LEO equal to the leader's high
+        watermark: nothing left to copy. offsets=False only waits for the full ISRs (with
+        producers writing, the logs are seldom all equal at one instant)."""
         count = self.controller.topics[topic]["partitions"]
 
         def synced():
             for p in (range(count) if partitions is None else partitions):
                 st = self.partition_state(topic, p)
-                if st.leader == NO_LEADER or set(st.isr) != set(st.replicas) or any(
+                if st.leader == NO_LEADER or set(st.isr) != set(st.replicas) or (offsets and any(
                         r.log_end_offset != st.high_watermark
-                        for r in st.replica_states.values()):
+                        for r in st.replica_states.values())):
                     return False
             return True
         return self.wait_for(synced, timeout, message=f"{topic} not in sync in {timeout} s")

@@ -98,11 +98,14 @@ class Controller:
                 self.partitions[tp] = PartitionState(data[0], data[1], tuple(data[2]),
                                                      tuple(data[3]), data[4])
 
-    def _write(self, changes):
-        """Append [(key, value or None)] as one batch, fsync it, then apply it here."""
+    def _write(self, changes, before_visible=None):
+        """Append [(key, value or None)] as one batch, fsync it, then apply it here.
+        before_visible(): runs between the fsync and the apply (see _change)."""
         encoded = [(k, None if v is None else msgpack.packb(v)) for k, v in changes]
         self._log.append(encode_changes(encoded, wall_clock_ms()))
         self._log.flush()
+        if before_visible is not None:
+            before_visible()
         for key, value in encoded:
             self._replay_record(key, value, 0)
 
@@ -114,10 +117,15 @@ class Controller:
                                             state.partition_epoch])
 
     def _change(self, states):
-        """Record {tp: PartitionState}, then push each to the live brokers."""
-        self._write([self._partition_change(tp, st) for tp, st in states.items()])
-        for tp, state in states.items():
-            self._push(tp, state)
+        """Record {tp: PartitionState}, push each to the live brokers, and only then make
+        it what Metadata answers: a client never learns of a leader before that broker
+        leads (a request it sent there would meet a follower, and an idempotent
+        producer's pipeline could straddle the change: OUT_OF_ORDER_SEQUENCE for the
+        requests behind the refused ones)."""
+        def push():
+            for tp, state in states.items():
+                self._push(tp, state)
+        self._write([self._partition_change(tp, st) for tp, st in states.items()], push)
 
     def _push(self, tp, state):
         for broker_id in sorted(self.alive):

@@ -111,7 +111,8 @@ class ReplicaFetcher:
             epoch = wanted[tp][1]
             if result.error is None:
                 data = b"".join(bytes(b.view()) for b in result.batches)
-                follower.append_as_follower(tp, data, epoch, result.high_watermark)
+                follower.append_as_follower(tp, data, epoch, result.high_watermark,
+                                            result.log_start_offset)
             elif isinstance(result.error, OffsetOutOfRangeError):
                 self._out_of_range(follower, leader, tp, epoch, result)
         return True

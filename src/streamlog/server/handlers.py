@@ -492,6 +492,7 @@ class Handlers:
                 low, exc = -1, None
                 try:
                     self._check_not_internal(tp.topic, "delete records of")
+                    self._check_leader(tp)
                     low = self.broker.delete_records({tp: int(partition.offset)})[tp]
                 except errors.StreamlogError as exc_:
                     exc = exc_
