@@ -58,3 +58,33 @@ def test_committed_offsets_survive_the_death_of_the_groups_coordinator(cluster):
     assert sorted(second) == [b"new-0", b"new-1", b"new-2"]   # nothing read twice
     cluster.restart(coordinator)
     cluster.wait_in_sync(OFFSETS_TOPIC)
+
+
+def test_a_restarted_follower_writes_nothing_of_its_own_into_the_offsets_topic(cluster):
+    # Its group coordinator starts before the broker holds any replica state: loading a
+    # group whose record lists members must not append there (a record only that replica
+    # would hold, at an offset where the leader has another: replicas differing for good).
+    # A code review found that append with a hand-written record sequence; this test
+    # drives it through a real consumer and checks the outcome (the guard that fixes it,
+    # Broker.produce's, refuses every append a cluster broker does not lead).
+    cluster.create_topic("t", 1, 3)
+    cluster.produce("t", 0, [b"x"])
+    consumer = confluent_kafka.Consumer({"bootstrap.servers": cluster.bootstrap_servers,
+                                         "group.id": "stable", "auto.offset.reset": "earliest",
+                                         "enable.auto.commit": False})
+    consumer.subscribe(["t"])
+    try:
+        wait_until(lambda: _poll_into(consumer, []) or consumer.assignment(), "an assignment")
+        partition = partition_for("stable", 50)
+        state = cluster.partition_state(OFFSETS_TOPIC, partition)
+        follower = next(r for r in state.replicas if r != state.leader)
+        cluster.stop(follower)   # its log holds the group record naming the member
+        for offset in (1, 1):
+            consumer.commit(offsets=[confluent_kafka.TopicPartition("t", 0, offset)],
+                            asynchronous=False)
+        cluster.restart(follower)
+        cluster.wait_in_sync(OFFSETS_TOPIC, [partition])
+        logs = [cluster.replica_records(OFFSETS_TOPIC, partition, b) for b in state.replicas]
+        assert logs[0] == logs[1] == logs[2]
+    finally:
+        consumer.close()

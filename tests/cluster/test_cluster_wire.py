@@ -179,10 +179,13 @@ def test_metadata_names_a_new_leader_only_once_that_broker_leads(cluster):
     cluster.create_topic("t", 1, 3)
     seen = []
     for broker_id in cluster.broker_ids:
-        cluster.broker(broker_id).replicas.leadership_listeners.append(
-            lambda tp, b=broker_id: seen.append(
-                (b, cluster.controller.partitions[tp].leader,
-                 cluster.broker(b).replicas.leads(tp))))
+        manager = cluster.broker(broker_id).replicas
+
+        def spy(tp, state, b=broker_id, manager=manager, apply=manager.apply):
+            apply(tp, state)
+            if state.leader == b:   # what Metadata answers the moment b took the lead
+                seen.append((b, cluster.controller.partitions[tp].leader, manager.leads(tp)))
+        manager.apply = spy
     old = cluster.leader("t", 0)
     cluster.kill(old)
     new = cluster.leader("t", 0)

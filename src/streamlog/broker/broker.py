@@ -503,7 +503,9 @@ class Broker:
         then refuses when too few replicas are in sync.
         """
         self._check_writable()
-        if self.replicas is not None and self.replicas.manages(tp):
+        if self.replicas is not None:
+            # In a cluster every append goes through a replica this broker leads; one whose
+            # state has not arrived (a broker starting) has no leader here yet.
             return self.replicas.append(tp, data, origin, acks)
         info = self.partition_log(tp).append(data, origin=origin)
         if self.fetch_purgatory.check_and_complete(tp):
@@ -541,7 +543,7 @@ class Broker:
         self._check_writable()
         out = {}
         for tp, producer_id, epoch, coordinator_epoch, commit in markers:
-            if self.replicas is not None and self.replicas.manages(tp):
+            if self.replicas is not None:
                 self.replicas.leader_replica(tp)
             out[tp] = self.partition_log(tp).write_txn_marker(producer_id, epoch,
                                                               coordinator_epoch, commit)

@@ -33,6 +33,7 @@ its lock (the controller calls apply() while holding its own).
 """
 import logging
 import os
+import queue
 import threading
 import time
 from typing import NamedTuple
@@ -113,9 +114,18 @@ class ReplicaManager:
         # broker's idle fetchers when a state it follows changes (wait_for_change).
         self._appended = threading.Condition()
         self.version = 0   # bumped by every apply()
-        # Called with tp, outside the lock, when this broker becomes tp's leader (a new
-        # epoch): the cluster's coordinators load the internal partitions they now lead.
+        # Called with tp when this broker becomes tp's leader (a new epoch), on a thread of
+        # their own: the cluster's coordinators load the internal partitions they now lead.
+        # Not on the controller's thread: a load writes and waits for the followers, which
+        # learn of the change only after the controller's push to them. `loading` holds
+        # the partitions queued or being loaded (their coordinators answer
+        # COORDINATOR_LOAD_IN_PROGRESS meanwhile, as Kafka's do).
         self.leadership_listeners = []
+        self.loading = set()
+        self._elections = queue.SimpleQueue()
+        self._loader = threading.Thread(target=self._run_listeners, daemon=True,
+                                        name=f"streamlog-coordinator-loader-{node_id}")
+        self._loader.start()
         self._checkpoint = OffsetCheckpointFile(os.path.join(broker.root,
                                                              HIGH_WATERMARK_CHECKPOINT))
         try:
@@ -141,34 +151,55 @@ class ReplicaManager:
                         f"broker {self.node_id} no longer holds a replica of {tp}"))
                     del self._replicas[tp]
                 return
+            old = None if replica is None else replica.state
+            new_epoch = old is None or state.leader_epoch != old.leader_epoch
+            elected = state.leader == self.node_id and new_epoch
             if replica is None:
                 partition_log = self.broker.partition_log(tp)
                 partition_log.start_replication(self._checkpointed.get(tp, 0))
-                replica = self._replicas[tp] = _Replica(tp, partition_log, None)
-            old = replica.state
-            replica.state = state
-            new_epoch = old is None or state.leader_epoch != old.leader_epoch
-            elected = state.leader == self.node_id and new_epoch
+                # Whole before it is seen: fetchers read the map without the lock.
+                replica = _Replica(tp, partition_log, state)
+                replica.needs_truncation = state.leader != self.node_id
+                self._replicas[tp] = replica
             if state.leader == self.node_id:
+                replica.state = state
                 if new_epoch:
                     self._become_leader(replica)
                 self._maybe_advance_high_watermark(replica)
                 self._complete_waiters(replica)
             elif new_epoch:
+                # The flag before the new state (fetchers read both without the lock): a
+                # fetcher that sees the new epoch also sees that it must truncate first.
+                replica.needs_truncation = True
                 replica.log.become_follower()
                 replica.followers = {}
-                replica.needs_truncation = True
+                replica.state = state
                 self._fail_waiters(replica, NotLeaderOrFollowerError(
                     f"broker {self.node_id} no longer leads {tp}"))
+            else:
+                replica.state = state
+            if elected and self.leadership_listeners:
+                self.loading.add(tp)
+                self._elections.put(tp)
         with self._appended:
             self.version += 1
             self._appended.notify_all()   # a waiting replica fetch sees the change
-        if elected:
-            for listener in self.leadership_listeners:
-                try:
-                    listener(tp)
-                except Exception:
-                    log.exception("broker %d: taking over %s failed", self.node_id, tp)
+
+    def _run_listeners(self):
+        while True:
+            tp = self._elections.get()
+            if tp is None:
+                return
+            try:
+                for listener in self.leadership_listeners:
+                    try:
+                        listener(tp)
+                    except Exception:
+                        if not self._closed.is_set():
+                            log.exception("broker %d: taking over %s failed", self.node_id,
+                                          tp)
+            finally:
+                self.loading.discard(tp)
 
     def wait_for_change(self, seen_version, timeout):
         """Wait up to timeout while no apply() came after seen_version (an idle fetcher)."""
@@ -482,31 +513,37 @@ class ReplicaManager:
         start offset (records a DeleteRecords removed there go here too, as Kafka's
         follower takes the leader's log start from each fetch). Ignored when the
         partition's state moved on meanwhile."""
-        replica = self._replicas.get(tp)
-        if replica is None or replica.state.leader_epoch != leader_epoch or \
-                replica.state.leader == self.node_id or replica.needs_truncation:
-            return False
-        partition_log = replica.log
-        if data:
-            partition_log.append(data, assign_offsets=False)
-        partition_log.set_high_watermark(min(leader_high_watermark,
-                                             partition_log.log_end_offset))
-        start = min(leader_log_start, partition_log.high_watermark)
-        if start > partition_log.log_start_offset:
-            partition_log.increase_log_start_offset(start)
-        return True
+        with self._lock:   # the check and the append, with no change of role between
+            replica = self._replicas.get(tp)
+            if replica is None or replica.state.leader_epoch != leader_epoch or \
+                    replica.state.leader == self.node_id or replica.needs_truncation:
+                return False
+            partition_log = replica.log
+            if data:
+                partition_log.append(data, assign_offsets=False)
+            partition_log.set_high_watermark(min(leader_high_watermark,
+                                                 partition_log.log_end_offset))
+            start = min(leader_log_start, partition_log.high_watermark)
+            if start > partition_log.log_start_offset:
+                partition_log.increase_log_start_offset(start)
+            return True
 
-    def truncate(self, tp, offset, leader_epoch):
-        """Cut tp's log at offset (a follower's divergent tail) and start fetching."""
-        replica = self._replicas.get(tp)
-        if replica is None or replica.state.leader_epoch != leader_epoch or \
-                replica.state.leader == self.node_id:
-            return
-        if offset > replica.log.log_end_offset:
-            end = replica.log.restart_at(offset)   # behind the leader's log start
-        else:
-            end = replica.log.truncate_to(offset)
-        replica.needs_truncation = False
+    def truncate(self, tp, offset, leader_epoch, done=True):
+        """Cut tp's log at offset (a follower's divergent tail) and, when done, start
+        fetching (done=False: one step of KIP-279's walk back). Nothing when tp's state
+        moved on meanwhile."""
+        with self._lock:   # the check and the cut, with no change of role between
+            replica = self._replicas.get(tp)
+            if replica is None or replica.state.leader_epoch != leader_epoch or \
+                    replica.state.leader == self.node_id:
+                return
+            if offset > replica.log.log_end_offset:
+                end = replica.log.restart_at(offset)   # behind the leader's log start
+            else:
+                end = replica.log.truncate_to(offset)
+            if not done:
+                return
+            replica.needs_truncation = False
         log.info("broker %d: %s truncated to %d for leader epoch %d", self.node_id, tp, end,
                  leader_epoch)
 
@@ -547,6 +584,7 @@ class ReplicaManager:
 
     def close(self, checkpoint=True):
         self._closed.set()
+        self._elections.put(None)
         with self._appended:
             self._appended.notify_all()
         self._ticker.join()

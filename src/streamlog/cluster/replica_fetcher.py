@@ -139,7 +139,8 @@ class ReplicaFetcher:
                 return
             # We hold epochs the leader never had: cut to where the leader's epoch ends
             # here and ask again with our new latest epoch (KIP-279).
-            partition_log.truncate_to(min(local_end, partition_log.log_end_offset))
+            follower.truncate(tp, min(local_end, partition_log.log_end_offset), epoch,
+                              done=False)
             if follower.latest_epoch(tp) >= asked:
                 follower.truncate(tp, min(leader_end, partition_log.log_end_offset), epoch)
                 return

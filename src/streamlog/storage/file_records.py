@@ -30,6 +30,7 @@ import errno
 import os
 
 from ..errors import CorruptRecordError, KafkaStorageError
+from .durable import fsync_dir
 from .files import TMP_SUFFIX
 from .mapping import map_readonly
 from .open_files import storage_error
@@ -176,6 +177,7 @@ class FileRecords:
                     copied += len(chunk)
                 os.fsync(fd)
                 os.replace(tmp, self.path)
+                fsync_dir(os.path.dirname(self.path))   # the shorter file is the one a crash keeps
             except BaseException:
                 os.close(fd)
                 raise

@@ -351,6 +351,7 @@ class ProducerState:
         and replaying from them would skip the batches between), and corrupt ones."""
         self.snapshot_offsets = sorted(snapshot_offsets)
         self.producers = {}
+        self.ongoing = {}   # a rebuild from the log start must not keep a truncated tail's
         for offset in [o for o in self.snapshot_offsets if o > end_offset or o < start_offset]:
             self._delete_snapshot(offset)
         while self.snapshot_offsets:
