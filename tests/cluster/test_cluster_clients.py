@@ -163,41 +163,47 @@ def test_three_clients_through_twenty_broker_kills(tmp_path):
             r.thread.start()
         writers = [confluent_writer(bootstrap), kafka_python_writer(bootstrap),
                    aiokafka_writer(bootstrap)]
-        for w in writers:
-            w.thread.start()
-        for kill in range(KILLS):
-            # One broker down at a time, each kill from full ISRs: every acknowledged
-            # record has a copy on a live in-sync replica (Kafka's promise).
-            cluster.wait_in_sync(TOPIC, timeout=60, offsets=False)
-            victim = kill % 3
-            cluster.kill(victim)
-            time.sleep(0.3)
-            cluster.restart(victim)
-            before = {r.name: len(r.consumed) for r in readers}
-        cluster.wait_in_sync(TOPIC, timeout=60)
-        for w in writers:
-            w.stop.set()
-        for w in writers:
-            w.thread.join(180)
-            assert not w.thread.is_alive(), f"{w.name} did not finish"
-        for r in readers:
-            wait_until(lambda r=r: len(r.consumed) > before[r.name],
-                       f"the {r.name} group to consume after the last kill", timeout_s=60)
-        cluster.wait_in_sync(TOPIC, timeout=60)
-        written = []
-        for p in range(3):
-            written += [v for _, v in cluster.replica_records(TOPIC, p, cluster.leader(TOPIC, p))]
-        assert len(written) == len(set(written)), "a record was written twice"
-        for w in writers:
-            assert w.acked, f"{w.name} had nothing acknowledged"
-            missing = w.acked - set(written)
-            assert not missing, f"{w.name}: acknowledged then lost: {sorted(missing)[:5]}"
-        every = set().union(*(w.acked for w in writers))
-        for r in readers:
-            wait_until(lambda r=r: every <= set(r.consumed),
-                       f"the {r.name} group to read every acknowledged record", timeout_s=90)
-        consumer_stop.set()
-        for r in readers:
-            r.thread.join(30)
-        print({w.name: (len(w.acked), len(w.failed)) for w in writers}, len(written),
-              {r.name: (len(r.consumed), len(set(r.consumed))) for r in readers})
+        try:
+            _kill_and_check(cluster, writers, readers)
+        finally:
+            # Whatever failed, no client thread outlives the test (later tests count them).
+            consumer_stop.set()
+            for w in writers:
+                w.stop.set()
+            for t in [w.thread for w in writers] + [r.thread for r in readers]:
+                if t.is_alive():
+                    t.join(60)
+
+
+def _kill_and_check(cluster, writers, readers):
+    for w in writers:
+        w.thread.start()
+    for kill in range(KILLS):
+        # One broker down at a time, each kill from full ISRs: every acknowledged
+        # record has a copy on a live in-sync replica (Kafka's promise).
+        cluster.wait_in_sync(TOPIC, timeout=60, offsets=False)
+        victim = kill % 3
+        cluster.kill(victim)
+        time.sleep(0.3)
+        cluster.restart(victim)
+    cluster.wait_in_sync(TOPIC, timeout=60)
+    for w in writers:
+        w.stop.set()
+    for w in writers:
+        w.thread.join(180)
+        assert not w.thread.is_alive(), f"{w.name} did not finish"
+    cluster.wait_in_sync(TOPIC, timeout=60)
+    written = []
+    for p in range(3):
+        written += [v for _, v in cluster.replica_records(TOPIC, p, cluster.leader(TOPIC, p))]
+    assert len(written) == len(set(written)), "a record was written twice"
+    for w in writers:
+        assert w.acked, f"{w.name} had nothing acknowledged"
+        missing = w.acked - set(written)
+        assert not missing, f"{w.name}: acknowledged then lost: {sorted(missing)[:5]}"
+    # Each group keeps consuming through the kills: it reads every acknowledged record,
+    # those written after the last kill included.
+    every = set().union(*(w.acked for w in writers))
+    for r in readers:
+        wait_until(lambda r=r: every <= set(r.consumed),
+                   f"the {r.name} group to read every acknowledged record", timeout_s=180)

@@ -74,8 +74,7 @@ class GroupHandlers:
     def _check_coordinator(self, group_id):
         """NOT_COORDINATOR for a group another broker of the cluster coordinates (its client
         then asks FindCoordinator again), as Kafka's GroupCoordinator answers."""
-        if self._view is not None and \
-                self._view.coordinator_for(group_id, 0, check_loading=True) != self._node:
+        if self._view is not None and self._view.coordinator_for(group_id, 0) != self._node:
             raise errors.NotCoordinatorError(
                 f"broker {self._node} does not coordinate group {group_id!r}")
 

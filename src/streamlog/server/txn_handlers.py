@@ -54,8 +54,7 @@ class TxnHandlers:
         transactional id; key_type 0: a group) in its cluster: NOT_COORDINATOR otherwise,
         and the client asks FindCoordinator again."""
         view = None if self.broker.replicas is None else self.broker.replicas.view
-        if view is not None and \
-                view.coordinator_for(key, key_type, check_loading=True) != view.node_id:
+        if view is not None and view.coordinator_for(key, key_type) != view.node_id:
             raise errors.NotCoordinatorError(
                 f"broker {view.node_id} does not coordinate {key!r}")
         return self.transactions
