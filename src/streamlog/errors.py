@@ -310,13 +310,6 @@ class NotCoordinatorError(StreamlogError):
     retriable = True
 
 
-class CoordinatorLoadInProgressError(StreamlogError):
-    """The coordinator is still loading the group's or transactional id's partition (it
-    was just elected to lead it): retry shortly."""
-
-    retriable = True
-
-
 class CoordinatorNotAvailableError(StreamlogError):
     """No broker can coordinate the group or transactional id now (its partition of the
     internal topic has no leader)."""

@@ -117,11 +117,8 @@ class ReplicaManager:
         # Called with tp when this broker becomes tp's leader (a new epoch), on a thread of
         # their own: the cluster's coordinators load the internal partitions they now lead.
         # Not on the controller's thread: a load writes and waits for the followers, which
-        # learn of the change only after the controller's push to them. `loading` holds
-        # the partitions queued or being loaded (their coordinators answer
-        # COORDINATOR_LOAD_IN_PROGRESS meanwhile, as Kafka's do).
+        # learn of the change only after the controller's push to them.
         self.leadership_listeners = []
-        self.loading = set()
         self._elections = queue.SimpleQueue()
         self._loader = threading.Thread(target=self._run_listeners, daemon=True,
                                         name=f"streamlog-coordinator-loader-{node_id}")
@@ -179,7 +176,6 @@ class ReplicaManager:
             else:
                 replica.state = state
             if elected and self.leadership_listeners:
-                self.loading.add(tp)
                 self._elections.put(tp)
         with self._appended:
             self.version += 1
@@ -190,16 +186,12 @@ class ReplicaManager:
             tp = self._elections.get()
             if tp is None:
                 return
-            try:
-                for listener in self.leadership_listeners:
-                    try:
-                        listener(tp)
-                    except Exception:
-                        if not self._closed.is_set():
-                            log.exception("broker %d: taking over %s failed", self.node_id,
-                                          tp)
-            finally:
-                self.loading.discard(tp)
+            for listener in self.leadership_listeners:
+                try:
+                    listener(tp)
+                except Exception:
+                    if not self._closed.is_set():
+                        log.exception("broker %d: taking over %s failed", self.node_id, tp)
 
     def wait_for_change(self, seen_version, timeout):
         """Wait up to timeout while no apply() came after seen_version (an idle fetcher)."""

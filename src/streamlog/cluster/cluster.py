@@ -38,8 +38,7 @@ from ..coordinator.offsets import OFFSETS_TOPIC, OFFSETS_TOPIC_CONFIG, partition
 from ..coordinator.transaction_coordinator import find_transaction_coordinator
 from ..coordinator.transaction_log import TRANSACTION_STATE_CONFIG, TRANSACTION_STATE_TOPIC
 from ..broker.replica_manager import DEFAULT_REPLICA_LAG_TIME_MAX_MS, NO_LEADER, ReplicaManager
-from ..errors import (CoordinatorLoadInProgressError, CoordinatorNotAvailableError,
-                      InvalidRequestError, LeaderNotAvailableError,
+from ..errors import (CoordinatorNotAvailableError, InvalidRequestError, LeaderNotAvailableError,
                       NotLeaderOrFollowerError, RequestTimedOutError, StreamlogError,
                       TopicAlreadyExistsError, UnknownTopicOrPartitionError)
 from ..storage.partition_log import wall_clock_ms
@@ -110,8 +109,8 @@ class ClusterView:
     def partition_state(self, tp):
         return self._cluster.controller.partitions.get(tp)
 
-    def coordinator_for(self, key, key_type=GROUP, check_loading=False):
-        return self._cluster.coordinator_for(key, key_type, check_loading)
+    def coordinator_for(self, key, key_type=GROUP):
+        return self._cluster.coordinator_for(key, key_type)
 
     def write_txn_markers(self, markers):
         return self._cluster.write_txn_markers(self.node_id, markers)
@@ -355,13 +354,12 @@ class Cluster:
         return [(s.broker_id, self.host, s.port) for s in self._slots.values()
                 if s.server is not None]
 
-    def coordinator_for(self, key, key_type=GROUP, check_loading=False):
+    def coordinator_for(self, key, key_type=GROUP):
         """The broker that coordinates a group (key_type 0) or a transactional id (1): the
         leader of the key's partition of the internal topic, which is made (replicated
         min(3, brokers) times, as Kafka's offsets.topic.replication.factor) on the first
         ask, as Kafka makes it; CoordinatorNotAvailableError while that partition has no
-        leader. check_loading: CoordinatorLoadInProgressError while that leader is still
-        loading the partition (for the coordinator's own requests, as Kafka answers them)."""
+        leader."""
         if key_type == GROUP:
             topic, config = OFFSETS_TOPIC, OFFSETS_TOPIC_CONFIG
             partitions = self._broker_config().offsets_topic_num_partitions
@@ -377,9 +375,6 @@ class Cluster:
         if leader == NO_LEADER:
             raise CoordinatorNotAvailableError(f"the partition of {topic} that holds {key!r} "
                                                "has no leader now")
-        manager = self.replica_manager(leader)
-        if check_loading and manager is not None and tp in manager.loading:
-            raise CoordinatorLoadInProgressError(f"broker {leader} is loading {tp}")
         return leader
 
     def _broker_config(self):

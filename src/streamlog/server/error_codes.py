@@ -17,7 +17,6 @@ _ERROR_CODES = [
     (errors.UnknownLeaderEpochError, ErrorCode.unknown_leader_epoch),
     (errors.NotCoordinatorError, ErrorCode.not_coordinator),
     (errors.CoordinatorNotAvailableError, ErrorCode.coordinator_not_available),
-    (errors.CoordinatorLoadInProgressError, ErrorCode.coordinator_load_in_progress),
     (errors.InvalidReplicationFactorError, ErrorCode.invalid_replication_factor),
     # storage and topics
     (errors.UnknownTopicOrPartitionError, ErrorCode.unknown_topic_or_partition),
