@@ -376,6 +376,32 @@ def test_a_batch_left_behind_by_a_sticky_switch_is_appended_without_flush(db):
     producer.flush()
 
 
+def test_a_record_joins_its_partitions_batch_while_that_waits_to_be_appended(db):
+    """Kafka's accumulator appends to the last batch of a partition's queue until the sender
+    takes it: a ready (sealed) batch still takes records while it waits, up to batch.size."""
+    db.create_topic("t")
+    producer = db.producer(linger_ms=60_000, batch_size=1000)
+    first = producer.send("t", value=b"a")
+    state = producer._partitions[TopicPartition("t", 0)]
+    later = []
+    sender = threading.Thread(target=lambda: later.extend(
+        producer.send("t", value=b"b" * 100) for _ in range(8)))
+    with state.drain_lock:   # holds back whoever appends this partition's batches
+        flusher = threading.Thread(target=producer.flush)
+        flusher.start()
+        wait_until(lambda: state.sealed, "flush sealed the lingering batch")
+        # Records that each opened a batch of their own would fill one and wait for this lock.
+        sender.start()
+        wait_until(lambda: not sender.is_alive(), "the sends return while the batch waits")
+    flusher.join(10)
+    producer.flush()
+    log = db._broker.partition_log(TopicPartition("t", 0))
+    # The sealed batch took records up to ~1000 bytes; the last one opened the next batch.
+    assert [b.records_count for b in log.read(0, 1 << 20).batches] == [8, 1]
+    assert [f.result(timeout=10).offset for f in [first, *later]] == list(range(9))
+    assert [r.value for r in drain(db, "t")] == [b"a"] + [b"b" * 100] * 8
+
+
 def test_a_send_blocked_on_buffer_memory_with_a_huge_max_block_ms_waits_instead_of_failing(db):
     # max.block.ms is a long; a wait longer than threading.TIMEOUT_MAX used to raise OverflowError.
     db.create_topic("t")

@@ -3,7 +3,7 @@
 Before the bound, every segment kept its log and index files open from open to close (5
 descriptors a partition, ~1.6 more per sealed segment): creating 200 partitions under a limit
 of 1,024 failed with EMFILE, and every later open of the database died with a bare OSError.
-Now the segments of a database share one LRU of open files (storage/open_files.py, sized by
+Now the segments of a database share one bound on open files (storage/open_files.py, sized by
 max.open.files, by default half the soft limit): a child process with a soft and hard limit of
 256 creates the partitions, appends until each has at least 5 segments, closes, reopens
 cleanly, appends again and is killed with SIGKILL; another child reopens after the crash, reads

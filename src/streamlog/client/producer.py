@@ -4,7 +4,8 @@ Data path: send() serializes, picks a partition and appends the record to
 that partition's open batch. A batch is sealed when the next record would not
 fit (batch.size, or the topic's max.message.bytes), when linger.ms runs out
 (a task on the broker's timing wheel), on flush() and on close(). Sealed
-batches wait in their partition's FIFO and are appended by whichever thread
+batches wait in their partition's FIFO (the last one still takes records
+while it waits, as in Kafka's accumulator) and are appended by whichever thread
 drains it: the thread whose record filled a batch (inline), a flush(), or the
 broker's appender thread, which a linger's end on the timing wheel wakes (the
 wheel's reaper thread only hands the sweep over: it must never wait on a disk).
@@ -322,12 +323,23 @@ class Producer:
         drain = None
         idle = False
         if batch is None or batch.size + size > batch_limit:
-            if batch is not None:
-                drain = self._seal(batch)
-            # An idle producer sends at once: no reason to wait (and no linger sweep to
-            # schedule, which would wake the reaper thread).
-            idle = self._linger_ms == 0 and now - self._last_send > _IDLE_S and not state.sealed
-            batch = self._new_batch(state, sweep=not idle)
+            waiting = state.sealed[-1] if batch is None and state.sealed else None
+            if waiting is not None and waiting.encoded is None and \
+                    waiting.size + size <= batch_limit:
+                # Kafka's accumulator adds to the last batch of the partition's queue while
+                # it waits to be appended (a linger's end makes a batch ready, not closed).
+                # Without this, a burst over many partitions left a small batch a partition
+                # at each linger sweep: 13,500-16,500 appends for 10,000 partitions x 20
+                # records, against 10,000.
+                batch = waiting
+            else:
+                if batch is not None:
+                    drain = self._seal(batch)
+                # An idle producer sends at once: no reason to wait (and no linger sweep to
+                # schedule, which would wake the reaper thread).
+                idle = self._linger_ms == 0 and now - self._last_send > _IDLE_S and \
+                    not state.sealed
+                batch = self._new_batch(state, sweep=not idle)
         index = batch.count
         batch.count = index + 1
         batch.values.append(value)
@@ -348,7 +360,7 @@ class Producer:
         batch.size += size
         batch.buffered += size
         self._buffered += size
-        if batch.size >= self._batch_size or idle:
+        if (batch.size >= self._batch_size or idle) and batch is state.open:
             drain = self._seal(batch)  # full, or an idle producer: no reason to wait
         self._last_send = now
         return batch, index, drain

@@ -1,5 +1,5 @@
 """The bound on open files (storage/open_files.py): segments release their descriptors and maps
-when pushed out of the root's LRU, reopen them at their next use, and never lose state."""
+when pushed out of the root's bound, reopen them at their next use, and never lose state."""
 import os
 import threading
 
@@ -217,3 +217,40 @@ def test_threads_making_lazy_segments_at_once_share_one_set_of_files(tmp_path):
     assert descriptors_under(directory) == bound.stats()["descriptors"] == len(reopened.segments)
     reopened.close()
     assert descriptors_under(directory) == 0
+
+
+def test_a_round_robin_over_a_few_more_logs_than_the_bound_rarely_evicts(tmp_path):
+    """A strict LRU evicts at every append of such a loop: the oldest segment is always the
+    next one due. The victim is the least recently used of a random draw instead, so nearly
+    every segment stays open (open_files.py, "Which segment goes")."""
+    bound = OpenSegments(200)
+    logs = [PartitionLog(str(tmp_path / f"t-{p}"), config(segment_bytes=1 << 20), open_files=bound)
+            for p in range(202)]
+    for log in logs:
+        log.append(make_batch(0, 1))
+    before = bound.evictions
+    for i in range(1, 6):
+        for log in logs:
+            log.append(make_batch(i, 1))
+    assert bound.evictions - before < 5 * len(logs) // 4   # a strict LRU: 1,010
+    assert bound.held <= 200 and descriptors_under(str(tmp_path)) <= 200
+    for log in logs:
+        assert [r[0] for r in read_all(log)] == list(range(6))
+        log.close()
+
+
+def test_a_segment_in_steady_use_is_not_the_one_pushed_out(tmp_path):
+    bound = OpenSegments(20)
+    hot = PartitionLog(str(tmp_path / "hot-0"), config(segment_bytes=1 << 20), open_files=bound)
+    cold = [PartitionLog(str(tmp_path / f"cold-{p}"), config(segment_bytes=1 << 20),
+                         open_files=bound) for p in range(60)]
+    hot.append(make_batch(0, 1))
+    segment = hot.active_segment
+    for i in range(5):
+        for log in cold:    # 60 logs under a bound of 20: evictions at most appends
+            log.append(make_batch(i, 1))
+            assert segment in bound._open   # still open after each cold log's append
+            hot.append(make_batch(i, 1))
+    assert bound.evictions > 100
+    for log in [hot, *cold]:
+        log.close()
