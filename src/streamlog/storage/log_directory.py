@@ -17,7 +17,10 @@ Lifecycle of the marker (why a crash is always noticed):
   close:          every log flushed and sealed -> checkpoints written ->
                   marker created and fsynced.
 So a stop anywhere between the two leaves no marker, and the next open
-recovers every partition from its checkpointed recovery point.
+recovers every partition from its checkpointed recovery point. The marker
+holds the partition directories' listings as the close left them
+(saved_listings.py), which a clean open takes instead of listing each
+directory again.
 
 Log start offsets: a log's retention writes its new log start into the
 checkpoint before it removes a segment (_LogStartCheckpoint), so at the next
@@ -31,14 +34,15 @@ PartitionLog is thread-safe on its own. Writes of the checkpoint files hold
 import logging
 import os
 import shutil
+import stat
 import threading
 import uuid
 
 from ..errors import InconsistentTopicIdError, KafkaStorageError, UnknownTopicOrPartitionError
 from ..structs import TopicPartition
-from . import files, partition_metadata
+from . import files, partition_metadata, saved_listings
 from .checkpoint import CorruptCheckpointError, OffsetCheckpointFile
-from .durable import fsync_dir, write_atomically
+from .durable import fsync_dir, read_whole, write_atomically
 from .open_files import OpenSegments, default_max_open_files
 from .partition_log import PartitionLog, wall_clock_ms
 from .producer_state import DEFAULT_PRODUCER_ID_EXPIRATION_MS
@@ -74,8 +78,15 @@ class LogDirectory:
             os.path.join(self.root, files.LOG_START_OFFSET_CHECKPOINT))
         marker = os.path.join(self.root, files.CLEAN_SHUTDOWN_MARKER)
         self.clean_shutdown = os.path.exists(marker)
+        # Directory name -> (mtime_ns, SegmentListing) the last close saved; each is taken
+        # (popped) by the first open of its log, and only while the directory is unchanged.
+        self._saved_listings = {}
+        # The saved listings the opens took: still true at the close where the mtime is still
+        # the saved one (that mtime was settled, so any later change has another).
+        self._taken_listings = {}
         if not readonly:
             if self.clean_shutdown:
+                self._saved_listings = self._read_saved_listings(marker)
                 os.unlink(marker)
                 fsync_dir(self.root)
             self._remove_deleted_dirs()
@@ -90,6 +101,16 @@ class LogDirectory:
             # start, which re-cleans what was clean (no record is lost or kept wrongly).
             log.warning("%s; the cleaner starts over from each log's start", exc)
             self._cleaner_offsets = {}
+
+    @staticmethod
+    def _read_saved_listings(marker):
+        try:
+            data = read_whole(marker)
+        except OSError as exc:
+            log.warning("%s cannot be read (%s); every partition directory is listed",
+                        marker, exc)
+            return {}
+        return saved_listings.decode(data, marker)
 
     def _read_checkpoint(self, checkpoint):
         try:
@@ -141,7 +162,12 @@ class LogDirectory:
             if existing is not None:
                 return existing
             directory = self.partition_dir(tp)
-            exists = os.path.isdir(directory)
+            saved = self._saved_listings.pop(os.path.basename(directory), None)
+            try:
+                status = os.stat(directory)
+                exists = stat.S_ISDIR(status.st_mode)
+            except OSError:   # as os.path.isdir answers
+                status, exists = None, False
             if self.readonly and not exists:
                 raise UnknownTopicOrPartitionError(f"partition {tp} does not exist in {self.root}")
             if not exists and not self.readonly and self._forget_locked([tp]):
@@ -149,15 +175,18 @@ class LogDirectory:
                 # same name (a deleted topic's, whose checkpoint rewrite a stop cut off) must
                 # not apply to it, now or after a crash.
                 self._write_checkpoints_locked()
-            if topic_id is not None:
-                self._check_topic_id(tp, directory, topic_id, exists)
+            if topic_id is not None and self._check_topic_id(tp, directory, topic_id, exists):
+                saved = None   # it wrote partition.metadata: the saved listing lacks it
+            listing = saved_listings.listing_if_unchanged(saved, status)
+            if listing is not None:
+                self._taken_listings[os.path.basename(directory)] = saved
             partition_log = PartitionLog(
                 directory, config, recovery_point=self._recovery_points.get(tp, 0),
                 log_start_offset=self._log_starts.get(tp),
                 clean_shutdown=self.clean_shutdown, readonly=self.readonly,
                 clock_ms=self.clock_ms, log_start_checkpoint=_LogStartCheckpoint(self, tp),
                 open_files=self.open_files,
-                producer_id_expiration_ms=self.producer_id_expiration_ms)
+                producer_id_expiration_ms=self.producer_id_expiration_ms, listing=listing)
             self.logs[tp] = partition_log
             if partition_log.recovery_report.noteworthy:
                 self.reports.append(partition_log.recovery_report)
@@ -173,6 +202,8 @@ class LogDirectory:
         if on_disk is None and not self.readonly:
             os.makedirs(directory, exist_ok=True)
             partition_metadata.write(directory, topic_id)
+            return True   # the directory changed
+        return False
 
     def get(self, tp):
         partition_log = self.logs.get(tp)
@@ -296,12 +327,26 @@ class LogDirectory:
         if not self.readonly:
             self.checkpoint()
             if mark_clean:
-                write_atomically(os.path.join(self.root, files.CLEAN_SHUTDOWN_MARKER), b"")
+                write_atomically(os.path.join(self.root, files.CLEAN_SHUTDOWN_MARKER),
+                                 saved_listings.encode(self._listings_to_save(logs)))
         # Let go of the closed logs now: the owner is typically part of a reference cycle
         # (a broker and its threads), and hundreds of thousands of objects left hanging
         # from one would wait for, and slow, a full collection somewhere later.
         with self._lock:
             self.logs = {}
+
+    def _listings_to_save(self, logs):
+        listings = {}
+        for partition_log in logs:
+            name = os.path.basename(partition_log.directory)
+            try:
+                taken = saved_listings.take(partition_log.directory,
+                                            self._taken_listings.get(name))
+            except OSError:
+                continue   # listed at the next open instead
+            if taken is not None:
+                listings[name] = taken
+        return saved_listings.settle(listings)
 
 
 def _log_removal_failure(_function, path, exc_info):

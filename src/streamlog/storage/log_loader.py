@@ -97,7 +97,7 @@ class LoadedLog(NamedTuple):
 
 
 def load_log(directory, config, *, recovery_point=0, log_start_offset=None, clean_shutdown=False,
-             readonly=False, now_ms=None, open_files=None):
+             readonly=False, now_ms=None, open_files=None, listing=None):
     """Open (and recover) the log in directory.
 
     log_start_offset: the checkpointed log start, None when the checkpoint has no entry.
@@ -115,11 +115,13 @@ def load_log(directory, config, *, recovery_point=0, log_start_offset=None, clea
     report = RecoveryReport(directory, clean_shutdown)
     # One listing serves steps 1 and 2 unless they change the directory (rare): opening
     # thousands of partitions is mostly these listings.
-    try:
-        listing = files.list_segments(os.listdir(directory))
-    except FileNotFoundError:
-        os.makedirs(directory, exist_ok=True)
-        listing = files.list_segments([])
+    saved = listing is not None   # a clean close's, the directory unchanged since
+    if listing is None:
+        try:
+            listing = files.list_segments(os.listdir(directory))
+        except FileNotFoundError:
+            os.makedirs(directory, exist_ok=True)
+            listing = files.list_segments([])
     if _remove(directory, listing.leftovers, report):
         listing = files.list_segments(os.listdir(directory))
     if _complete_swaps(directory, listing.swap_bases, config, report, now_ms):
@@ -156,6 +158,17 @@ def load_log(directory, config, *, recovery_point=0, log_start_offset=None, clea
             except (IncompleteBatch, CorruptRecordError) as exc:
                 log.warning("%s: marked clean but %s; recovering", directory, exc)
                 report.clean_shutdown = clean_shutdown = False
+            if saved and next_offset is not None and next_offset != recovery_point:
+                # A clean close flushed the log to its end, so the checkpoint names the end
+                # the saved listing must reach. It does not (a segment it lacks): list.
+                log.warning("%s: the saved listing ends at offset %d, the checkpoint at %d; "
+                            "listing the directory", directory, next_offset, recovery_point)
+                for segment in segments:
+                    segment.close()
+                return load_log(directory, config, recovery_point=recovery_point,
+                                log_start_offset=log_start_offset,
+                                clean_shutdown=clean_shutdown, now_ms=now_ms,
+                                open_files=open_files)
         if not clean_shutdown and segments:
             next_offset = _recover_from(segments, recovery_point, report)
         if not segments or next_offset < (log_start_offset or 0):

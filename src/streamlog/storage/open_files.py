@@ -127,7 +127,8 @@ class OpenSegments:
         self._open = {}
         self._members = []      # the open segments, to draw from
         self._uses = 0          # the clock of last uses: one tick a pin
-        self._random = random.Random(0)   # the same draws every run, for tests and benches
+        self._random = None     # made at the first draw (seeding costs 3 us; segments of
+                                # an unbounded log each make one of these)
         self.held = descriptors_elsewhere  # + the descriptors of the segments in _open
         self.evictions = 0
 
@@ -178,6 +179,8 @@ class OpenSegments:
         if len(members) <= 2 * _SAMPLES:
             candidates = members
         else:
+            if self._random is None:
+                self._random = random.Random(0)   # the same draws every run: tests, benches
             draw = self._random.randrange
             candidates = [members[draw(len(members))] for _ in range(_SAMPLES)]
         victim = self._least_recent_unpinned(candidates)
