@@ -125,15 +125,18 @@ class Broker:
             if not readonly:
                 self._dir_lock = DirectoryLock(self.root)
                 self._dir_lock.acquire()
-            self.logs = LogDirectory(self.root, readonly, clock_ms,
-                                     max_open_files=self.config.max_open_files,
-                                     descriptors_elsewhere=0 if readonly else 1,  # the LOCK
-                                     producer_id_expiration_ms=(
-                                         self.config.producer_id_expiration_ms))
-            metadata_log = self.logs.open_log(METADATA_PARTITION, METADATA_LOG_CONFIG)
-            self.metadata = TopicRegistry(metadata_log, self.config.topic_defaults, clock_ms,
-                                          readonly)
-            self._sync_partitions()
+            # (The saved listings the root's marker holds are hundreds of thousands of objects
+            # at 10,000 partitions: the collector is held off from their reading on.)
+            with _collection_paused():
+                self.logs = LogDirectory(self.root, readonly, clock_ms,
+                                         max_open_files=self.config.max_open_files,
+                                         descriptors_elsewhere=0 if readonly else 1,  # LOCK
+                                         producer_id_expiration_ms=(
+                                             self.config.producer_id_expiration_ms))
+                metadata_log = self.logs.open_log(METADATA_PARTITION, METADATA_LOG_CONFIG)
+                self.metadata = TopicRegistry(metadata_log, self.config.topic_defaults,
+                                              clock_ms, readonly)
+                self._sync_partitions()
             self.timer = SystemTimer("broker")
             self.fetch_purgatory = DelayedOperationPurgatory("fetch", self.timer)
             if not readonly:
@@ -182,8 +185,7 @@ class Broker:
             wanted = {TopicPartition(t.name, p): t for t in self.metadata.topics.values()
                       for p in range(t.partitions)}
             if not self.readonly:
-                self._remove_deleted_leftovers(
-                    tp for tp in self.logs.partitions_on_disk() if tp not in wanted)
+                self._remove_deleted_leftovers(self.logs.partitions_on_disk(but=wanted))
             partitions = {tp: pl for tp, pl in self.partitions.items() if tp in wanted}
             with _collection_paused():
                 self._open_partitions(wanted, partitions)
