@@ -8,6 +8,7 @@ broker down at a time, every record a producer saw acknowledged is in the log ex
 once, and no record is written twice; the group keeps consuming through every change of
 leader and coordinator."""
 import asyncio
+import logging
 import threading
 import time
 
@@ -21,17 +22,20 @@ confluent_kafka = pytest.importorskip("confluent_kafka")
 kafka = pytest.importorskip("kafka")
 aiokafka = pytest.importorskip("aiokafka")
 
+log = logging.getLogger("test.cluster_clients")
+
 TOPIC = "orders"
 KILLS = 20
 
 
 class Writer:
     """A producer thread: sends value `<name>-<i>` until stopped; `acked` is what its
-    client reported delivered, `failed` what it reported lost."""
+    client reported delivered ({value: (partition, offset)}), `failed` what it reported
+    lost."""
 
     def __init__(self, name, send_all):
         self.name = name
-        self.acked, self.failed = set(), []
+        self.acked, self.failed = {}, []
         self.stop = threading.Event()
         self.thread = threading.Thread(target=send_all, args=(self,), daemon=True,
                                        name=f"writer-{name}")
@@ -51,7 +55,10 @@ def confluent_writer(bootstrap):
                                       "message.timeout.ms": 120000})
 
         def delivered(err, msg):
-            (w.failed.append(err) if err else w.acked.add(msg.value()))
+            if err:
+                w.failed.append(err)
+            else:
+                w.acked[msg.value()] = (msg.partition(), msg.offset())
         for value in w.values():
             p.produce(TOPIC, value=value, on_delivery=delivered)
             p.poll(0)
@@ -70,8 +77,8 @@ def kafka_python_writer(bootstrap):
         p.flush(120)
         for value, future in futures:
             try:
-                future.get(timeout=120)
-                w.acked.add(value)
+                meta = future.get(timeout=120)
+                w.acked[value] = (meta.partition, meta.offset)
             except Exception as exc:   # noqa: BLE001 - the client's own error, recorded
                 w.failed.append(exc)
         p.close()
@@ -92,8 +99,8 @@ def aiokafka_writer(bootstrap):
                     await asyncio.sleep(0)
                 for value, future in pending:
                     try:
-                        await future
-                        w.acked.add(value)
+                        meta = await future
+                        w.acked[value] = (meta.partition, meta.offset)
                     except Exception as exc:   # noqa: BLE001 - recorded, judged below
                         w.failed.append(exc)
             finally:
@@ -183,6 +190,7 @@ def _kill_and_check(cluster, writers, readers):
         # record has a copy on a live in-sync replica (Kafka's promise).
         cluster.wait_in_sync(TOPIC, timeout=60, offsets=False)
         victim = kill % 3
+        log.info("kill %d: broker %d", kill, victim)
         cluster.kill(victim)
         time.sleep(0.3)
         cluster.restart(victim)
@@ -193,17 +201,22 @@ def _kill_and_check(cluster, writers, readers):
         w.thread.join(180)
         assert not w.thread.is_alive(), f"{w.name} did not finish"
     cluster.wait_in_sync(TOPIC, timeout=60)
+    at = {}   # (partition, offset) -> value, from each partition's leader
     written = []
     for p in range(3):
-        written += [v for _, v in cluster.replica_records(TOPIC, p, cluster.leader(TOPIC, p))]
+        for offset, value in cluster.replica_records(TOPIC, p, cluster.leader(TOPIC, p)):
+            at[p, offset] = value
+            written.append(value)
     assert len(written) == len(set(written)), "a record was written twice"
     for w in writers:
         assert w.acked, f"{w.name} had nothing acknowledged"
-        missing = w.acked - set(written)
-        assert not missing, f"{w.name}: acknowledged then lost: {sorted(missing)[:5]}"
+        missing = sorted(set(w.acked) - set(written))
+        assert not missing, f"{w.name}: acknowledged then lost: " + ", ".join(
+            f"{v!r} (acknowledged at {TOPIC}-{w.acked[v][0]}@{w.acked[v][1]}, which now "
+            f"holds {at.get(w.acked[v])!r})" for v in missing[:5])
     # Each group keeps consuming through the kills: it reads every acknowledged record,
     # those written after the last kill included.
-    every = set().union(*(w.acked for w in writers))
+    every = set().union(*(set(w.acked) for w in writers))
     for r in readers:
         wait_until(lambda r=r: every <= set(r.consumed),
                    f"the {r.name} group to read every acknowledged record", timeout_s=180)

@@ -14,8 +14,12 @@ from kio.schema.errors import ErrorCode
 from kio.schema.find_coordinator.v3.request import FindCoordinatorRequest
 from kio.schema.heartbeat.v4.request import HeartbeatRequest
 from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
+from kio.schema.offset_for_leader_epoch.v4.request import (OffsetForLeaderEpochRequest,
+                                                           OffsetForLeaderPartition,
+                                                           OffsetForLeaderTopic)
 from kio.schema.produce.v9.request import (PartitionProduceData, ProduceRequest,
                                            TopicProduceData)
+from kio.schema.types import BrokerId
 from kio.static.primitive import i8, i16, i32, i32Timedelta
 from streamlog.cluster.cluster import Cluster
 from streamlog.storage import record_batch
@@ -190,3 +194,67 @@ def test_metadata_names_a_new_leader_only_once_that_broker_leads(cluster):
     cluster.kill(old)
     new = cluster.leader("t", 0)
     assert (new, old, True) in seen   # the new leader led while Metadata still named the old
+
+
+def offsets_for_epochs(sock, topic, asks):
+    """OffsetForLeaderEpoch v4 as a consumer sends it: asks = [(partition, current leader
+    epoch, leader epoch)]; the answers [(error code, leader epoch, end offset)]."""
+    answer = call(sock, OffsetForLeaderEpochRequest(replica_id=BrokerId(-1), topics=(
+        OffsetForLeaderTopic(topic=topic, partitions=tuple(
+            OffsetForLeaderPartition(partition=i32(p), current_leader_epoch=i32(current),
+                                     leader_epoch=i32(epoch))
+            for p, current, epoch in asks)),)))
+    return [(p.error_code, p.leader_epoch, p.end_offset) for p in answer.topics[0].partitions]
+
+
+def test_offset_for_leader_epoch_answers_where_each_epoch_ends_on_the_leader(cluster):
+    # Kafka's Partition.lastOffsetForLeaderEpoch: the latest epoch ends at the log end, an
+    # older one where the next began; the current leader epoch is checked first (older:
+    # FENCED_LEADER_EPOCH, newer: UNKNOWN_LEADER_EPOCH); a follower answers
+    # NOT_LEADER_OR_FOLLOWER.
+    cluster.create_topic("t", 1, 3)
+    cluster.produce("t", 0, [b"a", b"b", b"c"])
+    old = cluster.leader("t", 0)
+    cluster.stop(old)
+    new = wait_until(lambda: cluster.leader("t", 0) not in (-1, old) and cluster.leader("t", 0),
+                     "a new leader")
+    cluster.produce("t", 0, [b"d", b"e"])
+    assert cluster.partition_state("t", 0).leader_epoch == 1
+    with connect(cluster, new) as sock:
+        assert offsets_for_epochs(sock, "t", [(0, 1, 0), (0, 1, 1), (0, -1, 1), (0, 0, 1),
+                                               (0, 2, 1), (0, 1, 7)]) == [
+            (ErrorCode.none, 0, 3), (ErrorCode.none, 1, 5), (ErrorCode.none, 1, 5),
+            (ErrorCode.fenced_leader_epoch, -1, -1), (ErrorCode.unknown_leader_epoch, -1, -1),
+            (ErrorCode.none, -1, -1)]
+    follower = next(b for b in cluster.broker_ids if b not in (old, new))
+    with connect(cluster, follower) as sock:
+        assert offsets_for_epochs(sock, "t", [(0, 1, 1)]) == [
+            (ErrorCode.not_leader_or_follower, -1, -1)]
+
+
+def test_a_kafka_python_consumer_reads_on_after_a_leader_change(cluster):
+    # kafka-python validates its position with OffsetForLeaderEpoch once Metadata shows a
+    # newer leader epoch (KIP-320), and fetches nothing from the partition until it has.
+    kafka = pytest.importorskip("kafka")
+    cluster.create_topic("t", 1, 3)
+    cluster.produce("t", 0, [b"a", b"b", b"c"])
+    consumer = kafka.KafkaConsumer(bootstrap_servers=cluster.bootstrap_servers,
+                                   auto_offset_reset="earliest", request_timeout_ms=5000,
+                                   retry_backoff_ms=50, metadata_max_age_ms=200)
+    try:
+        consumer.assign([kafka.TopicPartition("t", 0)])
+        got = []
+
+        def read(n):
+            for records in consumer.poll(timeout_ms=100).values():
+                got.extend(r.value for r in records)
+            return len(got) >= n
+        wait_until(lambda: read(3), "the first three records")
+        old = cluster.leader("t", 0)
+        cluster.stop(old)
+        wait_until(lambda: cluster.leader("t", 0) not in (-1, old), "a new leader")
+        cluster.produce("t", 0, [b"d", b"e"])
+        wait_until(lambda: read(5), "the records written under the new leader")
+        assert got == [b"a", b"b", b"c", b"d", b"e"]
+    finally:
+        consumer.close()

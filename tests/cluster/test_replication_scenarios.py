@@ -51,6 +51,72 @@ def test_a_lagging_follower_leaves_the_isr_and_rejoins_once_caught_up(cluster):
         cluster.replica_records("t", 0, leader)[:20]
 
 
+def test_the_high_watermark_waits_for_a_follower_the_leader_is_adding(cluster):
+    # Partition.scala's maximal ISR (PendingExpandIsr): from the leader's decision to add
+    # a follower until the controller answers, the high watermark waits for that follower
+    # too. Here the other follower copies new records meanwhile; were the high watermark
+    # computed over the committed ISR, it would pass records the joining follower lacks,
+    # and that follower would enter the ISR (electable) without acknowledged records.
+    cluster.create_topic("t", 1, 3)
+    tp = TopicPartition("t", 0)
+    leader = cluster.leader("t", 0)
+    joining, other = [r for r in cluster.partition_state("t", 0).replicas if r != leader]
+    cluster.produce("t", 0, values(b"all", 5))
+    cluster.isolate(joining)
+    wait_until(lambda: joining not in cluster.partition_state("t", 0).isr,
+               "the cut follower to leave the ISR")
+    cluster.produce("t", 0, values(b"two", 5))
+    seen = []
+    alter_partition = cluster.controller.alter_partition
+
+    def racing_alter_partition(broker_id, tp_, leader_epoch, partition_epoch, isr):
+        if joining in isr and joining not in cluster.controller.partitions[tp_].isr and \
+                not seen:
+            end = cluster.produce("t", 0, values(b"meanwhile", 5), acks=1) + 5
+            leader_view = cluster.replica_manager(leader)._replicas[tp].followers[other]
+            wait_until(lambda: leader_view.leo == end,
+                       "the other follower to fetch at the new log end")
+            state = cluster.partition_state("t", 0)
+            seen.append((state.replica_states[leader].high_watermark,
+                         state.replica_states[joining].log_end_offset))
+        return alter_partition(broker_id, tp_, leader_epoch, partition_epoch, isr)
+
+    cluster.controller.alter_partition = racing_alter_partition
+    cluster.heal(joining)
+    wait_until(lambda: joining in cluster.partition_state("t", 0).isr,
+               "the follower to rejoin the ISR")
+    high_watermark, joining_end = seen[0]
+    assert joining_end == 10 and high_watermark <= joining_end
+    cluster.produce("t", 0, values(b"after", 1))
+    assert cluster.replica_records("t", 0, joining) == cluster.replica_records("t", 0, leader)
+
+
+def test_an_isr_change_decided_from_an_older_state_is_refused(cluster):
+    # AlterPartition names the partition epoch of the state the leader decided from (Kafka's
+    # PendingPartitionChange.sentLeaderAndIsr); the controller refuses it once the state has
+    # moved on. Here the ISR the leader decided on still holds a follower that died since,
+    # came back empty and has not caught up: applied to the newer state, that ISR would
+    # make it electable without the records it lacks.
+    cluster.create_topic("t", 1, 3)
+    tp = TopicPartition("t", 0)
+    cluster.produce("t", 0, values(b"a", 5))
+    cluster.wait_in_sync("t")
+    leader = cluster.leader("t", 0)
+    follower = next(r for r in cluster.partition_state("t", 0).replicas if r != leader)
+    manager = cluster.replica_manager(leader)
+    replica = manager._replicas[tp]
+    with manager._lock:
+        decided = manager._propose_isr(replica, replica.state.isr)
+    cluster.kill(follower)
+    cluster.produce("t", 0, values(b"b", 5))
+    cluster.slow(follower, 60_000)   # back, but copying nothing
+    cluster.restart(follower)
+    assert cluster.partition_state("t", 0).replica_states[follower].log_end_offset < 10
+    manager._alter_isr(*decided)
+    assert follower not in cluster.partition_state("t", 0).isr
+    cluster.slow(follower, 0)
+
+
 def test_acks_all_under_min_insync_replicas_blocks_then_is_refused(cluster):
     # Partition.appendRecordsToLeader: ISR < min.insync.replicas -> NOT_ENOUGH_REPLICAS,
     # nothing appended. While the ISR still holds the cut followers, the produce waits and

@@ -14,8 +14,12 @@ from kio.schema.delete_records.v2.request import (DeleteRecordsPartition, Delete
                                                   DeleteRecordsTopic)
 from kio.schema.errors import ErrorCode
 from kio.schema.metadata.v0.request import MetadataRequest as MetadataV0
+from kio.schema.offset_for_leader_epoch.v4.request import (OffsetForLeaderEpochRequest,
+                                                           OffsetForLeaderPartition,
+                                                           OffsetForLeaderTopic)
 from kio.schema.produce.v9.request import (PartitionProduceData, ProduceRequest,
                                            TopicProduceData)
+from kio.schema.types import BrokerId
 from kio.static.primitive import i16, i32, i32Timedelta, i64
 from streamlog.storage import record_batch
 
@@ -154,3 +158,39 @@ def test_offset_commit_refuses_per_partition_and_commits_the_rest(db, sock):
     committed = {tp.partition: lag.committed
                  for tp, lag in db.describe_group("h").partitions.items()}
     assert committed == {0: 5}
+
+
+def test_offset_for_leader_epoch_on_a_database_of_its_own(db, sock):
+    # One broker leads every partition in epoch 0 for ever (its Metadata says so): epoch 0
+    # ends at the log end; a newer current epoch is UNKNOWN_LEADER_EPOCH; a newer epoch
+    # asked is unknown (-1, -1), as Kafka's leader epoch cache answers one.
+    producer = db.producer()
+    producer.send("t", b"a", partition=0)
+    producer.send("t", b"b", partition=0)
+    producer.flush()
+    answer = call(sock, OffsetForLeaderEpochRequest(replica_id=BrokerId(-1), topics=(
+        OffsetForLeaderTopic(topic="t", partitions=tuple(
+            OffsetForLeaderPartition(partition=i32(p), current_leader_epoch=i32(current),
+                                     leader_epoch=i32(epoch))
+            for p, current, epoch in [(0, 0, 0), (0, -1, 0), (0, 1, 0), (0, 0, 3), (5, 0, 0)])),)))
+    assert [(p.error_code, p.leader_epoch, p.end_offset) for p in answer.topics[0].partitions] == [
+        (ErrorCode.none, 0, 2), (ErrorCode.none, 0, 2), (ErrorCode.unknown_leader_epoch, -1, -1),
+        (ErrorCode.none, -1, -1), (ErrorCode.unknown_topic_or_partition, -1, -1)]
+
+
+def test_a_partition_that_fails_its_fetch_gets_empty_records_never_null(db, sock):
+    # Kafka's ReplicaManager answers a partition's read error with MemoryRecords.EMPTY;
+    # librdkafka refuses a null records field ("invalid MessageSetSize -1") and drops the
+    # whole response.
+    from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
+    answer = call(sock, FetchRequest(
+        max_wait=i32Timedelta.parse(datetime.timedelta(0)), min_bytes=i32(0),
+        topics=(FetchTopic(topic="t", partitions=(
+            FetchPartition(partition=i32(0), fetch_offset=i64(0),
+                           partition_max_bytes=i32(1 << 20)),
+            FetchPartition(partition=i32(9), fetch_offset=i64(0),
+                           partition_max_bytes=i32(1 << 20)))),),
+        forgotten_topics_data=()))
+    parts = answer.responses[0].partitions
+    assert [(p.error_code, p.records) for p in parts] == [
+        (ErrorCode.none, b""), (ErrorCode.unknown_topic_or_partition, b"")]

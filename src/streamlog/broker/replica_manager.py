@@ -19,7 +19,15 @@ replica and another leads. Kafka's rules, as kept here:
     leader's LEO, or at the LEO the leader had at its previous fetch (then as of that
     fetch); one not caught up for replica.lag.time.max.ms leaves the ISR (isr-expiration,
     every half of that). One at or past the high watermark and the current epoch's start
-    offset joins it again. ISR changes go through the controller (AlterPartition).
+    offset joins it again. ISR changes go through the controller (AlterPartition), one at
+    a time per partition, each naming the leader and partition epochs of the state it was
+    decided from: a decision the state has moved past since is refused, never applied to
+    the newer state.
+  - From the moment the leader decides to add a follower, the high watermark waits for
+    that follower too (Kafka's "maximal ISR", Partition.scala PendingExpandIsr): were it
+    computed over the committed ISR alone until the controller answers, it could pass
+    records the joining follower lacks, and that follower, once in the ISR, could be
+    elected without them.
   - A replica that becomes a follower truncates, before it fetches, to where its log and
     the leader's part: OffsetsForLeaderEpoch for its latest epoch (KIP-101, KIP-279);
     with no epoch known, to its high watermark.
@@ -84,7 +92,7 @@ class _Replica:
     """One partition on this broker."""
 
     __slots__ = ("tp", "log", "state", "followers", "epoch_start_offset", "waiters",
-                 "needs_truncation")
+                 "needs_truncation", "pending_isr")
 
     def __init__(self, tp, partition_log, state):
         self.tp = tp
@@ -94,6 +102,13 @@ class _Replica:
         self.epoch_start_offset = 0
         self.waiters = []            # acks=all: (required offset, callback(error or None))
         self.needs_truncation = False
+        self.pending_isr = None      # the ISR this leader proposed, until the controller answers
+
+    def maximal_isr(self):
+        """The committed ISR and any follower a pending change adds (see the module doc)."""
+        if self.pending_isr is None:
+            return self.state.isr
+        return self.state.isr + tuple(r for r in self.pending_isr if r not in self.state.isr)
 
 
 class ReplicaManager:
@@ -158,6 +173,10 @@ class ReplicaManager:
                 replica = _Replica(tp, partition_log, state)
                 replica.needs_truncation = state.leader != self.node_id
                 self._replicas[tp] = replica
+            if old is not None and state.partition_epoch != old.partition_epoch:
+                # The proposal pending here (if any) was decided from the older state: it was
+                # just applied, or the controller will refuse it.
+                replica.pending_isr = None
             if state.leader == self.node_id:
                 replica.state = state
                 if new_epoch:
@@ -227,6 +246,7 @@ class ReplicaManager:
         partition_log.become_leader(replica.state.leader_epoch)
         replica.epoch_start_offset = partition_log.log_end_offset
         replica.needs_truncation = False
+        replica.pending_isr = None
         now = self.clock_ms()
         replica.followers = {r: _Follower(r in replica.state.isr, now)
                              for r in replica.state.replicas if r != self.node_id}
@@ -365,7 +385,7 @@ class ReplicaManager:
             return
         partition_log = replica.log
         candidate = partition_log.log_end_offset
-        for replica_id in state.isr:
+        for replica_id in replica.maximal_isr():
             if replica_id == self.node_id:
                 continue
             follower = replica.followers.get(replica_id)
@@ -386,6 +406,8 @@ class ReplicaManager:
         deadline = time.monotonic() + max_wait_ms / 1000
         expand = []
         out = self._replica_read(replica_id, partitions, max_bytes, expand)
+        for proposal in expand:
+            self._alter_isr(*proposal)
         while not any(r.batches or r.error for r in out.values()) and \
                 time.monotonic() < deadline and not self._closed.is_set():
             with self._appended:
@@ -393,8 +415,6 @@ class ReplicaManager:
                        partitions.items()):
                     self._appended.wait(max(deadline - time.monotonic(), 0))
             out = self._replica_read(replica_id, partitions, max_bytes, None)
-        for tp, isr in expand:
-            self._alter_isr(tp, isr)
         return out
 
     def _nothing_new(self, tp, offset):
@@ -414,9 +434,10 @@ class ReplicaManager:
                 with self._lock:
                     self._update_follower(replica, replica_id, offset, now)
                     if expand is not None:
-                        isr = self._isr_with(replica, replica_id)
-                        if isr is not None:
-                            expand.append((tp, isr))
+                        proposal = self._propose_isr(replica, self._isr_with(replica,
+                                                                             replica_id))
+                        if proposal is not None:
+                            expand.append(proposal)
                     self._maybe_advance_high_watermark(replica)
                 fetched = partition_log.read(offset, max_bytes, below_high_watermark=False)
                 out[tp] = ReplicaFetch(fetched.batches, partition_log.high_watermark,
@@ -453,14 +474,30 @@ class ReplicaManager:
             return tuple(r for r in state.replicas if r in state.isr or r == replica_id)
         return None
 
-    def _alter_isr(self, tp, isr):
-        """Propose a new ISR to the controller (outside our lock: it calls apply())."""
-        replica = self._replicas.get(tp)
-        if replica is None or replica.state.leader != self.node_id:
-            return
+    @staticmethod
+    def _propose_isr(replica, isr):
+        """Under self._lock: mark isr (None: no change) pending on replica, unless a change
+        is already pending there; returns the proposal for _alter_isr, or None."""
+        if isr is None or replica.pending_isr is not None:
+            return None
+        replica.pending_isr = isr
         state = replica.state
-        if self.controller.alter_partition(self.node_id, tp, state.leader_epoch,
-                                           state.partition_epoch, isr) is None:
+        return replica.tp, isr, state.leader_epoch, state.partition_epoch
+
+    def _alter_isr(self, tp, isr, leader_epoch, partition_epoch):
+        """Send a proposal of _propose_isr to the controller (outside our lock: it calls
+        apply()); whatever it answers, the change is no longer pending."""
+        log.info("broker %d: proposing the ISR %s for %s", self.node_id, list(isr), tp)
+        try:
+            accepted = self.controller.alter_partition(self.node_id, tp, leader_epoch,
+                                                       partition_epoch, isr) is not None
+        finally:
+            with self._lock:
+                replica = self._replicas.get(tp)
+                if replica is not None and replica.pending_isr is isr:
+                    replica.pending_isr = None
+                    self._maybe_advance_high_watermark(replica)
+        if not accepted:
             log.info("broker %d: ISR change of %s to %s refused as stale", self.node_id, tp,
                      list(isr))
 
@@ -479,11 +516,12 @@ class ReplicaManager:
         return replica.log.end_offset_for_epoch(epoch)
 
     def shrink_isrs(self):
-        """isr-expiration: drop the followers not caught up for replica.lag.time.max.ms."""
+        """isr-expiration: drop the followers not caught up for replica.lag.time.max.ms
+        (a broker the controller let go proposes nothing)."""
         now = self.clock_ms()
         changes = []
         with self._lock:
-            for tp, replica in self._replicas.items():
+            for replica in () if self._fenced else self._replicas.values():
                 state = replica.state
                 if state.leader != self.node_id:
                     continue
@@ -491,10 +529,12 @@ class ReplicaManager:
                            now - getattr(replica.followers.get(r), "last_caught_up_ms", 0)
                            > self.replica_lag_time_max_ms]
                 if lagging:
-                    changes.append((tp, tuple(r for r in state.isr if r not in lagging)))
-        for tp, isr in changes:
-            log.info("broker %d: shrinking the ISR of %s to %s", self.node_id, tp, list(isr))
-            self._alter_isr(tp, isr)
+                    proposal = self._propose_isr(
+                        replica, tuple(r for r in state.isr if r not in lagging))
+                    if proposal is not None:
+                        changes.append(proposal)
+        for proposal in changes:
+            self._alter_isr(*proposal)
 
     # --- the follower's side -----------------------------------------------------
 

@@ -24,8 +24,9 @@ from .error_codes import error_code, error_message, failure
 from .group_handlers import GroupHandlers
 from .protocol import (ALTER_CONFIGS, API_VERSIONS, CREATE_PARTITIONS, CREATE_TOPICS,
                        DELETE_RECORDS, DELETE_TOPICS, DESCRIBE_CLUSTER, DESCRIBE_CONFIGS, FETCH,
-                       INCREMENTAL_ALTER_CONFIGS, LIST_OFFSETS, METADATA, NO_THROTTLE, PRODUCE,
-                       SUPPORTED, RecordsChunks, build, response_types)
+                       INCREMENTAL_ALTER_CONFIGS, LIST_OFFSETS, METADATA, NO_THROTTLE,
+                       OFFSET_FOR_LEADER_EPOCH, PRODUCE, SUPPORTED, RecordsChunks, build,
+                       response_types)
 from .txn_handlers import TxnHandlers
 
 NODE_ID = 0
@@ -64,6 +65,7 @@ class Handlers:
         self._by_key = {API_VERSIONS: self.api_versions, METADATA: self.metadata,
                         PRODUCE: self.produce, FETCH: self.fetch,
                         LIST_OFFSETS: self.list_offsets,
+                        OFFSET_FOR_LEADER_EPOCH: self.offset_for_leader_epoch,
                         CREATE_TOPICS: self.create_topics, DELETE_TOPICS: self.delete_topics,
                         CREATE_PARTITIONS: self.create_partitions,
                         DESCRIBE_CONFIGS: self.describe_configs,
@@ -296,11 +298,13 @@ class Handlers:
             if result is None or isinstance(result, Exception):
                 exc = result if result is not None else \
                     errors.UnknownTopicOrPartitionError(f"{tp} does not exist")
+                # Empty records, not null, as Kafka answers: librdkafka drops a whole
+                # response over one null records field.
                 part = build(types.PartitionData, partition_index=i32(tp.partition),
                              error_code=error_code(exc), high_watermark=i64(-1),
                              last_stable_offset=i64(-1), log_start_offset=i64(-1),
                              aborted_transactions=None, preferred_read_replica=i32(-1),
-                             records=None)
+                             records=RecordsChunks([]))
             else:
                 aborted = None if result.aborted_transactions is None else tuple(
                     build(types.AbortedTransaction, producer_id=i64(t.producer_id),
@@ -349,6 +353,44 @@ class Handlers:
             topics.append(build(types.ListOffsetsTopicResponse, name=topic.name,
                                 partitions=tuple(parts)))
         return build(cls, throttle_time=NO_THROTTLE, topics=tuple(topics))
+
+    # --- OffsetForLeaderEpoch ---------------------------------------------------------
+
+    def offset_for_leader_epoch(self, version, body, context):
+        """Where a leader epoch ends in the leader's log (Kafka's lastOffsetForLeaderEpoch):
+        a consumer asks after a leader change whether the records before its position are
+        still there (KIP-320); a follower, where its log parts from the leader's (KIP-101)."""
+        cls, types = response_types(OFFSET_FOR_LEADER_EPOCH, version)
+        topics = []
+        for topic in body.topics:
+            parts = []
+            for partition in topic.partitions:
+                tp = TopicPartition(topic.topic, partition.partition)
+                epoch, end, exc = -1, -1, None
+                try:
+                    epoch, end = self._epoch_end(tp, partition.leader_epoch,
+                                                 getattr(partition, "current_leader_epoch", -1))
+                except errors.StreamlogError as exc_:
+                    exc = exc_
+                parts.append(build(types.EpochEndOffset, error_code=error_code(exc),
+                                   partition=partition.partition, leader_epoch=i32(epoch),
+                                   end_offset=i64(end)))
+            topics.append(build(types.OffsetForLeaderTopicResult, topic=topic.topic,
+                                partitions=tuple(parts)))
+        return build(cls, throttle_time=NO_THROTTLE, topics=tuple(topics))
+
+    def _epoch_end(self, tp, epoch, current_epoch):
+        """(epoch, end offset) of tp for an OffsetForLeaderEpoch request."""
+        replicas = self.broker.replicas
+        if replicas is not None and replicas.manages(tp):
+            return replicas.offsets_for_leader_epoch(tp, epoch, current_epoch)
+        end = self.broker.partition_log(tp).log_end_offset
+        # A database on its own leads its partitions in epoch 0 for ever (its Metadata says
+        # so): epoch 0 ends at the log end; any other epoch is unknown here.
+        if current_epoch > 0:
+            raise errors.UnknownLeaderEpochError(
+                f"leader epoch {current_epoch} of {tp} is newer than 0")
+        return (0, end) if epoch == 0 else (-1, -1)
 
     def _leader_epoch(self, tp):
         view = self._view

@@ -33,6 +33,7 @@ NO_THROTTLE = i32Timedelta.parse(datetime.timedelta(0))
 PRODUCE, FETCH, LIST_OFFSETS, METADATA = 0, 1, 2, 3
 CREATE_TOPICS, DELETE_TOPICS, DELETE_RECORDS, DESCRIBE_CONFIGS = 19, 20, 21, 32
 CREATE_PARTITIONS, DESCRIBE_CLUSTER = 37, 60
+OFFSET_FOR_LEADER_EPOCH = 23
 ALTER_CONFIGS, INCREMENTAL_ALTER_CONFIGS = 33, 44
 
 # api key -> (min version, max version) served.
@@ -50,6 +51,7 @@ SUPPORTED = {
     DESCRIBE_CLUSTER: (0, 1),
     ALTER_CONFIGS: (0, 2),
     INCREMENTAL_ALTER_CONFIGS: (0, 1),
+    OFFSET_FOR_LEADER_EPOCH: (2, 4),   # 0 and 1 are gone from Kafka 4's schemas
     # The consumer group APIs (group_handlers.py)
     10: (0, 4),   # FindCoordinator
     11: (0, 9),   # JoinGroup
