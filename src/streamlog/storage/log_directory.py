@@ -18,9 +18,9 @@ Lifecycle of the marker (why a crash is always noticed):
                   marker created and fsynced.
 So a stop anywhere between the two leaves no marker, and the next open
 recovers every partition from its checkpointed recovery point. The marker
-holds the partition directories' listings as the close left them
-(saved_listings.py), which a clean open takes instead of listing each
-directory again.
+holds the partition directories' listings and their logs' ends as the close
+left them (saved_listings.py), which a clean open takes instead of listing each
+directory again and reading each log's end.
 
 Log start offsets: a log's retention writes its new log start into the
 checkpoint before it removes a segment (_LogStartCheckpoint), so at the next
@@ -78,7 +78,7 @@ class LogDirectory:
             os.path.join(self.root, files.LOG_START_OFFSET_CHECKPOINT))
         marker = os.path.join(self.root, files.CLEAN_SHUTDOWN_MARKER)
         self.clean_shutdown = os.path.exists(marker)
-        # Directory name -> (mtime_ns, SegmentListing) the last close saved; each is taken
+        # Directory name -> (mtime_ns, SegmentListing, end) the last close saved; each is taken
         # (popped) by the first open of its log, and only while the directory is unchanged.
         self._saved_listings = {}
         # The saved listings the opens took: still true at the close where the mtime is still
@@ -182,7 +182,7 @@ class LogDirectory:
                 self._write_checkpoints_locked()
             if topic_id is not None and self._check_topic_id(tp, directory, topic_id, exists):
                 saved = None   # it wrote partition.metadata: the saved listing lacks it
-            listing = saved_listings.listing_if_unchanged(saved, status)
+            listing, saved_end = saved_listings.listing_if_unchanged(saved, status)
             if listing is not None:
                 self._taken_listings[os.path.basename(directory)] = saved
             partition_log = PartitionLog(
@@ -191,7 +191,8 @@ class LogDirectory:
                 clean_shutdown=self.clean_shutdown, readonly=self.readonly,
                 clock_ms=self.clock_ms, log_start_checkpoint=_LogStartCheckpoint(self, tp),
                 open_files=self.open_files,
-                producer_id_expiration_ms=self.producer_id_expiration_ms, listing=listing)
+                producer_id_expiration_ms=self.producer_id_expiration_ms, listing=listing,
+                saved_end=saved_end)
             self.logs[tp] = partition_log
             if partition_log.recovery_report.noteworthy:
                 self.reports.append(partition_log.recovery_report)
@@ -346,6 +347,7 @@ class LogDirectory:
             name = os.path.basename(partition_log.directory)
             try:
                 taken = saved_listings.take(partition_log.directory,
+                                            partition_log.log_end_offset,
                                             self._taken_listings.get(name))
             except OSError:
                 continue   # listed at the next open instead

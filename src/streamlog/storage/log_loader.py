@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from ..errors import CorruptRecordError, KafkaStorageError
-from . import files
+from . import files, saved_listings
 from .file_records import IncompleteBatch
 from .segment import LogSegment, open_readonly_segments
 
@@ -97,7 +97,7 @@ class LoadedLog(NamedTuple):
 
 
 def load_log(directory, config, *, recovery_point=0, log_start_offset=None, clean_shutdown=False,
-             readonly=False, now_ms=None, open_files=None, listing=None):
+             readonly=False, now_ms=None, open_files=None, listing=None, saved_end=None):
     """Open (and recover) the log in directory.
 
     log_start_offset: the checkpointed log start, None when the checkpoint has no entry.
@@ -107,8 +107,10 @@ def load_log(directory, config, *, recovery_point=0, log_start_offset=None, clea
     never as deleted by retention. Unknown, it is the first segment's base, as in Kafka.
 
     Only what recovery must read is opened: the segments from the recovery point on after
-    an unclean stop, the last one after a clean stop. The others are lazy (KIP-263): their
-    files are opened, and their indexes checked, at their first use.
+    an unclean stop, the last one after a clean stop -- not even that one where the clean
+    close saved the log's end and its file is unchanged (listing, saved_end: the saved
+    listing and end, saved_listings.py). The others are lazy (KIP-263): their files are
+    opened, and their indexes checked, at their first use.
     """
     if readonly:
         return _load_readonly(directory, config, log_start_offset, now_ms, open_files)
@@ -128,6 +130,14 @@ def load_log(directory, config, *, recovery_point=0, log_start_offset=None, clea
         listing = files.list_segments(os.listdir(directory))
     bases = listing.bases
     _remove(directory, listing.orphan_indexes, report)
+    # A clean close saved where the log ends, and its last segment's file is as the close
+    # left it: that segment is lazy too (saved_listings.py). The checkpoint must agree (a
+    # clean close flushed the log to its end).
+    known_end = None
+    if saved and clean_shutdown and bases:
+        known_end = saved_listings.end_if_unchanged(directory, bases[-1], saved_end)
+        if known_end is not None and known_end != recovery_point:
+            known_end = None
 
     segments = []
     try:
@@ -137,10 +147,11 @@ def load_log(directory, config, *, recovery_point=0, log_start_offset=None, clea
         for i, base in enumerate(bases):
             last = i == len(bases) - 1
             recovered = recover_from is not None and base >= recover_from
+            lazy = not (recovered or (last and known_end is None))
             segment = LogSegment(directory, base, config, now_ms=now_ms, open_files=open_files,
-                                 lazy=not (last or recovered), recovering=recovered)
+                                 lazy=lazy, recovering=recovered, active=last)
             segments.append(segment)
-            if recovered or not last:
+            if recovered or lazy:
                 continue
             problem = segment.index_problem()
             if problem:
@@ -151,8 +162,8 @@ def load_log(directory, config, *, recovery_point=0, log_start_offset=None, clea
                     # torn write. Keep later segments (their data is valid) and say so.
                     _note_truncation(report, segment, result)
 
-        next_offset = None
-        if clean_shutdown and segments:
+        next_offset = known_end
+        if clean_shutdown and segments and known_end is None:
             try:
                 next_offset = _next_offset(segments)
             except (IncompleteBatch, CorruptRecordError) as exc:
@@ -179,7 +190,8 @@ def load_log(directory, config, *, recovery_point=0, log_start_offset=None, clea
             segments = [LogSegment(directory, log_start_offset, config, now_ms=now_ms,
                                    open_files=open_files, new=True)]
             next_offset = log_start_offset
-        segments[-1].resize_indexes(config.segment_index_bytes)
+        if known_end is None:
+            segments[-1].resize_indexes(config.segment_index_bytes)
     except BaseException:
         for segment in segments:
             segment.close()

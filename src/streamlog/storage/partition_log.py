@@ -88,7 +88,8 @@ class PartitionLog:
     def __init__(self, directory, config, *, recovery_point=0, log_start_offset=None,
                  clean_shutdown=False, readonly=False, clock_ms=wall_clock_ms,
                  log_start_checkpoint=None, open_files=None,
-                 producer_id_expiration_ms=DEFAULT_PRODUCER_ID_EXPIRATION_MS, listing=None):
+                 producer_id_expiration_ms=DEFAULT_PRODUCER_ID_EXPIRATION_MS, listing=None,
+                 saved_end=None):
         """log_start_offset: the checkpointed log start, None if unknown (see load_log).
         log_start_checkpoint: where the log start is kept durably (read() -> offset or None,
         write(offset)); retention writes it before removing a segment, so a missing first
@@ -98,7 +99,8 @@ class PartitionLog:
         producer_id_expiration_ms: how long a producer id's state outlives its last write
         (Kafka's broker setting producer.id.expiration.ms).
         listing: the directory's files.SegmentListing as the last clean close saved it, the
-        directory unchanged since (saved_listings.py); None lists it."""
+        directory unchanged since (saved_listings.py); None lists it. saved_end: the end of
+        its last segment saved with it (saved_listings.take)."""
         self.directory = directory
         self._log_start_checkpoint = log_start_checkpoint
         self._open_files = open_files if open_files is not None else OpenSegments()
@@ -111,7 +113,7 @@ class PartitionLog:
         loaded = load_log(directory, config, recovery_point=recovery_point,
                           log_start_offset=log_start_offset, clean_shutdown=clean_shutdown,
                           readonly=readonly, now_ms=clock_ms(), open_files=self._open_files,
-                          listing=listing)
+                          listing=listing, saved_end=saved_end)
         self._segments = loaded.segments
         self._bases = [s.base_offset for s in self._segments]
         self._next_offset = loaded.next_offset

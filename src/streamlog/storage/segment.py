@@ -130,7 +130,7 @@ class LogSegment:
     _unlinked = False   # unlink_files() took the files' names away
 
     def __init__(self, directory, base_offset, config, readonly=False, suffix="", now_ms=None,
-                 open_files=None, lazy=False, new=False, recovering=False):
+                 open_files=None, lazy=False, new=False, recovering=False, active=False):
         """open_files: the root's OpenSegments (None: a bound of its own, unbounded).
         new: made just now, with no file at its offset yet (a roll, a new partition): only
         the log is created; each index file when its first entry needs room, or empty at
@@ -140,7 +140,10 @@ class LogSegment:
         lazy: the segment's files exist and need not be looked at (nor their indexes
         checked) until used: only the identity below is made now, the rest by
         _make_state at the first touch of any of it (a database of many segments makes
-        hundreds of thousands of these at open and uses few)."""
+        hundreds of thousands of these at open and uses few). active: lazy, but the log's
+        last segment (a clean open that knows the log's end: saved_listings.py), so not
+        sealed: its indexes are loaded at its first use, its timestamps at its first
+        append."""
         self.directory = directory
         self.base_offset = base_offset
         self.readonly = readonly
@@ -154,9 +157,10 @@ class LogSegment:
         self.created_ms = now_ms if now_ms is not None else int(time.time() * 1000)
         # A lazy segment's indexes are checked at its first use (see the module doc).
         self._unchecked = lazy and not readonly
-        # Sealed: the final time entry is written and the indexes trimmed (a lazy segment is
-        # one the loader found below the last, sealed by the run that rolled it).
-        self._sealed = lazy
+        # Sealed: the final time entry is written and the indexes trimmed (a lazy segment
+        # other than the active one is one the loader found below the last, sealed by the
+        # run that rolled it).
+        self._sealed = lazy and not active
         self._closed = False
         if readonly or not lazy:
             # Read-only: the file must exist now (open_readonly_segments skips one that
@@ -209,6 +213,10 @@ class LogSegment:
         self.offset_of_max_timestamp_so_far = base_offset
         self._check_lock = threading.Lock()
         self._state_made = True  # last: a reader that sees it sees everything above
+
+    def _state_is_made(self):
+        """False for a lazy segment nothing has used yet (see __init__)."""
+        return "_state_made" in self.__dict__
 
     def __getattr__(self, name):
         """Only for what a lazy segment has not made yet (see __init__): make it, once, under
@@ -378,6 +386,7 @@ class LogSegment:
         # rather than after the batches are in the log but not in its index. Batches that
         # cannot reach index_interval_bytes (invariant 2: the last one's size never counts)
         # add none, and reserve nothing: a new segment's index files wait for an entry.
+        self._load_timestamps()   # a lazy active segment's, before its first entry
         if self.bytes_since_last_index_entry + sum(b.size for b in batch_infos[:-1]) > \
                 self.index_interval_bytes:
             self.offset_index.reserve(len(batch_infos))
@@ -684,13 +693,14 @@ class LogSegment:
         self.flush_indexes()
 
     def flush_log(self):
-        """fsync the log file (no-op once closed)."""
-        if not self._closed:
+        """fsync the log file (no-op once closed, or while a lazy segment is unused: its
+        files are as the run that made them left them, fsynced)."""
+        if not self._closed and self._state_is_made():
             with self.pinned():
                 self.log.flush()
 
     def flush_indexes(self):
-        if not self._closed:
+        if not self._closed and self._state_is_made():
             with self.pinned():
                 self.offset_index.flush()
                 self.time_index.flush()
@@ -715,7 +725,7 @@ class LogSegment:
         seal=False: only close (the segment is about to be removed)."""
         if self._closed:
             return
-        if "_state_made" not in self.__dict__:
+        if not self._state_is_made():
             self._closed = True  # a lazy segment never used: nothing was opened
             return
         try:

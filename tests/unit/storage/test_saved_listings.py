@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from streamlog.storage import files, saved_listings
 from streamlog.storage.log_directory import LogDirectory
 from streamlog.storage.partition_log import PartitionLog
+from streamlog.storage.verify import verify_directory
 from streamlog.structs import TopicPartition
 
 from support import config, make_batch, read_all
@@ -57,10 +58,12 @@ def test_a_clean_close_saves_each_directorys_listing_and_the_open_lists_none(tmp
     build(root, partitions=3)
     listings = saved(root)
     assert sorted(listings) == ["t-0", "t-1", "t-2"]
-    for name, (mtime_ns, listing) in listings.items():
+    for name, (mtime_ns, listing, end) in listings.items():
         assert mtime_ns == os.stat(os.path.join(root, name)).st_mtime_ns
         assert listing == files.list_segments(os.listdir(os.path.join(root, name)))
         assert len(listing.bases) >= 3
+        last = os.stat(files.log_file(os.path.join(root, name), listing.bases[-1]))
+        assert end == (last.st_size, last.st_mtime_ns, 120)
     counted = CountingListdir(monkeypatch)
     directory = LogDirectory(root)
     logs = [directory.open_log(TopicPartition("t", p), config(**CFG)) for p in range(3)]
@@ -139,9 +142,9 @@ def test_a_directory_with_a_whole_second_mtime_is_not_saved(tmp_path):
     directory = tmp_path / "t-0"
     directory.mkdir()
     (directory / (files.offset_prefix(0) + ".log")).write_bytes(b"")
-    assert saved_listings.take(str(directory)) is not None
+    assert saved_listings.take(str(directory), 0) is not None
     os.utime(directory, ns=(1_700_000_000_000_000_000, 1_700_000_000_000_000_000))
-    assert saved_listings.take(str(directory)) is None
+    assert saved_listings.take(str(directory), 0) is None
 
 
 def test_a_directory_with_leftovers_is_not_saved(tmp_path):
@@ -149,7 +152,7 @@ def test_a_directory_with_leftovers_is_not_saved(tmp_path):
     directory.mkdir()
     (directory / (files.offset_prefix(0) + ".log")).write_bytes(b"")
     (directory / (files.offset_prefix(0) + ".log" + files.CLEANED_SUFFIX)).write_bytes(b"")
-    assert saved_listings.take(str(directory)) is None
+    assert saved_listings.take(str(directory), 0) is None
 
 
 def test_the_close_waits_until_the_clock_has_passed_every_saved_mtime(monkeypatch):
@@ -158,12 +161,15 @@ def test_the_close_waits_until_the_clock_has_passed_every_saved_mtime(monkeypatc
     now = 1_700_000_000_123_456_789
     monkeypatch.setattr(saved_listings.time, "clock_gettime_ns", lambda clock: now)
     monkeypatch.setattr(saved_listings, "_RACY_WAIT_S", 0.01)
-    kept = saved_listings.settle({"old": (now - 1, listing), "racy": (now, listing),
-                                  "ahead": (now + 10**9, listing)})
+    kept = saved_listings.settle({"old": (now - 1, listing, None),
+                                  "racy": (now, listing, None),
+                                  "racy file": (now - 1, listing, (10, now, 5)),
+                                  "ahead": (now + 10**9, listing, None)})
     assert list(kept) == ["old"]   # never passed: not saved, listed at the next open
     ticks = iter(range(now - 2, now + 100))
     monkeypatch.setattr(saved_listings.time, "clock_gettime_ns", lambda clock: next(ticks))
-    assert list(saved_listings.settle({"racy": (now, listing)})) == ["racy"]   # waited
+    assert list(saved_listings.settle({"racy": (now - 5, listing, (10, now, 5))})) == \
+        ["racy"]   # waited for the file's mtime too
 
 
 def test_an_unclean_stop_ignores_what_an_earlier_close_saved(tmp_path):
@@ -194,10 +200,12 @@ names = st.lists(st.one_of(
 
 @settings(max_examples=200, deadline=None)
 @given(st.dictionaries(st.text(min_size=1, max_size=12),
-                       st.tuples(st.integers(1, 2**63 - 1), names), max_size=5))
+                       st.tuples(st.integers(1, 2**63 - 1), names, st.none() | st.tuples(
+                           st.integers(0, 2**40), st.integers(1, 2**63 - 1),
+                           st.integers(0, 2**62))), max_size=5))
 def test_listings_round_trip_through_the_marker(entries):
-    listings = {name: (mtime, files.list_segments(listing))
-                for name, (mtime, listing) in entries.items()}
+    listings = {name: (mtime, files.list_segments(listing), end)
+                for name, (mtime, listing, end) in entries.items()}
     listings = {name: saved for name, saved in listings.items()
                 if not saved[1].leftovers and not saved[1].swap_bases}
     assert saved_listings.decode(saved_listings.encode(listings), "test") == listings
@@ -209,10 +217,10 @@ def test_a_saved_listing_short_of_the_checkpointed_end_is_not_trusted(tmp_path, 
     root = str(tmp_path / "root")
     build(root, batches=30)
     listings = saved(root)
-    mtime_ns, listing = listings["t-0"]
+    mtime_ns, listing, _ = listings["t-0"]
     forged = listing._replace(bases=listing.bases[:-1])   # the newest segment left out
     with open(marker(root), "wb") as f:
-        f.write(saved_listings.encode({"t-0": (mtime_ns, forged)}))
+        f.write(saved_listings.encode({"t-0": (mtime_ns, forged, None)}))
     with caplog.at_level(logging.WARNING, logger="streamlog.storage"):
         directory = LogDirectory(root)
         log = directory.open_log(TP, config(**CFG))
@@ -220,3 +228,67 @@ def test_a_saved_listing_short_of_the_checkpointed_end_is_not_trusted(tmp_path, 
     assert [r[0] for r in read_all(log)] == list(range(300))
     assert log.segments[-1].base_offset == listing.bases[-1]
     directory.close()
+
+
+def test_a_clean_open_leaves_the_last_segment_unopened_and_appends_to_it_after(tmp_path):
+    """The saved end gives the log end: the last segment is made at its first use, which
+    loads its indexes and timestamps as an open would have (the indexes then check)."""
+    root = str(tmp_path / "root")
+    build(root)
+    directory = LogDirectory(root)
+    bigger = config(segment_bytes=1 << 20, index_interval_bytes=1 << 20)   # appends stay in it
+    log = directory.open_log(TP, bigger)
+    assert log.log_end_offset == 120
+    last = log.segments[-1]
+    assert "_state_made" not in vars(last)   # nothing of it opened
+    for b in range(12, 30):
+        log.append(make_batch(b))
+    assert log.segments[-1] is last
+    assert [r[0] for r in read_all(log)] == list(range(300))
+    assert last.largest_timestamp == 1_000_000 + 29
+    directory.close()
+    report = verify_directory(root)
+    assert report.problems == [], report.problems
+    again = LogDirectory(root)
+    assert [r[0] for r in read_all(again.open_log(TP, config(**CFG)))] == list(range(300))
+    again.close()
+
+
+def test_a_last_segment_appended_to_behind_the_librarys_back_is_read_to_its_end(tmp_path):
+    """Appending to the last segment adds no file, so the directory's mtime and its saved
+    listing stand; the file's size and mtime differ from the saved end, so the open reads
+    the log's end from the file (the saved one would hide, and then overwrite, the batch)."""
+    root = str(tmp_path / "root")
+    build(root)
+    mtime_ns, listing, end = saved(root)["t-0"]
+    log = PartitionLog(os.path.join(root, "t-0"),
+                       config(segment_bytes=1 << 20, index_interval_bytes=1 << 20),
+                       clean_shutdown=True)
+    log.append(make_batch(12))
+    log.close()
+    assert os.stat(os.path.join(root, "t-0")).st_mtime_ns == mtime_ns   # listing taken
+    directory = LogDirectory(root)
+    reopened = directory.open_log(TP, config(**CFG))
+    assert reopened.log_end_offset == 130 and reopened.segments[-1].base_offset == \
+        listing.bases[-1]
+    assert [r[0] for r in read_all(reopened)] == list(range(130))
+    directory.close()
+
+
+def test_an_open_and_close_that_use_no_log_open_no_segment_file(tmp_path, monkeypatch):
+    """Open and close cost a stat per log: the close flushes and seals nothing a lazy
+    segment holds (the previous close fsynced and sealed it)."""
+    root = str(tmp_path / "root")
+    build(root, partitions=3)
+    opened = []
+    real_open = os.open
+
+    def counting_open(path, *args, **kwargs):
+        opened.append(os.path.basename(str(path)))
+        return real_open(path, *args, **kwargs)
+    monkeypatch.setattr(os, "open", counting_open)
+    directory = LogDirectory(root)
+    logs = [directory.open_log(TopicPartition("t", p), config(**CFG)) for p in range(3)]
+    assert [log.log_end_offset for log in logs] == [120, 120, 120]
+    directory.close()
+    assert [name for name in opened if name.endswith((".log", ".index", ".timeindex"))] == []
