@@ -137,7 +137,13 @@ def kafka_python_reader(r, bootstrap):
                             auto_offset_reset="earliest", session_timeout_ms=6000,
                             request_timeout_ms=10000, retry_backoff_ms=50)
     while not r.stop.is_set():
-        for records in c.poll(timeout_ms=200).values():
+        try:
+            polled = c.poll(timeout_ms=200)
+        except kafka.errors.KafkaConnectionError:
+            # kafka-python 3 raises out of poll() a refused connection its metadata refresh
+            # met (a broker just killed); the error is retriable, and an application retries.
+            continue
+        for records in polled.values():
             r.consumed += [m.value for m in records]
     c.close()
 
