@@ -114,6 +114,11 @@ class SegmentListing(NamedTuple):
     snapshot_offsets: list    # offsets of the producer-state snapshots, ascending
 
 
+def list_directory(directory):
+    """list_segments of the directory as it is now."""
+    return list_segments(os.listdir(directory))
+
+
 def list_segments(names):
     """Sort one listing of a partition directory into a SegmentListing, in one pass.
 

@@ -36,6 +36,7 @@ from typing import NamedTuple
 from ..errors import CorruptRecordError, KafkaStorageError
 from . import files, saved_listings
 from .file_records import IncompleteBatch
+from .files import list_directory
 from .segment import LogSegment, open_readonly_segments
 
 log = logging.getLogger("streamlog.storage")
@@ -120,14 +121,14 @@ def load_log(directory, config, *, recovery_point=0, log_start_offset=None, clea
     saved = listing is not None   # a clean close's, the directory unchanged since
     if listing is None:
         try:
-            listing = files.list_segments(os.listdir(directory))
+            listing = list_directory(directory)
         except FileNotFoundError:
             os.makedirs(directory, exist_ok=True)
             listing = files.list_segments([])
     if _remove(directory, listing.leftovers, report):
-        listing = files.list_segments(os.listdir(directory))
+        listing = list_directory(directory)
     if _complete_swaps(directory, listing.swap_bases, config, report, now_ms):
-        listing = files.list_segments(os.listdir(directory))
+        listing = list_directory(directory)
     bases = listing.bases
     _remove(directory, listing.orphan_indexes, report)
     # A clean close saved where the log ends, and its last segment's file is as the close
@@ -262,11 +263,6 @@ def _recover_from(segments, recovery_point, report):
     return next_offset
 
 
-def list_directory(directory):
-    """files.list_segments of the directory as it is now."""
-    return files.list_segments(os.listdir(directory))
-
-
 # Read-only views of a compacted log: how many 1 ms looks a listing takes at a writer's swap.
 SWAP_WAITS = 500
 
@@ -286,7 +282,7 @@ def settled_listing(directory, compact):
 
 def segment_bases(directory):
     """Sorted base offsets of the ordinary segments in a directory."""
-    return files.list_segments(os.listdir(directory)).bases
+    return list_directory(directory).bases
 
 
 def _remove(directory, names, report):

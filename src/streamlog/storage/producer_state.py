@@ -409,7 +409,7 @@ def highest_producer_id(directory):
     """The highest producer id the partition in directory knows of, or -1: from its
     snapshots and the batches after the newest (before it, an id is in that snapshot or
     expired). For `streamlog repair`, when the metadata log's producer id mark is lost."""
-    listing = files.list_segments(os.listdir(directory))
+    listing = files.list_directory(directory)
     highest = -1
     for offset in listing.snapshot_offsets:
         path = files.snapshot_file(directory, offset)

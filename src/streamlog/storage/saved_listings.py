@@ -65,7 +65,7 @@ def take(directory, next_offset, saved=None):
     if saved is not None and saved[0] == mtime_ns:
         listing = saved[1]
     else:
-        listing = files.list_segments(os.listdir(directory))
+        listing = files.list_directory(directory)
         if listing.leftovers or listing.swap_bases or mtime_ns % 1_000_000_000 == 0:
             return None
     end = None
