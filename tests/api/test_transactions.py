@@ -138,7 +138,7 @@ def test_a_failed_batch_makes_the_transaction_abortable_then_sequences_restart(d
     p = producer(db)
     p.begin_transaction()
     real = db._broker.produce
-    monkeypatch.setattr(db._broker, "produce", lambda tp, data: (_ for _ in ()).throw(
+    monkeypatch.setattr(db._broker, "produce", lambda tp, data, **_: (_ for _ in ()).throw(
         streamlog.errors.KafkaStorageError("injected")))
     p.send("t", value=b"lost", partition=0)
     with pytest.raises(streamlog.errors.KafkaStorageError):

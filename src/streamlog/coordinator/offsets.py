@@ -200,7 +200,7 @@ class OffsetStore:
     def _append(self, group_id, changes, now_ms):
         tp = self.partition_of(group_id)
         try:
-            self._broker.produce(tp, encode_changes(changes, now_ms))
+            self._broker.produce(tp, encode_changes(changes, now_ms), origin=COORDINATOR)
         except NotLeaderOrFollowerError as exc:
             # A cluster moved the group's partition away: its client finds the new
             # coordinator (Kafka answers NOT_COORDINATOR here).

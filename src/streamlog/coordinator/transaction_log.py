@@ -20,6 +20,7 @@ import struct
 
 from ..errors import CorruptRecordError, NotCoordinatorError, NotLeaderOrFollowerError
 from ..storage.keyed_log import encode_changes, replay
+from ..storage.producer_state import COORDINATOR
 from ..structs import TopicPartition
 from .offsets import partition_for
 from .transaction import TransactionMetadata, TxnState
@@ -151,7 +152,8 @@ class TransactionLog:
         replicas = self._broker.replicas
         try:
             info = self._broker.produce(tp, encode_changes(
-                [(encode_key(meta.transactional_id), encode_value(meta))], now_ms))
+                [(encode_key(meta.transactional_id), encode_value(meta))], now_ms),
+                origin=COORDINATOR)
             if replicas is not None and replicas.manages(tp):
                 # In a cluster a record is safe once the in-sync replicas hold it (Kafka's
                 # coordinator appends with acks=all); the next leader loads it.

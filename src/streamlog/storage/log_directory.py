@@ -279,7 +279,8 @@ class LogDirectory:
 
     def _write_checkpoints_locked(self):
         with self._files_lock:
-            self._recovery_points.update({tp: pl.recovery_point for tp, pl in self.logs.items()})
+            self._recovery_points.update({tp: pl.checkpoint_recovery_point()
+                                         for tp, pl in self.logs.items()})
             self._log_starts.update({tp: pl.log_start_offset for tp, pl in self.logs.items()})
             self._recovery_file.write(self._recovery_points)
             self._start_file.write(self._log_starts)

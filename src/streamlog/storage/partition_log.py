@@ -10,6 +10,11 @@ Invariants:
      the recovery point.
   3. recovery_point <= LEO, and everything below it was fsynced: after an
      unclean stop only segments from the one holding it need re-validating.
+     Recovery rebuilds those segments' indexes, so a flush (acks="all") fsyncs
+     the log files only and leaves the last segment's indexes to the page
+     cache; the indexes of the segments below the one holding the recovery
+     point are msynced before that point reaches the checkpoint file
+     (checkpoint_recovery_point).
   4. Retention deletes whole segments, oldest first, stopping at the first
      one that must stay, never one that reaches past the high watermark, and
      never the last remaining segment (a new empty one is rolled first).
@@ -120,6 +125,10 @@ class PartitionLog:
         self.high_watermark = loaded.next_offset
         self.log_start_offset = loaded.log_start_offset
         self.recovery_point = loaded.recovery_point
+        # Offset in the first segment whose indexes may hold entries not yet msynced
+        # (invariant 3): the segments below the one holding it have durable indexes.
+        self._index_sync_point = loaded.recovery_point
+        self._truncations = 0   # a flush that straddles a truncation advances nothing
         self.recovery_report = loaded.report
         # The directory's files besides segments when it was opened (writer): what the
         # broker needs to know of them at open, without a stat each (topic.json).
@@ -393,9 +402,11 @@ class PartitionLog:
                     f"{self.name}; raise the topic's max.message.bytes or send less per batch")
             if batch.records_count == 0 and assign_offsets:
                 raise InvalidRecordError("a produced batch must hold at least one record")
-            if self.config.compact and not batch.is_control and batch.records_count and \
-                    (batch.records(verify=False).key_lens < 0).any():
-                # Kafka's LogValidator rule: the cleaner could only drop such a record.
+            if self.config.compact and origin == CLIENT and not batch.is_control and \
+                    batch.records_count and (batch.records(verify=False).key_lens < 0).any():
+                # Kafka's LogValidator rule: the cleaner could only drop such a record. The
+                # coordinators key every record they write, and a replica copies what its
+                # leader checked: decoding their batches here would only cost them time.
                 raise InvalidRecordError(
                     f"compacted topic partition {self.name} cannot accept a record without "
                     "a key; give every record a key, or use cleanup.policy=delete")
@@ -570,6 +581,8 @@ class PartitionLog:
         self._next_offset = end
         self.high_watermark = min(self.high_watermark, end)
         self.recovery_point = min(self.recovery_point, end)
+        self._index_sync_point = min(self._index_sync_point, end)
+        self._truncations += 1
         self._unreplicated = [t for t in self._unreplicated if t[1] < end]
         self.txn_indexes.truncate_from(end)
         if self.epochs is not None:
@@ -913,26 +926,60 @@ class PartitionLog:
     # --- durability ----------------------------------------------------------
 
     def flush(self):
-        """fsync everything appended so far and advance the recovery point; returns it."""
+        """fsync everything appended so far and advance the recovery point; returns it.
+
+        The last segment's indexes are not msynced (invariant 3): an unclean open rebuilds
+        them from the log, and an acks="all" append would otherwise wait on two msyncs
+        besides its fdatasync. Those of the segments before it are."""
         with self._flush_lock:
             with self._lock:
                 if self._closed or self.readonly:
                     return self.recovery_point
                 target = self._next_offset
-                i = max(bisect.bisect_right(self._bases, self.recovery_point) - 1, 0)
-                segments = self._segments[i:]
+                first = self._holding(min(self.recovery_point, self._index_sync_point))
+                segments = self._segments[first:]
+                unsynced_logs = segments[self._holding(self.recovery_point) - first:]
                 dir_dirty, self._dir_dirty = self._dir_dirty, False
                 self._unflushed_records = 0
-            for segment in segments:
+                truncations = self._truncations
+            for segment in unsynced_logs:
                 segment.flush_log()
             with self._lock:
-                for segment in segments:
+                for segment in segments[:-1]:
                     segment.flush_indexes()
             if dir_dirty:
                 fsync_dir(self.directory)
-            self.recovery_point = max(self.recovery_point, target)
+            with self._lock:
+                if truncations == self._truncations:
+                    # A truncation meanwhile cut below target: what is there now was not
+                    # all fsynced by this flush.
+                    self._index_sync_point = max(self._index_sync_point,
+                                                 segments[-1].base_offset)
+                    self.recovery_point = max(self.recovery_point, target)
             self._last_flush_ms = self.clock_ms()
             return self.recovery_point
+
+    def checkpoint_recovery_point(self):
+        """The recovery point to write to the checkpoint file, with the indexes that an
+        unclean open will trust under it made durable first: those of every segment below
+        the one holding it (a flush leaves the last segment's for later, and a roll since
+        has put another after it)."""
+        with self._flush_lock:
+            with self._lock:
+                if self._closed or self.readonly or \
+                        self._index_sync_point >= self.recovery_point:
+                    return self.recovery_point
+                first = self._holding(self._index_sync_point)
+                holding = self._holding(self.recovery_point)
+                for segment in self._segments[first:holding]:
+                    segment.flush_indexes()
+                self._index_sync_point = max(self._index_sync_point,
+                                             self._segments[holding].base_offset)
+                return self.recovery_point
+
+    def _holding(self, offset):
+        """Index in _segments of the segment holding offset (the first, below them all)."""
+        return max(bisect.bisect_right(self._bases, offset) - 1, 0)
 
     def maybe_flush_on_time(self, now_ms=None):
         """Flush when flush.ms has passed since the last flush and data is unflushed."""

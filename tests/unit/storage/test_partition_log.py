@@ -532,3 +532,77 @@ def test_fetched_batches_outlive_retention_and_close(log_dir, monkeypatch):
     assert not os.path.exists(os.path.join(log_dir, files.log_file("", 0)))
     log.close()
     assert [r for b in first for r in b.records()] == expected
+
+
+def spy_index_flushes(monkeypatch):
+    """The base offsets of the segments whose indexes are flushed (msynced), in order."""
+    from streamlog.storage.segment import LogSegment
+    flushed = []
+    real = LogSegment.flush_indexes
+
+    def recording(segment):
+        flushed.append(segment.base_offset)
+        return real(segment)
+    monkeypatch.setattr(LogSegment, "flush_indexes", recording)
+    return flushed
+
+
+def test_a_flush_msyncs_the_indexes_below_the_last_segment_and_not_the_last_ones(
+        log_dir, monkeypatch):
+    # An acks="all" flush waits on the log's fdatasync only: the last segment's indexes are
+    # rebuilt by an unclean open (log_loader step 4), so msyncing them on every flush would
+    # only add two system calls to each acknowledged batch.
+    log = small_log(log_dir)
+    fill(log, 40)
+    bases = [s.base_offset for s in log.segments]
+    assert len(bases) >= 3
+    flushed = spy_index_flushes(monkeypatch)
+    assert log.flush() == log.log_end_offset
+    assert flushed == bases[:-1]
+    flushed.clear()
+    log.append(make_batch(99, 5))
+    log.flush()
+    assert flushed == []   # only the last segment changed
+    log.close()
+
+
+def test_a_checkpointed_recovery_point_has_durable_indexes_below_its_segment(
+        log_dir, monkeypatch):
+    # Recovery trusts the indexes of every segment below the one holding the checkpointed
+    # recovery point. A flush that left the then-last segment's indexes unsynced, then a roll,
+    # puts the recovery point at the next segment's base: the checkpoint syncs them first.
+    log = small_log(log_dir)
+    fill(log, 3)
+    log.flush()
+    first = log.segments[-1].base_offset
+    log.roll()
+    assert log.recovery_point == log.segments[-1].base_offset > first
+    flushed = spy_index_flushes(monkeypatch)
+    assert log.checkpoint_recovery_point() == log.recovery_point
+    assert flushed == [first]
+    flushed.clear()
+    assert log.checkpoint_recovery_point() == log.recovery_point
+    assert flushed == []   # once is enough
+    log.close()
+
+
+def test_a_flush_that_straddles_a_truncation_does_not_move_the_recovery_point_past_it(
+        log_dir, monkeypatch):
+    # A follower's truncation may run while a flush waits on the disk: what the flush
+    # fsynced above the cut is gone, and what is appended there next is not fsynced.
+    from streamlog.storage.segment import LogSegment
+    log = small_log(log_dir)
+    fill(log, 3)
+    real = LogSegment.flush_log
+
+    def truncating(segment):
+        monkeypatch.setattr(LogSegment, "flush_log", real)
+        log.truncate_to(5)
+        return real(segment)
+    monkeypatch.setattr(LogSegment, "flush_log", truncating)
+    log.flush()
+    assert log.log_end_offset == 5
+    assert log.recovery_point <= 5
+    log.flush()
+    assert log.recovery_point == 5
+    log.close()
