@@ -89,7 +89,8 @@ class LogFlusher:
             error = None
             try:
                 partition_log = self._broker.partition_log(tp)
-                durable = partition_log.flush()
+                # flush_to: another thread's flush (a coordinator's) may have covered them.
+                durable = partition_log.flush_to(max(offset for offset, _ in pending))
             except Exception as exc:  # e.g. the topic was deleted, or fsync failed
                 error, durable = exc, -1
             for offset, callback in pending:

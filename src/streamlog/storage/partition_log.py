@@ -932,32 +932,44 @@ class PartitionLog:
         them from the log, and an acks="all" append would otherwise wait on two msyncs
         besides its fdatasync. Those of the segments before it are."""
         with self._flush_lock:
-            with self._lock:
-                if self._closed or self.readonly:
-                    return self.recovery_point
-                target = self._next_offset
-                first = self._holding(min(self.recovery_point, self._index_sync_point))
-                segments = self._segments[first:]
-                unsynced_logs = segments[self._holding(self.recovery_point) - first:]
-                dir_dirty, self._dir_dirty = self._dir_dirty, False
-                self._unflushed_records = 0
-                truncations = self._truncations
-            for segment in unsynced_logs:
-                segment.flush_log()
-            with self._lock:
-                for segment in segments[:-1]:
-                    segment.flush_indexes()
-            if dir_dirty:
-                fsync_dir(self.directory)
-            with self._lock:
-                if truncations == self._truncations:
-                    # A truncation meanwhile cut below target: what is there now was not
-                    # all fsynced by this flush.
-                    self._index_sync_point = max(self._index_sync_point,
-                                                 segments[-1].base_offset)
-                    self.recovery_point = max(self.recovery_point, target)
-            self._last_flush_ms = self.clock_ms()
-            return self.recovery_point
+            return self._flush_locked()
+
+    def flush_to(self, offset):
+        """flush() unless everything below offset is fsynced already (Kafka's flush(offset));
+        returns the recovery point."""
+        with self._flush_lock:
+            if self.recovery_point >= offset:
+                return self.recovery_point
+            return self._flush_locked()
+
+    def _flush_locked(self):
+        """flush() with _flush_lock held."""
+        with self._lock:
+            if self._closed or self.readonly:
+                return self.recovery_point
+            target = self._next_offset
+            first = self._holding(min(self.recovery_point, self._index_sync_point))
+            segments = self._segments[first:]
+            unsynced_logs = segments[self._holding(self.recovery_point) - first:]
+            dir_dirty, self._dir_dirty = self._dir_dirty, False
+            self._unflushed_records = 0
+            truncations = self._truncations
+        for segment in unsynced_logs:
+            segment.flush_log()
+        with self._lock:
+            for segment in segments[:-1]:
+                segment.flush_indexes()
+        if dir_dirty:
+            fsync_dir(self.directory)
+        with self._lock:
+            if truncations == self._truncations:
+                # A truncation meanwhile cut below target: what is there now was not
+                # all fsynced by this flush.
+                self._index_sync_point = max(self._index_sync_point,
+                                             segments[-1].base_offset)
+                self.recovery_point = max(self.recovery_point, target)
+        self._last_flush_ms = self.clock_ms()
+        return self.recovery_point
 
     def checkpoint_recovery_point(self):
         """The recovery point to write to the checkpoint file, with the indexes that an

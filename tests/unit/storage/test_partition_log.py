@@ -606,3 +606,24 @@ def test_a_flush_that_straddles_a_truncation_does_not_move_the_recovery_point_pa
     log.flush()
     assert log.recovery_point == 5
     log.close()
+
+
+def test_flush_to_fsyncs_only_when_the_offset_is_not_durable_yet(log_dir, monkeypatch):
+    # The flusher's group commit asks for the offsets its waiters need: a round whose
+    # waiters an earlier flush covered (another thread's) costs no fdatasync.
+    from streamlog.storage.segment import LogSegment
+    log = small_log(log_dir)
+    fill(log, 3)
+    synced = []
+    real = LogSegment.flush_log
+    monkeypatch.setattr(LogSegment, "flush_log",
+                        lambda segment: (synced.append(segment.base_offset), real(segment)))
+    assert log.flush_to(10) == 15
+    assert synced
+    synced.clear()
+    assert log.flush_to(15) == 15 and log.flush_to(3) == 15
+    assert synced == []
+    log.append(make_batch(9, 5))
+    assert log.flush_to(16) == 20
+    assert synced
+    log.close()
