@@ -54,6 +54,38 @@ def test_acks_all_makes_a_producer_idempotent_and_numbers_each_partition(db):
     p.close()
 
 
+def test_send_batch_chunks_carry_their_sequences_whether_or_not_they_were_overtaken(
+        db, monkeypatch):
+    # A send_batch() chunk is encoded with the producer id, epoch and sequence it will most
+    # likely get (no re-CRC of the whole batch at the append); a chunk another batch
+    # overtook is stamped again. Either way the log holds a gapless run of sequences.
+    from streamlog.client import producer as producer_module
+    restamped = []
+    real = producer_module.set_producer
+    monkeypatch.setattr(producer_module, "set_producer",
+                        lambda *args: (restamped.append(args[-1]), real(*args)))
+    db.create_topic("small", config={"max.message.bytes": 1000})   # several chunks a call
+    small = TopicPartition("small", 0)
+    p = db.producer(acks="all")
+    p.send_batch("small", values=[b"x" * 50] * 30)
+    p.flush()
+    assert restamped == []
+    real_expected = p._expected_stamp
+    monkeypatch.setattr(p, "_expected_stamp",   # as if a send() from another thread came first
+                        lambda tp: (*real_expected(tp)[:2], real_expected(tp)[2] + 7))
+    p.send_batch("small", values=[b"y" * 50] * 30)
+    p.flush()
+    assert restamped
+    got = batches(db, small)
+    assert len(got) >= 4 and {b.producer_id for b in got} == {p._producer[0]}
+    expected = 0
+    for b in got:
+        assert b.base_sequence == expected
+        expected = b.last_sequence + 1
+    assert expected == 60
+    p.close()
+
+
 def test_the_default_acks_leaves_idempotence_off_as_kafka_does(db):
     # Kafka: enable.idempotence not set and acks != all -> idempotence disabled.
     p = db.producer()

@@ -100,7 +100,8 @@ class _Batch:
     """Records of one partition to be appended as one batch."""
 
     __slots__ = ("tp", "keys", "values", "timestamps", "headers", "size", "keyed", "result",
-                 "deadline", "encoded", "count", "buffered", "timestamp", "uniform_ts")
+                 "deadline", "encoded", "count", "buffered", "timestamp", "uniform_ts",
+                 "stamped")
 
     def __init__(self, tp, report_offsets):
         self.tp = tp
@@ -115,6 +116,7 @@ class _Batch:
         self.timestamp = None   # the first record's timestamp...
         self.uniform_ts = True  # ...and whether every record has it (then no per-record array)
         self.encoded = None  # set for send_batch() chunks, encoded by the caller
+        self.stamped = None  # (producer id, epoch, sequence) `encoded` was built with
         self.count = 0
         self.buffered = 0    # bytes counted against buffer.memory
 
@@ -519,11 +521,14 @@ class Producer:
         for group in np.split(order, bounds):
             tp = tps[int(parts[group[0]])]
             batches = []
+            stamp = self._expected_stamp(tp)
             for chunk in _chunks(group, sizes, limit):
                 batch = self._encode_chunk(tp, values, keys, timestamps, headers,
-                                           chunk.tolist(), ts_default)
+                                           chunk.tolist(), ts_default, stamp)
                 results.append((batch.result, chunk))
                 batches.append(batch)
+                if stamp is not None:
+                    stamp = (*stamp[:2], (stamp[2] + batch.count) & _INT32_MAX)
             with self._lock:
                 state = self._partitions.get(tp)
                 if state is None:
@@ -560,15 +565,34 @@ class Producer:
             return np.fromiter((part.partition(topic, None if keys is None else keys[i], count)
                                 for i in range(n)), np.int32, n)
 
-    def _encode_chunk(self, tp, values, keys, timestamps, headers, idx, ts_default):
+    def _expected_stamp(self, tp):
+        """(producer id, epoch, sequence) the next batch of tp will most likely carry, read
+        without the locks: a send_batch() chunk is encoded with it, and _append re-stamps
+        (and re-CRCs) only a chunk that another batch overtook. None: not idempotent, or
+        batches of tp are queued ahead (their counts decide)."""
+        producer = self._producer
+        if producer is None or producer is _RENEW:
+            return None
+        state = self._partitions.get(tp)
+        if state is None or state.producer is not producer:
+            return (*producer, 0)
+        if state.open is not None or state.sealed:
+            return None
+        return (*producer, state.next_sequence)
+
+    def _encode_chunk(self, tp, values, keys, timestamps, headers, idx, ts_default, stamp):
         batch = _Batch(tp, self._report_offsets)
         vals = [values[i] for i in idx]
         ks = [keys[i] for i in idx] if keys is not None else None
         ts = [timestamps[i] for i in idx] if timestamps is not None else None
         hs = [headers[i] for i in idx] if headers is not None else None
+        producer_id, epoch, sequence = stamp or (NO_PRODUCER_ID, NO_PRODUCER_EPOCH, NO_SEQUENCE)
         batch.encoded = build_batch(vals, keys=ks, headers=hs, timestamps=ts,
                                     timestamp=ts_default, compression_type=self._codec,
+                                    producer_id=producer_id, producer_epoch=epoch,
+                                    base_sequence=sequence,
                                     is_transactional=self._txn is not None)
+        batch.stamped = stamp
         batch.count = len(idx)
         return batch
 
@@ -628,7 +652,7 @@ class Producer:
                                producer_id=producer_id, producer_epoch=epoch,
                                base_sequence=sequence, is_transactional=self._txn is not None,
                                buffer=buffer)
-        elif sequence != NO_SEQUENCE:
+        elif sequence != NO_SEQUENCE and batch.stamped != (producer_id, epoch, sequence):
             set_producer(data, 0, producer_id, epoch, sequence)
         try:
             return self._broker.produce(batch.tp, data)
