@@ -37,6 +37,7 @@ the process that stopped.
 
 Thread-safety: the coordinator calls this under its own lock.
 """
+import functools
 from typing import NamedTuple
 
 import msgpack
@@ -97,6 +98,7 @@ def java_string_hash(text):
     return h - (1 << 32) if h & 0x80000000 else h
 
 
+@functools.lru_cache(maxsize=4096)   # every coordinator request asks it again
 def partition_for(group_id, partitions):
     """Kafka's Utils.abs(groupId.hashCode()) % partitions (abs(MIN_VALUE) is 0)."""
     h = java_string_hash(group_id)
