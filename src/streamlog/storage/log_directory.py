@@ -278,14 +278,27 @@ class LogDirectory:
             self._write_checkpoints_locked()
 
     def _write_checkpoints_locked(self):
+        # Before _files_lock: checkpoint_recovery_point takes the log's lock, and a log's
+        # retention holds that lock while it waits for _files_lock (_write_log_start).
+        recovery_points = {tp: self._recovery_point_to_write(tp, pl)
+                           for tp, pl in self.logs.items()}
         with self._files_lock:
-            self._recovery_points.update({tp: pl.checkpoint_recovery_point()
-                                         for tp, pl in self.logs.items()})
+            self._recovery_points.update(recovery_points)
             self._log_starts.update({tp: pl.log_start_offset for tp, pl in self.logs.items()})
             self._recovery_file.write(self._recovery_points)
             self._start_file.write(self._log_starts)
             if self._cleaner_offsets or os.path.exists(self._cleaner_file.path):
                 self._cleaner_file.write(self._cleaner_offsets)
+
+    def _recovery_point_to_write(self, tp, partition_log):
+        """The log's checkpoint_recovery_point(); where syncing its indexes fails, the point
+        checkpointed before (one failing log must not keep every other's from the file)."""
+        try:
+            return partition_log.checkpoint_recovery_point()
+        except (KafkaStorageError, OSError) as exc:
+            log.warning("%s: keeping its previous recovery point in the checkpoint (%s)",
+                        tp, exc)
+            return min(self._recovery_points.get(tp, 0), partition_log.recovery_point)
 
     def cleaner_checkpoint(self, tp):
         """The first dirty offset the cleaner checkpointed for tp, or None."""

@@ -975,19 +975,21 @@ class PartitionLog:
         """The recovery point to write to the checkpoint file, with the indexes that an
         unclean open will trust under it made durable first: those of every segment below
         the one holding it (a flush leaves the last segment's for later, and a roll since
-        has put another after it)."""
-        with self._flush_lock:
-            with self._lock:
-                if self._closed or self.readonly or \
-                        self._index_sync_point >= self.recovery_point:
-                    return self.recovery_point
-                first = self._holding(self._index_sync_point)
-                holding = self._holding(self.recovery_point)
-                for segment in self._segments[first:holding]:
-                    segment.flush_indexes()
-                self._index_sync_point = max(self._index_sync_point,
-                                             self._segments[holding].base_offset)
+        has put another after it).
+
+        Under _lock alone, not _flush_lock: a flush moves the recovery point and the index
+        sync point together under _lock, so either pair is consistent, and the checkpoint
+        (which holds the directory's lock) never waits behind a flush's fsync."""
+        with self._lock:
+            if self._closed or self.readonly or self._index_sync_point >= self.recovery_point:
                 return self.recovery_point
+            first = self._holding(self._index_sync_point)
+            holding = self._holding(self.recovery_point)
+            for segment in self._segments[first:holding]:
+                segment.flush_indexes()
+            self._index_sync_point = max(self._index_sync_point,
+                                         self._segments[holding].base_offset)
+            return self.recovery_point
 
     def _holding(self, offset):
         """Index in _segments of the segment holding offset (the first, below them all)."""

@@ -340,3 +340,35 @@ def test_index_pages_of_the_last_segment_lost_with_a_stop_are_rebuilt(tmp_path):
         assert log.read(offset, 100).batches[0].last_offset >= offset
     assert log.segments[-1].offset_index.entries > 0
     log.close()
+
+
+def test_checkpoints_and_retention_of_another_log_never_wait_on_each_other(tmp_path):
+    # Retention holds its log's lock while it writes the new log start (under the
+    # directory's files lock); a checkpoint holds the directory's locks while it asks each
+    # log for its recovery point (under that log's lock). Taken in opposite orders, the two
+    # would wait on each other for good.
+    import threading
+    from streamlog.storage.log_config import LogConfig
+    from streamlog.storage.record_batch import build_batch
+    root = LogDirectory(str(tmp_path), max_open_files=-1)
+    cfg = LogConfig.from_dict({"segment.bytes": 1000, "retention.bytes": 1500})
+    logs = [root.open_log(TopicPartition("t", p), cfg) for p in range(2)]
+    deleted = [0]
+
+    def retention():
+        for _ in range(400):
+            logs[1].append(build_batch([b"x" * 300], timestamp=1000))
+            deleted[0] += logs[1].delete_old_segments()
+            logs[1].flush()
+
+    def checkpoints():
+        for _ in range(400):
+            root.checkpoint()
+    threads = [threading.Thread(target=f, daemon=True) for f in (retention, checkpoints)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)   # only bounds how long a deadlocked build takes to fail
+    assert not any(t.is_alive() for t in threads), "retention and checkpoints deadlocked"
+    assert deleted[0] > 0
+    root.close()
