@@ -319,7 +319,11 @@ def test_a_batch_the_log_refuses_does_not_break_later_appends(tmp_path):
     # traceback; the next batches must still be encoded (once: BufferError for every one).
     with streamlog.open(str(tmp_path / "db")) as db:
         db.create_topic("small", partitions=20, config={"segment.bytes": 4096})
-        p = db.producer()
+        # Each partition's 100 records wait in one batch until flush(): 5.8 KB, more than a
+        # 4,096-byte segment holds, so all 20 batches are refused one after another. (With
+        # linger.ms=0 whether records piled up into such a batch depended on the machine's
+        # speed; on the pure-Python path it came out never.)
+        p = db.producer(linger_ms=60_000)
         futures = [p.send("small", value=b"x" * 50, partition=i % 20) for i in range(2000)]
         with pytest.raises(streamlog.errors.RecordBatchTooLargeError):
             p.flush()

@@ -30,6 +30,9 @@ from ..storage.log_cleaner import CleaningAborted, clean_log
 
 log = logging.getLogger("streamlog.broker")
 
+# How many passes compact() gives a log that retention changes under each of them.
+_FORCED_ATTEMPTS = 5
+
 
 class CompactionResult(NamedTuple):
     """One forced pass: where the log's next pass starts, and what this one did
@@ -63,6 +66,7 @@ class LogCleaner:
         self._closing = False
         self.uncleanable = {}   # tp -> the error that stopped its last pass
         self.passes = 0         # passes completed (tests and describe wait on it)
+        self._changed_under_pass = False   # the last pass found the log changed (retention)
         self._thread = threading.Thread(target=self._run, name="streamlog-cleaner", daemon=True)
         self._thread.start()
 
@@ -118,7 +122,11 @@ class LogCleaner:
             for tp in request.tps:
                 partition_log = self._logs.get(tp)
                 partition_log.roll()
-                result = self._clean(tp, partition_log, request.progress, forced=True)
+                for _ in range(_FORCED_ATTEMPTS):
+                    self._changed_under_pass = False
+                    result = self._clean(tp, partition_log, request.progress, forced=True)
+                    if not self._changed_under_pass:
+                        break   # a compact,delete log's retention may move its start meanwhile
                 request.results.append(result)
         except Exception as exc:
             request.error = exc
@@ -170,6 +178,7 @@ class LogCleaner:
             raise
         self.uncleanable.pop(tp, None)
         if result is None:   # retention changed the log under the pass: the next one retries
+            self._changed_under_pass = True
             return CompactionResult(tp, measured.first_dirty, None)
         self._logs.write_cleaner_checkpoint(tp, result.first_dirty)
         self.passes += 1

@@ -478,7 +478,13 @@ def clean_group(partition_log, group, rules, txns, stats, progress=None, stop=No
         cleaned.flush()
         # Kafka gives the cleaned segment its last source's modification time: time-based
         # retention of a segment without timestamps reads it.
-        source_mtime = os.stat(group[-1].path).st_mtime
+        try:
+            source_mtime = os.stat(group[-1].path).st_mtime
+        except FileNotFoundError:
+            # Retention renamed the group's segments away while the pass read them: there is
+            # nothing left to replace (replace_segments would refuse it too).
+            cleaned.delete()
+            return None, []
         os.utime(cleaned.path, (source_mtime, source_mtime))
         if retained:
             write_index_file(files.txn_index_file(directory, base, files.CLEANED_SUFFIX),
