@@ -89,6 +89,12 @@ class _MissingOffsets(CorruptRecordError):
     """Offsets inside the log that no segment holds (see PartitionLog._read)."""
 
 
+def _holding(bases, offset):
+    """Index in bases (segment base offsets, ascending) of the segment holding offset (the
+    first, when offset is below them all)."""
+    return max(bisect.bisect_right(bases, offset) - 1, 0)
+
+
 class PartitionLog:
     def __init__(self, directory, config, *, recovery_point=0, log_start_offset=None,
                  clean_shutdown=False, readonly=False, clock_ms=wall_clock_ms,
@@ -691,7 +697,7 @@ class PartitionLog:
                     f"log starts at {log_start} but its first segment at {bases[0]} (a segment "
                     f"file of {self.directory} was removed); seek to {bases[0]}, or delete the "
                     f"records below it to accept the loss", self.directory)
-            i = max(bisect.bisect_right(bases, fetch_offset) - 1, 0)
+            i = _holding(bases, fetch_offset)
             for j in range(i, len(segments)):
                 segment = segments[j]
                 sealed = j + 1 < len(bases)
@@ -948,9 +954,9 @@ class PartitionLog:
             if self._closed or self.readonly:
                 return self.recovery_point
             target = self._next_offset
-            first = self._holding(min(self.recovery_point, self._index_sync_point))
+            first = _holding(self._bases, min(self.recovery_point, self._index_sync_point))
             segments = self._segments[first:]
-            unsynced_logs = segments[self._holding(self.recovery_point) - first:]
+            unsynced_logs = segments[_holding(self._bases, self.recovery_point) - first:]
             dir_dirty, self._dir_dirty = self._dir_dirty, False
             self._unflushed_records = 0
             truncations = self._truncations
@@ -963,8 +969,8 @@ class PartitionLog:
             fsync_dir(self.directory)
         with self._lock:
             if truncations == self._truncations:
-                # A truncation meanwhile cut below target: what is there now was not
-                # all fsynced by this flush.
+                # Not after a truncation meanwhile: it cut below target, and what is there
+                # now was not all fsynced by this flush.
                 self._index_sync_point = max(self._index_sync_point,
                                              segments[-1].base_offset)
                 self.recovery_point = max(self.recovery_point, target)
@@ -983,17 +989,13 @@ class PartitionLog:
         with self._lock:
             if self._closed or self.readonly or self._index_sync_point >= self.recovery_point:
                 return self.recovery_point
-            first = self._holding(self._index_sync_point)
-            holding = self._holding(self.recovery_point)
+            first = _holding(self._bases, self._index_sync_point)
+            holding = _holding(self._bases, self.recovery_point)
             for segment in self._segments[first:holding]:
                 segment.flush_indexes()
             self._index_sync_point = max(self._index_sync_point,
                                          self._segments[holding].base_offset)
             return self.recovery_point
-
-    def _holding(self, offset):
-        """Index in _segments of the segment holding offset (the first, below them all)."""
-        return max(bisect.bisect_right(self._bases, offset) - 1, 0)
 
     def maybe_flush_on_time(self, now_ms=None):
         """Flush when flush.ms has passed since the last flush and data is unflushed."""

@@ -16,12 +16,16 @@ from support import config, make_batch, read_all, segment_files
 CFG = dict(segment_bytes=3000, index_interval_bytes=200)
 
 
-def write_log(log_dir, batches=80, records=4, **overrides):
-    settings = dict(CFG, **overrides)
-    log = PartitionLog(log_dir, config(**settings))
+def filled_log(log_dir, batches=80, records=4, **overrides):
+    """An open log with `batches` batches of `records` records; (log, its rows)."""
+    log = PartitionLog(log_dir, config(**dict(CFG, **overrides)))
     for b in range(batches):
         log.append(make_batch(b, records))
-    rows = read_all(log)
+    return log, read_all(log)
+
+
+def write_log(log_dir, batches=80, records=4, **overrides):
+    log, rows = filled_log(log_dir, batches, records, **overrides)
     log.close()
     return rows
 
@@ -273,10 +277,7 @@ def test_deleting_a_partition_removes_it_and_its_checkpoint_entries(tmp_path):
 def test_a_crashed_writers_torn_tail_is_cut_and_reported(tmp_path):
     """The state a kill leaves: preallocated (untrimmed) active index, torn last batch."""
     live = str(tmp_path / "live")
-    log = PartitionLog(live, config(**CFG))
-    for b in range(80):
-        log.append(make_batch(b, 4))
-    rows = read_all(log)
+    log, rows = filled_log(live)
     crashed = str(tmp_path / "crashed")
     shutil.copytree(live, crashed)  # a snapshot of an open log: nothing trimmed or sealed
     log.close()
@@ -322,10 +323,7 @@ def test_index_pages_of_the_last_segment_lost_with_a_stop_are_rebuilt(tmp_path):
     # here, zeros where the entries were. The unclean open rebuilds the segment holding
     # the recovery point, so every offset is found again.
     log_dir = str(tmp_path / "t-0")
-    log = PartitionLog(log_dir, config(**CFG))
-    for b in range(80):
-        log.append(make_batch(b, 4))
-    rows = read_all(log)
+    log, rows = filled_log(log_dir)
     recovery_point = log.flush()
     assert recovery_point == log.log_end_offset
     log.close(flush=False, seal=False)
