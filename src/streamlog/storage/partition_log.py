@@ -455,7 +455,7 @@ class PartitionLog:
                 max_ts, offset_of_max_ts = batch.max_timestamp, last
             infos.append(BatchInfo(last, batch.max_timestamp, size))
             if batch.producer_id >= 0:
-                producer_batches.append(producer_batch(batch, base))
+                producer_batches.append(producer_batch(batch, base, verified=True))
             records += batch.records_count
             next_offset = last + 1
             consumed += size

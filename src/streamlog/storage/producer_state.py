@@ -139,12 +139,13 @@ class ProducerBatch(NamedTuple):
         return self.last_offset - self.first_offset
 
 
-def producer_batch(batch, first_offset):
-    """ProducerBatch of a RecordBatch header that will sit at first_offset."""
+def producer_batch(batch, first_offset, verified=False):
+    """ProducerBatch of a RecordBatch header that will sit at first_offset; verified: its
+    CRC was checked already (an append's validation), so a marker's is not again."""
     return ProducerBatch(batch.producer_id, batch.producer_epoch, batch.base_sequence,
                          batch.last_sequence, first_offset, first_offset + batch.last_offset_delta,
                          batch.max_timestamp, batch.is_transactional, batch.is_control,
-                         batch.control_type() if batch.is_control else -1)
+                         batch.control_type(verify=not verified) if batch.is_control else -1)
 
 
 class CompletedTxn(NamedTuple):

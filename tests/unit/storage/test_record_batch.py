@@ -4,6 +4,8 @@ import struct
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from streamlog.errors import CorruptRecordError, InvalidRecordError
 from streamlog.storage import compression, records_py
@@ -133,6 +135,39 @@ def test_control_batch_layout():
     assert batch.control_type() == rb.CONTROL_COMMIT
     (_, _, key, value, _), = batch.records()
     assert key == b"\x00\x00\x00\x01" and value == b"\x00\x00\x00\x00\x00\x04"
+
+
+@settings(max_examples=100)
+@given(st.integers(-2**15, 2**15 - 1), st.integers(0, 2**40), st.integers(-2**20, 2**20),
+       st.sampled_from([compression.NONE, compression.GZIP]))
+def test_control_type_read_in_place_is_the_decoded_keys(kind, timestamp, delta, codec_id):
+    """control_type() reads an uncompressed batch's first key without decoding the batch:
+    the same answer as the decode, whatever the varints around the key take."""
+    built = rb.build_batch([b"\x00\x00\x00\x00\x00\x01", b"v"],
+                           keys=[rb._CONTROL_KEY.pack(0, kind), b"other"],
+                           timestamps=[timestamp, timestamp + delta], is_control=True,
+                           is_transactional=True, compression_type=codec_id)
+    batch = rb.RecordBatch(built)
+    decoded = batch.records().key(0)
+    assert batch.control_type() == rb._CONTROL_KEY.unpack(decoded)[1] == kind
+
+
+def test_control_type_refuses_a_bad_key_and_checks_the_crc_unless_told_not_to():
+    keyless = rb.RecordBatch(rb.build_batch([b"v"], timestamp=1, is_control=True))
+    with pytest.raises(CorruptRecordError, match="without a valid key"):
+        keyless.control_type()
+    built = rb.build_control_batch(rb.CONTROL_ABORT, producer_id=1, producer_epoch=0,
+                                   coordinator_epoch=0, timestamp=5)
+    built[-2] ^= 0xFF   # in the value: the key still reads, the CRC no longer matches
+    batch = rb.RecordBatch(built)
+    with pytest.raises(CorruptRecordError, match="CRC"):
+        batch.control_type()
+    assert batch.control_type(verify=False) == rb.CONTROL_ABORT
+    long_key = rb.build_control_batch(rb.CONTROL_ABORT, producer_id=1, producer_epoch=0,
+                                      coordinator_epoch=0, timestamp=5)
+    long_key[rb.RECORDS_OFFSET + 4] = 0x7E   # key length 63: past the end of the batch
+    with pytest.raises(CorruptRecordError, match="past the end"):
+        rb.RecordBatch(long_key).control_type(verify=False)
 
 
 def test_log_append_time_uses_max_timestamp_for_every_record():
