@@ -106,6 +106,7 @@ class CleanerSnapshot(NamedTuple):
     last_stable_offset: int
     aborted: tuple                  # AbortedTxn, by last offset
     active_producers: dict          # producer id -> (last data offset or None, epoch)
+    truncations: int                # the log's truncation count (replace_segments checks it)
 
 
 # --- transactions --------------------------------------------------------------------
@@ -564,7 +565,7 @@ def clean_log(partition_log, first_dirty, first_uncleanable, now_ms, max_map_byt
                                             progress, stop)
             if cleaned is not None:
                 replacements.append((group, cleaned, retained))
-        swapped = partition_log.replace_segments(replacements)
+        swapped = partition_log.replace_segments(replacements, snapshot.truncations)
     except BaseException:
         for _, cleaned, _ in replacements:
             # Only what never reached the swap's commit point (still `.cleaned`): a `.swap`

@@ -819,14 +819,18 @@ class PartitionLog:
                          for pid, e in self.producer_state.producers.items()}
             return CleanerSnapshot(tuple(self._segments), self.log_start_offset,
                                    self.last_stable_offset, tuple(self.txn_indexes.entries()),
-                                   producers)
+                                   producers, self._truncations)
 
-    def replace_segments(self, replacements):
+    def replace_segments(self, replacements, truncations):
         """Swap cleaned segments in for the ones they replace, all at once.
 
         replacements: [(old segments, the `.cleaned` segment replacing them, the
-        AbortedTxn its .txnindex holds)]. Returns False, having removed the cleaned files
-        and changed nothing, when an old segment left the log meanwhile (retention).
+        AbortedTxn its .txnindex holds)]; truncations: the log's truncation count when
+        the pass read it (its cleaner_snapshot). Returns False, having removed the cleaned
+        files and changed nothing, when an old segment left the log meanwhile (retention)
+        or the log was truncated meanwhile: a truncation cuts its last kept segment in
+        place, so that segment is still here while its cleaned copy holds the records cut
+        (Kafka's truncateTo aborts the log's cleaning for the same reason).
 
         Crash safety, with log_loader's step 1; every cleaned file is already fsynced:
           1. every `.cleaned` file is renamed `.swap`, then the directory is fsynced: the
@@ -843,10 +847,11 @@ class PartitionLog:
         with self._lock:
             self._check_writable()
             current = {id(s) for s in self._segments}
-            if not self.config.compact or \
+            if not self.config.compact or truncations != self._truncations or \
                     any(id(s) not in current for old, _, _ in replacements for s in old):
-                # Retention removed a segment meanwhile, or compaction was taken off the
-                # topic (Broker.alter_topic_config): nothing of the pass goes in.
+                # Retention removed a segment meanwhile, a truncation cut one, or compaction
+                # was taken off the topic (Broker.alter_topic_config): nothing of the pass
+                # goes in.
                 for _, cleaned, _ in replacements:
                     cleaned.delete()
                 return False

@@ -316,16 +316,48 @@ def test_a_pass_that_lost_its_segment_to_retention_changes_nothing(tmp_path):
     measured = log_to_clean(log, None, log.clock_ms())
     original = log.replace_segments
 
-    def retention_meanwhile(replacements):
+    def retention_meanwhile(replacements, truncations):
         log.increase_log_start_offset(log.segments[1].base_offset)
         assert log.delete_old_segments() == 1
-        return original(replacements)
+        return original(replacements, truncations)
     log.replace_segments = retention_meanwhile
     result = clean_log(log, measured.first_dirty, measured.first_uncleanable, log.clock_ms(),
                        1 << 20)
     assert result is None
     assert not [n for n in os.listdir(log.directory) if n.endswith((".cleaned", ".swap"))]
     assert keyed_rows(log) == [r for r in before[0] if r[0] >= log.log_start_offset]
+    log.close()
+
+
+def test_a_truncation_during_a_pass_is_not_undone_by_its_swap(tmp_path):
+    # A follower truncates its divergent tail, above the high watermark, while the cleaner
+    # copies a sealed segment holding part of it (a pass stops at the high watermark, but
+    # copies whole segments). The cut segment stays in the log, cut in place; swapping its
+    # copy in would bring the cut records back under the next appends' offsets.
+    log = compacted(tmp_path / "p")
+    write_many(log, 200)
+    log.roll()
+    last_sealed = log.segments[-2]
+    log.start_replication(last_sealed.base_offset + 3)
+    cut = log.high_watermark + 3
+    assert last_sealed.base_offset < cut < log.segments[-1].base_offset
+    measured = log_to_clean(log, None, log.clock_ms())
+    original = log.replace_segments
+
+    def truncation_meanwhile(replacements, truncations):
+        log.truncate_to(cut)   # the replica fetcher's thread
+        return original(replacements, truncations)
+    log.replace_segments = truncation_meanwhile
+    result = clean_log(log, measured.first_dirty, measured.first_uncleanable, log.clock_ms(),
+                       1 << 20)
+    assert result is None
+    assert not [n for n in os.listdir(log.directory) if n.endswith((".cleaned", ".swap"))]
+    end = log.log_end_offset
+    assert end <= cut
+    log.append(build_batch([b"new"], keys=[b"kx"], timestamp=log.clock_ms(), base_offset=end),
+               assign_offsets=False)   # the leader's record at the new end
+    offsets = [o for b in all_batches(log) for o in range(b.base_offset, b.last_offset + 1)]
+    assert offsets == sorted(set(offsets)) and offsets[-1] == end
     log.close()
 
 
