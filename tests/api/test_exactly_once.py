@@ -9,6 +9,7 @@ import pytest
 
 import streamlog
 from streamlog import TopicPartition
+from streamlog.coordinator.group_coordinator import find_coordinator
 from streamlog.errors import ProducerFencedError
 
 INPUTS = [b"in-%03d" % i for i in range(60)]
@@ -159,3 +160,18 @@ def test_a_transaction_that_times_out_is_aborted_and_redone(db):
     again.run_to_the_end()
     again.close()
     assert_exactly_once(db)
+
+
+def test_a_transactions_offsets_are_fsynced_before_send_offsets_returns(db):
+    # They are part of the transaction's data: were they still in the page cache when
+    # PrepareCommit is fsynced, a power loss could keep the outputs committed (the next
+    # open writes the markers from PrepareCommit) and lose the offsets, so the input would
+    # be processed twice. Kafka appends TxnOffsetCommit with acks=all, as a produce.
+    app = Instance(db)
+    app.process(app.poll())
+    offsets_log = db._broker.partition_log(
+        find_coordinator(db._broker).offsets_partition("etl"))
+    assert offsets_log.log_end_offset > 0
+    assert offsets_log.recovery_point == offsets_log.log_end_offset
+    app.producer.commit_transaction()
+    app.close()

@@ -629,8 +629,12 @@ class GroupCoordinator:
         with self._locked():
             self._check_committer(group_id, member_id, generation, group_instance_id,
                                   transactional=True)
-            self._store.commit_transactional(group_id, offsets, producer_id, producer_epoch,
-                                             self._broker.clock_ms())
+            written = self._store.commit_transactional(group_id, offsets, producer_id,
+                                                       producer_epoch, self._broker.clock_ms())
+        if written is not None:
+            # Outside the lock, as offset_commit's wait: Kafka appends TxnOffsetCommit with
+            # acks=all, and answers once it is safe.
+            self._store.wait_durable(*written)
 
     def offsets_partition(self, group_id):
         """The partition of __consumer_offsets that holds the group's records."""

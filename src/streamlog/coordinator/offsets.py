@@ -243,18 +243,33 @@ class OffsetStore:
             raise CoordinatorNotAvailableError(str(exc)) from None
 
     def commit_transactional(self, group_id, offsets, producer_id, producer_epoch, now_ms):
-        """Write offsets inside producer_id's open transaction: pending until its marker."""
+        """Write offsets inside producer_id's open transaction: pending until its marker.
+        Returns (partition, its end offset after the batch) for wait_durable; None when
+        there was nothing to write."""
         changes = [(_pack([_OFFSET_KEY, group_id, tp.topic, tp.partition]),
                     _pack([_VALUE_VERSION, om.offset, om.metadata, now_ms]))
                    for tp, om in offsets.items()]
         if not changes:
-            return
+            return None
         tp = self.partition_of(group_id)
-        self._broker.produce(tp, encode_changes(changes, now_ms, producer_id, producer_epoch),
-                             origin=COORDINATOR)
+        info = self._broker.produce(tp, encode_changes(changes, now_ms, producer_id,
+                                                       producer_epoch), origin=COORDINATOR)
         self.pending.setdefault(tp.partition, {}).setdefault(producer_id, []).extend(
             (key, value, now_ms) for key, value in changes)
         self._replayed[tp.partition] = self._broker.partition_log(tp).log_end_offset
+        return tp, info.last_offset + 1
+
+    def wait_durable(self, tp, end_offset):
+        """A transaction's offsets are part of its data, which must be durable before its
+        PrepareCommit (docs/TRANSACTIONS.md): held by the in-sync replicas in a cluster
+        (wait_replicated), fsynced on a database on its own. A plain commit is not fsynced:
+        losing one to a power loss only replays records, as at-least-once allows; losing a
+        transaction's would replay records whose outputs the transaction committed."""
+        replicas = self._broker.replicas
+        if replicas is None or not replicas.manages(tp):
+            self._broker.partition_log(tp).flush_to(end_offset)
+        else:
+            self.wait_replicated(tp, end_offset)
 
     def complete_transaction(self, tp, producer_id, commit):
         """The transaction's marker was written to tp: its offsets apply, or are dropped."""
