@@ -27,6 +27,12 @@ checkpoint before it removes a segment (_LogStartCheckpoint), so at the next
 open a first segment above the checkpointed start is known to be lost, not
 deleted (log_loader.load_log).
 
+Recovery points: a checkpoint writes each log's checkpoint_recovery_point();
+a log cut below its entry (a follower's truncation, or an unclean open that cut
+a bad batch) lowers the entry at once, before anything is appended after the
+cut. New names: a partition directory made here is fsynced into the root by
+the first flush of its log (one root fsync for all made since the last).
+
 Thread-safety: opening, creating and deleting logs hold `_lock`; each
 PartitionLog is thread-safe on its own. Writes of the checkpoint files hold
 `_files_lock`, taken last (under `_lock` or a log's own lock, never before).
@@ -66,6 +72,8 @@ class LogDirectory:
         self.clock_ms = clock_ms
         self._lock = threading.Lock()
         self._files_lock = threading.Lock()
+        self._names_lock = threading.Lock()
+        self._new_names = False   # a partition directory made since the root's last fsync
         self.logs = {}
         self.reports = []
         if not readonly:
@@ -190,10 +198,17 @@ class LogDirectory:
                 log_start_offset=self._log_starts.get(tp),
                 clean_shutdown=self.clean_shutdown, readonly=self.readonly,
                 clock_ms=self.clock_ms, log_start_checkpoint=_LogStartCheckpoint(self, tp),
-                open_files=self.open_files,
+                root_entry=_RootEntry(self, tp), open_files=self.open_files,
                 producer_id_expiration_ms=self.producer_id_expiration_ms, listing=listing,
                 saved_end=saved_end)
             self.logs[tp] = partition_log
+            if not exists and not self.readonly:
+                with self._names_lock:   # after the directory exists: see _sync_new_names
+                    self._new_names = True
+            if not self.readonly:
+                # An unclean open that cut the log below its checkpointed point (a torn or
+                # corrupt batch there) must not leave that point for the next open to trust.
+                self._lower_recovery_point(tp, partition_log.recovery_point)
             if partition_log.recovery_report.noteworthy:
                 self.reports.append(partition_log.recovery_report)
             return partition_log
@@ -280,25 +295,34 @@ class LogDirectory:
     def _write_checkpoints_locked(self):
         # Before _files_lock: checkpoint_recovery_point takes the log's lock, and a log's
         # retention holds that lock while it waits for _files_lock (_write_log_start).
-        recovery_points = {tp: self._recovery_point_to_write(tp, pl)
-                           for tp, pl in self.logs.items()}
+        recovery_points = {tp: pl.checkpoint_recovery_point() for tp, pl in self.logs.items()}
         with self._files_lock:
-            self._recovery_points.update(recovery_points)
+            # A truncation since a point was taken lowered the log's recovery point below it
+            # (and may be waiting for this lock to lower the entry): the lower one is written.
+            self._recovery_points.update(
+                {tp: min(point, self.logs[tp].recovery_point)
+                 for tp, point in recovery_points.items()})
             self._log_starts.update({tp: pl.log_start_offset for tp, pl in self.logs.items()})
             self._recovery_file.write(self._recovery_points)
             self._start_file.write(self._log_starts)
             if self._cleaner_offsets or os.path.exists(self._cleaner_file.path):
                 self._cleaner_file.write(self._cleaner_offsets)
 
-    def _recovery_point_to_write(self, tp, partition_log):
-        """The log's checkpoint_recovery_point(); where syncing its indexes fails, the point
-        checkpointed before (one failing log must not keep every other's from the file)."""
-        try:
-            return partition_log.checkpoint_recovery_point()
-        except (KafkaStorageError, OSError) as exc:
-            log.warning("%s: keeping its previous recovery point in the checkpoint (%s)",
-                        tp, exc)
-            return min(self._recovery_points.get(tp, 0), partition_log.recovery_point)
+    def _sync_new_names(self):
+        """fsync the root when a partition directory was made in it since the last time:
+        once for all of them, at the first flush of one, rather than once at each creation
+        (a topic of thousands of partitions is made in one call)."""
+        with self._names_lock:
+            if self._new_names:
+                fsync_dir(self.root)
+                self._new_names = False
+
+    def _lower_recovery_point(self, tp, offset):
+        """Write tp's recovery point as offset now, when the file holds a higher one."""
+        with self._files_lock:
+            if self._recovery_points.get(tp, 0) > offset:
+                self._recovery_points[tp] = offset
+                self._recovery_file.write(self._recovery_points)
 
     def cleaner_checkpoint(self, tp):
         """The first dirty offset the cleaner checkpointed for tp, or None."""
@@ -374,6 +398,24 @@ def _log_removal_failure(_function, path, exc_info):
     # A directory already renamed for deletion that cannot be removed now is removed by the
     # next writable open; a failed cleanup never fails the caller.
     log.warning("could not remove %s: %s; the next open retries", path, exc_info[1])
+
+
+class _RootEntry:
+    """One partition's place in the root, for its log: its entry in the recovery point
+    checkpoint, lowered when the log is cut below it (PartitionLog.truncate_to,
+    restart_at), and its directory's name, made durable by its first flush."""
+
+    __slots__ = ("_directory", "_tp")
+
+    def __init__(self, directory, tp):
+        self._directory = directory
+        self._tp = tp
+
+    def lower_recovery_point(self, offset):
+        self._directory._lower_recovery_point(self._tp, offset)
+
+    def sync_name(self):
+        self._directory._sync_new_names()
 
 
 class _LogStartCheckpoint:

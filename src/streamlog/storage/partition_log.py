@@ -14,7 +14,8 @@ Invariants:
      the log files only and leaves the last segment's indexes to the page
      cache; the indexes of the segments below the one holding the recovery
      point are msynced before that point reaches the checkpoint file
-     (checkpoint_recovery_point).
+     (checkpoint_recovery_point). The checkpointed point never stays above a
+     truncation: the cut lowers it before anything is appended after it.
   4. Retention deletes whole segments, oldest first, stopping at the first
      one that must stay, never one that reaches past the high watermark, and
      never the last remaining segment (a new empty one is rolled first).
@@ -98,13 +99,17 @@ def _holding(bases, offset):
 class PartitionLog:
     def __init__(self, directory, config, *, recovery_point=0, log_start_offset=None,
                  clean_shutdown=False, readonly=False, clock_ms=wall_clock_ms,
-                 log_start_checkpoint=None, open_files=None,
+                 log_start_checkpoint=None, root_entry=None, open_files=None,
                  producer_id_expiration_ms=DEFAULT_PRODUCER_ID_EXPIRATION_MS, listing=None,
                  saved_end=None):
         """log_start_offset: the checkpointed log start, None if unknown (see load_log).
         log_start_checkpoint: where the log start is kept durably (read() -> offset or None,
         write(offset)); retention writes it before removing a segment, so a missing first
         segment can be told from a deleted one. None: nowhere (a log on its own).
+        root_entry: the log's place in its root (None: a log on its own):
+        lower_recovery_point(offset), which a truncation calls at once (invariant 3), and
+        sync_name(), which the first flush calls: a new directory's name in the root must
+        be durable before anything acknowledged is only in it.
         open_files: the root's bound on open files (open_files.OpenSegments); None: the log
         has one of its own, unbounded.
         producer_id_expiration_ms: how long a producer id's state outlives its last write
@@ -114,6 +119,7 @@ class PartitionLog:
         its last segment saved with it (saved_listings.take)."""
         self.directory = directory
         self._log_start_checkpoint = log_start_checkpoint
+        self._root_entry = root_entry
         self._open_files = open_files if open_files is not None else OpenSegments()
         self.config = config
         self.readonly = readonly
@@ -147,7 +153,9 @@ class PartitionLog:
         self._pending_deletes = []  # (deadline_ms, segment)
         self._unflushed_records = 0
         self._last_flush_ms = clock_ms()
-        self._dir_dirty = False
+        # The first flush fsyncs the directory: a new log's segment files (or the directory
+        # itself) may be new names not yet durable.
+        self._dir_dirty = not readonly
         self._closed = False
         self._tail = (None, 0, 0)  # read-only: (segment base, position, next offset) scanned
         self.producer_state = ProducerState(directory, producer_id_expiration_ms)
@@ -596,6 +604,11 @@ class PartitionLog:
         self._load_producer_state(list(self.producer_state.snapshot_offsets), False)
         self._unflushed_records = 0
         self._dir_dirty = True
+        if self._root_entry is not None:
+            # Before anything is appended above the cut: a checkpointed point above it would
+            # have the next unclean open trust the segments below that point, which the
+            # appends after the cut rewrite unsynced (Kafka's truncateTo checkpoints too).
+            self._root_entry.lower_recovery_point(end)
 
     # --- roll --------------------------------------------------------------
 
@@ -972,6 +985,8 @@ class PartitionLog:
                 segment.flush_indexes()
         if dir_dirty:
             fsync_dir(self.directory)
+            if self._root_entry is not None:
+                self._root_entry.sync_name()
         with self._lock:
             if truncations == self._truncations:
                 # Not after a truncation meanwhile: it cut below target, and what is there
@@ -990,14 +1005,22 @@ class PartitionLog:
 
         Under _lock alone, not _flush_lock: a flush moves the recovery point and the index
         sync point together under _lock, so either pair is consistent, and the checkpoint
-        (which holds the directory's lock) never waits behind a flush's fsync."""
+        (which holds the directory's lock) never waits behind a flush's fsync.
+
+        An msync that fails gives the index sync point instead: everything below the
+        segment holding it is durable, and an unclean open rebuilds that segment."""
         with self._lock:
             if self._closed or self.readonly or self._index_sync_point >= self.recovery_point:
                 return self.recovery_point
             first = _holding(self._bases, self._index_sync_point)
             holding = _holding(self._bases, self.recovery_point)
-            for segment in self._segments[first:holding]:
-                segment.flush_indexes()
+            try:
+                for segment in self._segments[first:holding]:
+                    segment.flush_indexes()
+            except (KafkaStorageError, OSError) as exc:
+                log.warning("%s: checkpointing recovery point %d instead of %d (%s)",
+                            self.name, self._index_sync_point, self.recovery_point, exc)
+                return self._index_sync_point
             self._index_sync_point = max(self._index_sync_point,
                                          self._segments[holding].base_offset)
             return self.recovery_point

@@ -7,11 +7,13 @@ import pytest
 
 from streamlog.errors import CorruptRecordError
 from streamlog.storage import files
+from streamlog.storage.checkpoint import OffsetCheckpointFile
 from streamlog.storage.log_directory import LogDirectory
 from streamlog.storage.partition_log import PartitionLog
 from streamlog.structs import TopicPartition
 
 from support import config, make_batch, read_all, segment_files
+from support.power_loss import PowerLoss
 
 CFG = dict(segment_bytes=3000, index_interval_bytes=200)
 
@@ -370,3 +372,121 @@ def test_checkpoints_and_retention_of_another_log_never_wait_on_each_other(tmp_p
     assert not any(t.is_alive() for t in threads), "retention and checkpoints deadlocked"
     assert deleted[0] > 0
     root.close()
+
+
+# --- the recovery-point checkpoint never stays above what the log holds durably ------------
+
+TP = TopicPartition("t", 0)
+
+
+def checkpointed_point(root):
+    return OffsetCheckpointFile(os.path.join(root, files.RECOVERY_POINT_CHECKPOINT)).read()[TP]
+
+
+def checkpointed_root(root, batches=60):
+    """A root whose one log holds `batches` batches of 4, flushed and checkpointed."""
+    directory = LogDirectory(root, max_open_files=-1)
+    log = directory.open_log(TP, config(**CFG))
+    for b in range(batches):
+        log.append(make_batch(b, 4))
+    log.flush()
+    directory.checkpoint()
+    assert checkpointed_point(root) == log.log_end_offset
+    return directory, log
+
+
+def test_a_truncation_lowers_the_checkpointed_recovery_point_before_anything_follows(
+        tmp_path, monkeypatch):
+    # A follower cuts its divergent tail below the checkpointed point, then appends its
+    # leader's batches (other sizes) without a flush, and the power goes. Had the point
+    # stayed above the cut, the open would trust the segments below it: the one that was
+    # cut and written again, whose rebuilt indexes were never msynced, gives batches from
+    # wrong positions. Kafka's LogManager.truncateTo checkpoints the recovery points too.
+    root = str(tmp_path / "root")
+    os.makedirs(root)
+    power = PowerLoss(monkeypatch, root)
+    directory, log = checkpointed_root(root)
+    cut = log.segments[1].base_offset + 10
+    end = log.truncate_to(cut)
+    assert checkpointed_point(root) == end <= cut
+    b = 1000
+    while log.log_end_offset < 280:
+        log.append(make_batch(b, 4, value_size=20))
+        b += 1
+    rows = read_all(log)
+    power.lose(keep_logs=True)
+    reopened = LogDirectory(root, max_open_files=-1).open_log(TP, config(**CFG))
+    assert read_all(reopened) == rows
+    for offset in range(reopened.log_end_offset):
+        batch = reopened.read(offset, 100).batches[0]
+        assert batch.base_offset <= offset <= batch.last_offset
+
+
+def test_an_unclean_open_that_cuts_below_the_checkpoint_lowers_it(tmp_path):
+    root = str(tmp_path / "root")
+    directory, log = checkpointed_root(root)
+    point = log.log_end_offset
+    log.close(flush=False, seal=False)   # a stop without the clean-shutdown marker
+    last = segment_files(os.path.join(root, "t-0"))[-1]
+    with open(last, "r+b") as f:   # a byte of the last segment's first batch goes bad
+        f.seek(70)
+        byte = f.read(1)
+        f.seek(70)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    reopened = LogDirectory(root, max_open_files=-1)
+    log = reopened.open_log(TP, config(**CFG))
+    assert log.log_end_offset < point
+    assert checkpointed_point(root) == log.log_end_offset
+    reopened.close()
+
+
+def test_a_failed_index_msync_checkpoints_the_point_below_the_unsynced_indexes(
+        tmp_path, monkeypatch):
+    from streamlog.storage.segment import LogSegment
+    root = str(tmp_path / "root")
+    directory, log = checkpointed_root(root)
+    for b in range(60, 70):
+        log.append(make_batch(b, 4))
+    log.flush()                   # leaves the last segment's indexes unsynced
+    synced = log.segments[-1].base_offset
+    log.roll()                    # ... and now that segment is below the recovery point
+
+    def failing(segment):
+        raise OSError(5, "msync failed")
+    monkeypatch.setattr(LogSegment, "flush_indexes", failing)
+    directory.checkpoint()        # no error: the other logs' points still go in
+    assert checkpointed_point(root) == synced
+    monkeypatch.undo()
+    directory.checkpoint()
+    assert checkpointed_point(root) == log.recovery_point
+    directory.close()
+
+
+def test_a_new_partitions_first_flush_makes_its_names_durable(tmp_path, monkeypatch):
+    # fdatasync makes a file's bytes durable, not its name: a power loss may keep the
+    # bytes of a new segment and lose the entries naming it (the segment in its directory,
+    # the directory in the root). An acknowledged flush must not depend on them.
+    from streamlog.storage import log_directory, partition_log
+    synced = []
+    for module in (log_directory, partition_log):
+        def recording(path, real=module.fsync_dir):
+            synced.append(os.path.abspath(path))
+            real(path)
+        monkeypatch.setattr(module, "fsync_dir", recording)
+    root = str(tmp_path / "root")
+    directory = LogDirectory(root, max_open_files=-1)
+    first = directory.open_log(TP, config(**CFG))
+    second = directory.open_log(TopicPartition("t", 1), config(**CFG))
+    for log in (first, second):
+        log.append(make_batch(0, 4))
+    synced.clear()
+    first.flush()
+    assert synced == [first.directory, os.path.abspath(root)]
+    synced.clear()
+    second.flush()     # its name was made durable with the first's: the root once for both
+    assert synced == [second.directory]
+    first.append(make_batch(1, 4))
+    synced.clear()
+    first.flush()
+    assert synced == []
+    directory.close()
