@@ -86,6 +86,36 @@ def test_interleaved_transactions_give_kafkas_lso_and_aborted_ranges(db):
     assert db.describe_topic("t").partitions[0].last_stable_offset == 6
 
 
+def test_the_lso_never_falls_below_the_log_start(db):
+    # DeleteRecords may remove the start of a transaction still open: the LSO is then the
+    # log start (Kafka's maybeIncrementFirstUnstableOffset), so a read_committed consumer
+    # at the end waits there, and reads what follows once the transaction commits.
+    broker = db._broker
+    plain = db.producer(linger_ms=0)
+    for value in (b"p0", b"p1"):
+        plain.send("t", value=value, partition=0).result()
+    a = Txn(broker, A)
+    a.send(b"a0", b"a1")                          # 2-3, open
+    for value in (b"p4", b"p5", b"p6"):
+        plain.send("t", value=value, partition=0).result()
+    broker.delete_records({TP: 5})   # the wire server's DeleteRecords
+    assert db.describe_topic("t").partitions[0].last_stable_offset == 5
+    consumer = db.consumer(isolation_level="read_committed", auto_offset_reset="none")
+    consumer.assign([TP])
+    consumer.seek_to_end([TP])
+    assert consumer.position(TP) == 5
+    assert consumer.poll(timeout=0.05) == []
+    a.end(commit=True)                            # marker at 7
+    got = []
+    while True:
+        records = consumer.poll(timeout=0.05)
+        if not records:
+            break
+        got += [(r.offset, r.value) for r in records]
+    assert got == [(5, b"p5"), (6, b"p6")]
+    consumer.close()
+
+
 def test_a_producer_aborting_twice_and_committing_in_between(db):
     broker = db._broker
     a = Txn(broker, A)

@@ -319,6 +319,8 @@ class PartitionLog:
             if segment.should_roll(total, max_ts, last_offset, now_ms, self.config.segment_bytes,
                                    self.config.max_segment_ms):
                 segment = self._roll_locked(first_offset, now_ms)
+            stable = self.producer_state.stable_offsets(producer_batches, completed) \
+                if completed else {}
             for txn in completed or ():
                 if self.replicated:
                     self._unreplicated.append((txn.first_offset, txn.marker_offset))
@@ -326,7 +328,7 @@ class PartitionLog:
                     # Durable before its marker is (txn_index.py): a marker always has it.
                     self.txn_indexes.append(segment.base_offset, AbortedTxn(
                         txn.producer_id, txn.first_offset, txn.marker_offset,
-                        self.producer_state.stable_offset_after(txn, txn.marker_offset)))
+                        stable[txn.marker_offset]))
             segment.append(infos, pieces, first_offset)
             self._next_offset = last_offset + 1
             if updated is not None:
@@ -382,7 +384,11 @@ class PartitionLog:
         if unreplicated:
             first = min(f for f, _ in unreplicated)
             unstable = first if unstable is None else min(unstable, first)
-        return high_watermark if unstable is None else min(unstable, high_watermark)
+        if unstable is None:
+            return high_watermark
+        # Never below the log start: delete_records or retention may remove the start of a
+        # transaction still open (Kafka's maybeIncrementFirstUnstableOffset takes the max).
+        return min(max(unstable, self.log_start_offset), high_watermark)
 
     def aborted_transactions(self, fetch_offset, upper_bound):
         """The aborted transactions a read_committed fetch from fetch_offset up to

@@ -311,12 +311,26 @@ class ProducerState:
         """The first offset of the oldest open transaction, or None (the LSO's bound)."""
         return min(self.ongoing.values(), default=None)
 
-    def stable_offset_after(self, completed, marker_offset):
-        """The LSO once `completed` ends with a marker at marker_offset (Kafka's
-        lastStableOffset(completedTxn)): the oldest other open transaction's first offset,
-        else the offset after the marker."""
-        others = [o for pid, o in self.ongoing.items() if pid != completed.producer_id]
-        return min(others) if others else marker_offset + 1
+    def stable_offsets(self, batches, completed):
+        """{marker offset: the LSO once that marker is written} for the transactions
+        `completed` that `batches` (one append's, in offset order, not applied yet) end:
+        the first offset of the oldest other open transaction at the marker, else the
+        offset after it (Kafka's lastStableOffset(completedTxn)). A follower appends many
+        batches at once: transactions they open before a marker count, and those they end
+        before it do not, so each entry is the one its leader wrote."""
+        ending = {txn.marker_offset for txn in completed}
+        open_txns = dict(self.ongoing)
+        stable = {}
+        for batch in batches:
+            if batch.is_control:
+                if batch.first_offset in ending:
+                    others = [o for pid, o in open_txns.items() if pid != batch.producer_id]
+                    stable[batch.first_offset] = min(others) if others else \
+                        batch.first_offset + 1
+                open_txns.pop(batch.producer_id, None)
+            elif batch.is_transactional and batch.producer_id not in open_txns:
+                open_txns[batch.producer_id] = batch.first_offset
+        return stable
     # --- expiration -----------------------------------------------------------------
 
     def expire(self, now_ms):

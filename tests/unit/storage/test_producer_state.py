@@ -145,7 +145,7 @@ def test_markers_end_transactions_and_say_which_were_aborted(log):
     assert [(c.producer_id, c.first_offset, c.marker_offset, c.aborted) for c in completed] \
         == [(PID, 0, 3, True)]
     # The LSO after it: the other open transaction's first offset (KAFKA_REFERENCE §6.3).
-    assert log.state.stable_offset_after(completed[0], 3) == 2
+    assert log.state.stable_offsets([marker(False, offset=3)], completed) == {3: 2}
     log.state.apply(updated, 4)
     assert log.state.first_unstable_offset() == 2 and PID not in log.state.ongoing
     # A marker for a producer with no open transaction completes nothing.

@@ -176,6 +176,35 @@ def test_a_completed_transaction_stays_unstable_until_the_high_watermark_passes_
     assert log.last_stable_offset == 2
 
 
+def test_a_follower_indexes_aborted_transactions_as_its_leader_did(log_dir):
+    # A follower appends a whole fetch at once: each .txnindex entry's LSO must count the
+    # transactions that the same fetch opened before its marker, or collect() stops early
+    # and a read_committed fetch from the follower, once leader, returns aborted records.
+    leader, follower = replica(log_dir, "l-0"), replica(log_dir, "f-0")
+    leader.become_leader(0)
+    follower.become_follower()
+    sequences = {}
+
+    def send(pid):
+        leader.append(build_batch([b"p%d" % pid], timestamp=1, producer_id=pid,
+                                  producer_epoch=0, base_sequence=sequences.get(pid, 0),
+                                  is_transactional=True))
+        sequences[pid] = sequences.get(pid, 0) + 1
+    send(1)                                      # 0: A opens
+    replicate(leader, follower)
+    send(2)                                      # 1: B opens
+    leader.write_txn_marker(1, 0, 0, commit=False)   # 2: A aborted while B is open
+    replicate(leader, follower)                  # B's data and A's marker in one append
+    send(3)                                      # 3: C opens and stays open
+    leader.write_txn_marker(2, 0, 0, commit=False)   # 4: B aborted
+    replicate(leader, follower)
+    assert follower.txn_indexes.entries() == leader.txn_indexes.entries()
+    for log in (leader, follower):
+        log.set_high_watermark(log.log_end_offset)
+        assert log.last_stable_offset == 3
+        assert [t.producer_id for t in log.aborted_transactions(0, 3)] == [1, 2]
+
+
 def test_truncation_below_the_log_start_restarts_the_log_there(log_dir):
     log = replica(log_dir)
     log.become_leader(0)
