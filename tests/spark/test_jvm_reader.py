@@ -213,15 +213,26 @@ def _copy(path, tmp_path):
 def test_a_flipped_byte_is_reported_as_a_corrupt_batch_not_returned(spark, mixed_db, tmp_path):
     path, _ = mixed_db
     copy = _copy(path, tmp_path)
-    log = os.path.join(copy, "none-1", "00000000000000000000.log")
-    with open(log, "r+b") as f:
-        data = f.read()
+    partition = os.path.join(copy, "none-1")
+    # The largest batch of the partition's segments (which segment holds it depends on
+    # where the log rolled): a byte inside its records, which the CRC covers.
+    batches = []
+    for name in sorted(n for n in os.listdir(partition) if n.endswith(".log")):
+        with open(os.path.join(partition, name), "rb") as f:
+            data = f.read()
         at = 0
-        while int.from_bytes(data[at + 8:at + 12], "big") < 200:   # a batch of some size
-            at += 12 + int.from_bytes(data[at + 8:at + 12], "big")
-        at += 12 + int.from_bytes(data[at + 8:at + 12], "big") // 2   # inside its records,
-        f.seek(at)                                                     # which the CRC covers
-        f.write(bytes([data[at] ^ 0x10]))
+        while at + 12 <= len(data):
+            size = int.from_bytes(data[at + 8:at + 12], "big")
+            batches.append((size, name, at))
+            at += 12 + size
+    size, name, at = max(batches)
+    assert size >= 200
+    at += 12 + size // 2
+    with open(os.path.join(partition, name), "r+b") as f:
+        f.seek(at)
+        byte = f.read(1)
+        f.seek(at)
+        f.write(bytes([byte[0] ^ 0x10]))
     df = read(spark, copy, subscribe="none")
     with pytest.raises(Exception, match="CRC-32C") as raised:
         df.count()
