@@ -23,7 +23,7 @@ left them (saved_listings.py), which a clean open takes instead of listing each
 directory again and reading each log's end.
 
 Log start offsets: a log's retention writes its new log start into the
-checkpoint before it removes a segment (_LogStartCheckpoint), so at the next
+checkpoint before it removes a segment (_RootEntry), so at the next
 open a first segment above the checkpointed start is known to be lost, not
 deleted (log_loader.load_log).
 
@@ -193,12 +193,13 @@ class LogDirectory:
             listing, saved_end = saved_listings.listing_if_unchanged(saved, status)
             if listing is not None:
                 self._taken_listings[os.path.basename(directory)] = saved
+            entry = _RootEntry(self, tp)
             partition_log = PartitionLog(
                 directory, config, recovery_point=self._recovery_points.get(tp, 0),
                 log_start_offset=self._log_starts.get(tp),
                 clean_shutdown=self.clean_shutdown, readonly=self.readonly,
-                clock_ms=self.clock_ms, log_start_checkpoint=_LogStartCheckpoint(self, tp),
-                root_entry=_RootEntry(self, tp), open_files=self.open_files,
+                clock_ms=self.clock_ms, log_start_checkpoint=entry, root_entry=entry,
+                open_files=self.open_files,
                 producer_id_expiration_ms=self.producer_id_expiration_ms, listing=listing,
                 saved_end=saved_end)
             self.logs[tp] = partition_log
@@ -401,25 +402,9 @@ def _log_removal_failure(_function, path, exc_info):
 
 
 class _RootEntry:
-    """One partition's place in the root, for its log: its entry in the recovery point
-    checkpoint, lowered when the log is cut below it (PartitionLog.truncate_to,
-    restart_at), and its directory's name, made durable by its first flush."""
-
-    __slots__ = ("_directory", "_tp")
-
-    def __init__(self, directory, tp):
-        self._directory = directory
-        self._tp = tp
-
-    def lower_recovery_point(self, offset):
-        self._directory._lower_recovery_point(self._tp, offset)
-
-    def sync_name(self):
-        self._directory._sync_new_names()
-
-
-class _LogStartCheckpoint:
-    """One partition's entry in the root's log start offset checkpoint (see the module doc)."""
+    """One partition's place in the root, for its log (see the module doc): its entries in
+    the log start checkpoint (read, write) and the recovery point checkpoint (lowered when
+    the log is cut below it), and its directory's name, made durable by its first flush."""
 
     __slots__ = ("_directory", "_tp")
 
@@ -435,3 +420,9 @@ class _LogStartCheckpoint:
         if self._directory.readonly:
             raise KafkaStorageError(f"{self._directory.root} is open read-only")
         self._directory._write_log_start(self._tp, offset)
+
+    def lower_recovery_point(self, offset):
+        self._directory._lower_recovery_point(self._tp, offset)
+
+    def sync_name(self):
+        self._directory._sync_new_names()

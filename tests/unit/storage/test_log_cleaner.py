@@ -308,22 +308,30 @@ def contents(log):
     return keyed_rows(log), log.log_end_offset
 
 
+def clean_with(log, before_swap):
+    """A pass over log during which before_swap() runs just before its swap (another
+    thread's change to the log meanwhile); the pass's result."""
+    measured = log_to_clean(log, None, log.clock_ms())
+    swap = log.replace_segments
+
+    def meanwhile(replacements, truncations):
+        before_swap()
+        return swap(replacements, truncations)
+    log.replace_segments = meanwhile
+    return clean_log(log, measured.first_dirty, measured.first_uncleanable, log.clock_ms(),
+                     1 << 20)
+
+
 def test_a_pass_that_lost_its_segment_to_retention_changes_nothing(tmp_path):
     log = compacted(tmp_path / "p")
     write_many(log, 100)
     log.roll()
     before = contents(log)
-    measured = log_to_clean(log, None, log.clock_ms())
-    original = log.replace_segments
 
-    def retention_meanwhile(replacements, truncations):
+    def retention():
         log.increase_log_start_offset(log.segments[1].base_offset)
         assert log.delete_old_segments() == 1
-        return original(replacements, truncations)
-    log.replace_segments = retention_meanwhile
-    result = clean_log(log, measured.first_dirty, measured.first_uncleanable, log.clock_ms(),
-                       1 << 20)
-    assert result is None
+    assert clean_with(log, retention) is None
     assert not [n for n in os.listdir(log.directory) if n.endswith((".cleaned", ".swap"))]
     assert keyed_rows(log) == [r for r in before[0] if r[0] >= log.log_start_offset]
     log.close()
@@ -341,16 +349,8 @@ def test_a_truncation_during_a_pass_is_not_undone_by_its_swap(tmp_path):
     log.start_replication(last_sealed.base_offset + 3)
     cut = log.high_watermark + 3
     assert last_sealed.base_offset < cut < log.segments[-1].base_offset
-    measured = log_to_clean(log, None, log.clock_ms())
-    original = log.replace_segments
-
-    def truncation_meanwhile(replacements, truncations):
-        log.truncate_to(cut)   # the replica fetcher's thread
-        return original(replacements, truncations)
-    log.replace_segments = truncation_meanwhile
-    result = clean_log(log, measured.first_dirty, measured.first_uncleanable, log.clock_ms(),
-                       1 << 20)
-    assert result is None
+    # The replica fetcher's thread cuts the log while the pass copies.
+    assert clean_with(log, lambda: log.truncate_to(cut)) is None
     assert not [n for n in os.listdir(log.directory) if n.endswith((".cleaned", ".swap"))]
     end = log.log_end_offset
     assert end <= cut
