@@ -190,6 +190,11 @@ class ConcurrentTransactionsError(StreamlogError):
     retriable = True
 
 
+class TransactionCoordinatorFencedError(StreamlogError):
+    """A transaction marker came from a coordinator that a newer one replaced (its
+    coordinator epoch is older than the last marker's on the partition)."""
+
+
 class TransactionAbortedError(StreamlogError):
     """The transaction was aborted (e.g. timed out); begin a new one."""
 
@@ -306,6 +311,13 @@ class UnknownLeaderEpochError(StreamlogError):
 
 class NotCoordinatorError(StreamlogError):
     """This broker is not the coordinator of the group or transactional id."""
+
+    retriable = True
+
+
+class CoordinatorLoadInProgressError(StreamlogError):
+    """This broker just became the coordinator of the group or transactional id and is
+    still loading its partition of the internal topic; retry."""
 
     retriable = True
 

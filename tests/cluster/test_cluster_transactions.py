@@ -3,10 +3,22 @@ partition of __transaction_state (replicated); markers go to each partition's le
 are replicated before the transaction completes; a coordinator's death hands the id's
 state to the next leader, and the producer goes on (Kafka's TransactionStateManager and
 TransactionMarkerChannelManager)."""
+import threading
+
 import pytest
 
+from streamlog.broker.broker import Broker
 from streamlog.cluster import Cluster
+from streamlog.coordinator.offsets import OFFSETS_TOPIC
+from streamlog.coordinator.transaction_coordinator import (TransactionCoordinator,
+                                                           find_transaction_coordinator)
 from streamlog.coordinator.transaction_log import TRANSACTION_STATE_TOPIC
+from streamlog.errors import (ConcurrentTransactionsError, CoordinatorLoadInProgressError,
+                              CoordinatorNotAvailableError, KafkaStorageError,
+                              NotCoordinatorError, TransactionCoordinatorFencedError)
+from streamlog.server.error_codes import failure
+from streamlog.storage.record_batch import build_batch
+from streamlog.structs import TopicPartition
 
 from support import wait_until
 
@@ -92,3 +104,174 @@ def test_a_new_instance_fences_the_old_one_across_a_coordinator_change(cluster):
     with pytest.raises(confluent_kafka.KafkaException):
         old.commit_transaction(10)   # fenced
     assert committed_values(cluster.bootstrap_servers, "out", 1) == [b"n1"]
+
+
+# --- coordinator failover, in process --------------------------------------------------
+# The transaction coordinators are called directly (as the wire handlers call them), so a
+# test can stop one exactly where it wants: between two of its markers.
+
+def in_process_cluster(tmp_path):
+    # The timeout check runs once an hour: what completes a transaction here is the new
+    # coordinator's take-over, not the periodic retry.
+    return Cluster(3, path=str(tmp_path / "c"), replica_lag_time_max_ms=1000,
+                   config={"min.insync.replicas": 2,
+                           "transaction.abort.timed.out.transaction.cleanup.interval.ms":
+                           3_600_000})
+
+
+def coordinator_of(cluster, transactional_id):
+    broker = cluster.broker(cluster.coordinator_for(transactional_id, TRANSACTION))
+    return find_transaction_coordinator(broker)
+
+
+def until_served(call):
+    """call()'s result once the coordinator answers it (a client retries these errors)."""
+    out = []
+
+    def attempt():
+        try:
+            out.append(call())
+        except (NotCoordinatorError, CoordinatorLoadInProgressError,
+                CoordinatorNotAvailableError, ConcurrentTransactionsError):
+            return False
+        return True
+    wait_until(attempt, "the coordinator to answer", timeout_s=60)
+    return out[0]
+
+
+def send_transactional(cluster, tp, value, producer_id, epoch, sequence):
+    broker = cluster.broker(cluster.leader(tp.topic, tp.partition))
+    info = broker.produce(tp, build_batch([value], timestamp=1, producer_id=producer_id,
+                                          producer_epoch=epoch, base_sequence=sequence,
+                                          is_transactional=True), acks=-1)
+    broker.replicas.wait_replicated(tp, info.last_offset + 1, 30)
+
+
+def open_transaction(cluster, transactional_id, values):
+    """A transaction with values[i] on partition i of "out", not ended; (pid, epoch, tps)."""
+    cluster.create_topic("out", len(values), 3)
+    cluster.coordinator_for(transactional_id, TRANSACTION)
+    for topic in (TRANSACTION_STATE_TOPIC, "out"):
+        cluster.wait_in_sync(topic)
+    coordinator = until_served(lambda: coordinator_of(cluster, transactional_id))
+    pid, epoch = until_served(lambda: coordinator.init_producer_id(transactional_id, 60_000))
+    tps = [TopicPartition("out", p) for p in range(len(values))]
+    coordinator.add_partitions(transactional_id, pid, epoch, tps)
+    for tp, value in zip(tps, values, strict=True):
+        send_transactional(cluster, tp, value, pid, epoch, 0)
+    return pid, epoch, tps
+
+
+def test_a_killed_coordinators_late_marker_is_fenced(tmp_path, monkeypatch):
+    """A coordinator killed while it writes markers may still be running its EndTxn; its
+    next marker must not land in the producer's next transaction (Kafka fences it by the
+    coordinator epoch: ProducerStateManager's checkCoordinatorEpoch)."""
+    with in_process_cluster(tmp_path) as cluster:
+        pid, epoch, tps = open_transaction(cluster, "tx-z", [b"t1-0", b"t1-1", b"t1-2"])
+        old = cluster.coordinator_for("tx-z", TRANSACTION)
+        zombie = coordinator_of(cluster, "tx-z")
+        paused, resume = threading.Event(), threading.Event()
+        write = Cluster.write_txn_markers
+
+        def stalling(self, from_broker, markers):
+            if from_broker == old and markers[0][0] == tps[2]:
+                paused.set()          # the old coordinator stops before its last marker
+                resume.wait(60)
+            return write(self, from_broker, markers)
+        monkeypatch.setattr(Cluster, "write_txn_markers", stalling)
+        late = []
+        zombie_call = threading.Thread(target=lambda: late.append(
+            failure(zombie.end_txn, "tx-z", pid, epoch, True)))
+        zombie_call.start()
+        assert paused.wait(60)
+        killer = threading.Thread(target=cluster.kill, args=(old,))
+        killer.start()   # its close waits for the stalled request
+        wait_until(lambda: cluster.coordinator_for("tx-z", TRANSACTION) != old,
+                   "a new coordinator")
+        # The client retries EndTxn at the new coordinator, which finishes the commit.
+        until_served(lambda: coordinator_of(cluster, "tx-z").end_txn("tx-z", pid, epoch, True))
+        # The next transaction writes to partition 2, then the zombie's marker comes.
+        coordinator_of(cluster, "tx-z").add_partitions("tx-z", pid, epoch, [tps[2]])
+        send_transactional(cluster, tps[2], b"t2-aborted", pid, epoch, 1)
+        leader = cluster.broker(cluster.leader("out", 2))
+        with pytest.raises(TransactionCoordinatorFencedError):   # its coordinator epoch
+            leader.write_txn_markers_here([(tps[2], pid, epoch, 0, True)])
+        resume.set()
+        zombie_call.join(60)
+        killer.join(60)
+        assert isinstance(late[0], NotCoordinatorError)
+        assert leader.partition_log(tps[2]).last_stable_offset < \
+            leader.partition_log(tps[2]).log_end_offset   # t2 is still open
+        coordinator_of(cluster, "tx-z").end_txn("tx-z", pid, epoch, False)
+        assert sorted(committed_values(cluster.bootstrap_servers, "out", 3)) == \
+            [b"t1-0", b"t1-1", b"t1-2"]
+
+
+def test_a_new_coordinator_finishes_a_commit_across_the_dead_brokers_partitions(
+        tmp_path, monkeypatch):
+    """The coordinator dies with PrepareCommit written and a marker missing on the
+    partition it also led: the next coordinator's take-over writes it to that partition's
+    new leader, without waiting for the hourly timeout check (Kafka's marker channel
+    retries a partition whose leader moves)."""
+    with in_process_cluster(tmp_path) as cluster:
+        pid, epoch, tps = open_transaction(cluster, "tx-m", [b"m0", b"m1", b"m2"])
+        old = cluster.coordinator_for("tx-m", TRANSACTION)
+        own = next(tp for tp in tps if cluster.leader(tp.topic, tp.partition) == old)
+        write = Broker.write_txn_markers_here
+
+        def failing(self, markers):
+            if markers[0][0] == own:
+                raise KafkaStorageError("injected: the disk failed")
+            return write(self, markers)
+        monkeypatch.setattr(Broker, "write_txn_markers_here", failing)
+        with pytest.raises(KafkaStorageError):
+            coordinator_of(cluster, "tx-m").end_txn("tx-m", pid, epoch, True)
+        monkeypatch.setattr(Broker, "write_txn_markers_here", write)
+        cluster.kill(old)
+
+        def state():
+            view = cluster.replica_manager(cluster.coordinator_for("tx-m", TRANSACTION)).view
+            view.check_coordinating("tx-m", TRANSACTION)    # loaded: memory is current
+            return coordinator_of(cluster, "tx-m").describe("tx-m").state.name
+        wait_until(lambda: until_served(state) == "COMPLETE_COMMIT",
+                   "the new coordinator to complete the commit", timeout_s=60)
+        assert sorted(committed_values(cluster.bootstrap_servers, "out", 3)) == \
+            [b"m0", b"m1", b"m2"]
+
+
+def test_a_new_coordinator_answers_load_in_progress_until_it_has_loaded(tmp_path,
+                                                                        monkeypatch):
+    """Between its election and the end of its load, a coordinator's memory of the
+    partition is an older leader's: it answers COORDINATOR_LOAD_IN_PROGRESS (Kafka's
+    TransactionStateManager and GroupMetadataManager while loading), and once loaded it
+    fences the open transaction the dead coordinator left."""
+    with in_process_cluster(tmp_path) as cluster:
+        pid, epoch, tps = open_transaction(cluster, "tx-l", [b"open"])
+        cluster.coordinator_for("g", 0)
+        cluster.wait_in_sync(OFFSETS_TOPIC)
+        old = cluster.coordinator_for("tx-l", TRANSACTION)
+        release, loading = threading.Event(), threading.Event()
+        take_over = TransactionCoordinator.take_over
+
+        def slow_take_over(self, partition, coordinator_epoch):
+            loading.set()
+            release.wait(60)
+            return take_over(self, partition, coordinator_epoch)
+        monkeypatch.setattr(TransactionCoordinator, "take_over", slow_take_over)
+        cluster.kill(old)
+        assert loading.wait(60)
+        new = cluster.coordinator_for("tx-l", TRANSACTION)
+        view = cluster.replica_manager(new).view
+        with pytest.raises(CoordinatorLoadInProgressError):
+            view.check_coordinating("tx-l", TRANSACTION)
+        with pytest.raises(CoordinatorLoadInProgressError):
+            coordinator_of(cluster, "tx-l").init_producer_id("tx-l", 60_000)
+        release.set()
+        until_served(lambda: view.check_coordinating("tx-l", TRANSACTION))
+        new_pid, new_epoch = coordinator_of(cluster, "tx-l").init_producer_id("tx-l", 60_000)
+        # The old instance's open transaction was found and fenced: its abort bumped the
+        # epoch once, and the new instance's epoch is the next.
+        assert (new_pid, new_epoch) == (pid, epoch + 2)
+        leader = cluster.broker(cluster.leader("out", 0))
+        log = leader.partition_log(tps[0])
+        assert log.last_stable_offset == log.log_end_offset   # its transaction aborted

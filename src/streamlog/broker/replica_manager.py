@@ -46,7 +46,8 @@ import threading
 import time
 from typing import NamedTuple
 
-from ..errors import (FencedLeaderEpochError, LeaderNotAvailableError,
+from ..errors import (CoordinatorLoadInProgressError, FencedLeaderEpochError,
+                      LeaderNotAvailableError, NotCoordinatorError,
                       NotEnoughReplicasAfterAppendError, NotEnoughReplicasError,
                       NotLeaderOrFollowerError, RequestTimedOutError, StreamlogError,
                       UnknownLeaderEpochError)
@@ -129,12 +130,13 @@ class ReplicaManager:
         # broker's idle fetchers when a state it follows changes (wait_for_change).
         self._appended = threading.Condition()
         self.version = 0   # bumped by every apply()
-        # Called with tp when this broker becomes tp's leader (a new epoch), on a thread of
-        # their own: the cluster's coordinators load the internal partitions they now lead.
-        # Not on the controller's thread: a load writes and waits for the followers, which
-        # learn of the change only after the controller's push to them.
+        # Called with (tp, leader epoch) when this broker becomes tp's leader (a new epoch),
+        # on a thread of their own: the cluster's coordinators load the internal partitions
+        # they now lead. Not on the controller's thread: a load writes and waits for the
+        # followers, which learn of the change only after the controller's push to them.
         self.leadership_listeners = []
         self._elections = queue.SimpleQueue()
+        self._loaded = {}   # tp -> the leader epoch its listeners last finished loading
         self._loader = threading.Thread(target=self._run_listeners, daemon=True,
                                         name=f"streamlog-coordinator-loader-{node_id}")
         self._loader.start()
@@ -205,12 +207,38 @@ class ReplicaManager:
             tp = self._elections.get()
             if tp is None:
                 return
+            replica = self._replicas.get(tp)
+            if replica is None:
+                continue
+            epoch, loaded = replica.state.leader_epoch, True
             for listener in self.leadership_listeners:
                 try:
-                    listener(tp)
+                    listener(tp, epoch)
                 except Exception:
+                    loaded = False
                     if not self._closed.is_set():
                         log.exception("broker %d: taking over %s failed", self.node_id, tp)
+            if loaded:
+                self._loaded[tp] = epoch
+
+    def check_loaded(self, tp):
+        """For a coordinator's request about a key of tp (an internal topic's partition):
+        NotCoordinatorError unless this broker leads tp, CoordinatorLoadInProgressError
+        until its leadership listeners have loaded tp at the current leader epoch (Kafka's
+        COORDINATOR_LOAD_IN_PROGRESS: what memory holds of tp is an older leader's)."""
+        if not self.leads(tp):
+            raise NotCoordinatorError(f"broker {self.node_id} does not lead {tp}")
+        replica = self._replicas.get(tp)
+        if replica is None or self._loaded.get(tp) != replica.state.leader_epoch:
+            raise CoordinatorLoadInProgressError(f"broker {self.node_id} is loading {tp}")
+
+    def loaded(self, tp):
+        """Whether check_loaded(tp) passes."""
+        try:
+            self.check_loaded(tp)
+        except (NotCoordinatorError, CoordinatorLoadInProgressError):
+            return False
+        return True
 
     def wait_for_change(self, seen_version, timeout):
         """Wait up to timeout while no apply() came after seen_version (an idle fetcher)."""

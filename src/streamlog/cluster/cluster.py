@@ -39,7 +39,7 @@ from ..coordinator.transaction_coordinator import find_transaction_coordinator
 from ..coordinator.transaction_log import TRANSACTION_STATE_CONFIG, TRANSACTION_STATE_TOPIC
 from ..broker.replica_manager import DEFAULT_REPLICA_LAG_TIME_MAX_MS, NO_LEADER, ReplicaManager
 from ..errors import (CoordinatorNotAvailableError, InvalidRequestError, LeaderNotAvailableError,
-                      NotLeaderOrFollowerError, RequestTimedOutError, StreamlogError,
+                      NotCoordinatorError, NotLeaderOrFollowerError, RequestTimedOutError, StreamlogError,
                       TopicAlreadyExistsError, UnknownTopicOrPartitionError)
 from ..storage.partition_log import wall_clock_ms
 from ..storage.record_batch import build_batch
@@ -52,6 +52,9 @@ log = logging.getLogger("streamlog.cluster")
 GROUP, TRANSACTION = 0, 1   # FindCoordinator's key types
 # How long a transaction marker waits for its replicas (Kafka's request.timeout.ms).
 MARKER_TIMEOUT_S = 30.0
+# How long a marker waits for its partition to have a leader again (a coordinator's lock is
+# held meanwhile; the transaction stays Prepare* past it, and the timeout check retries).
+MARKER_LEADER_WAIT_S = 5.0
 
 
 class ReplicaInfo(NamedTuple):
@@ -111,6 +114,18 @@ class ClusterView:
 
     def coordinator_for(self, key, key_type=GROUP):
         return self._cluster.coordinator_for(key, key_type)
+
+    def check_coordinating(self, key, key_type=GROUP):
+        """For a coordinator's request about key: NotCoordinatorError when another broker
+        coordinates it (the client asks FindCoordinator again), CoordinatorLoadInProgressError
+        while this one is still loading the key's partition after its election (what it
+        holds in memory is from before: Kafka answers COORDINATOR_LOAD_IN_PROGRESS)."""
+        if self.coordinator_for(key, key_type) != self.node_id:
+            raise NotCoordinatorError(f"broker {self.node_id} does not coordinate {key!r}")
+        manager = self._cluster.replica_manager(self.node_id)
+        if manager is None:
+            raise NotCoordinatorError(f"broker {self.node_id} is down")
+        manager.check_loaded(self._cluster.coordinator_partition(key, key_type))
 
     def write_txn_markers(self, markers):
         return self._cluster.write_txn_markers(self.node_id, markers)
@@ -175,11 +190,16 @@ class Cluster:
             broker.replicas = manager
             # The coordinators exist from the start: an election may hand this broker
             # partitions of their internal topics to load at any moment.
-            loaders = {OFFSETS_TOPIC: find_coordinator(broker),
-                       TRANSACTION_STATE_TOPIC: find_transaction_coordinator(broker)}
-            manager.leadership_listeners.append(
-                lambda tp: loaders[tp.topic].take_over(tp.partition) if tp.topic in loaders
-                else None)
+            groups = find_coordinator(broker)
+            transactions = find_transaction_coordinator(broker)
+
+            def take_over(tp, leader_epoch):
+                if tp.topic == OFFSETS_TOPIC:
+                    groups.take_over(tp.partition)
+                elif tp.topic == TRANSACTION_STATE_TOPIC:
+                    # The leader epoch is the coordinator epoch of the markers it writes.
+                    transactions.take_over(tp.partition, leader_epoch)
+            manager.leadership_listeners.append(take_over)
             server = KafkaServer(broker, self.host, slot.port, cluster_id=self.cluster_id)
         except BaseException:
             broker.close()
@@ -360,6 +380,15 @@ class Cluster:
         min(3, brokers) times, as Kafka's offsets.topic.replication.factor) on the first
         ask, as Kafka makes it; CoordinatorNotAvailableError while that partition has no
         leader."""
+        tp = self.coordinator_partition(key, key_type)
+        leader = self.controller.partitions[tp].leader
+        if leader == NO_LEADER:
+            raise CoordinatorNotAvailableError(f"the partition of {tp.topic} that holds {key!r} "
+                                               "has no leader now")
+        return leader
+
+    def coordinator_partition(self, key, key_type=GROUP):
+        """The partition of the internal topic that holds key (made on the first ask)."""
         if key_type == GROUP:
             topic, config = OFFSETS_TOPIC, OFFSETS_TOPIC_CONFIG
             partitions = self._broker_config().offsets_topic_num_partitions
@@ -370,12 +399,7 @@ class Cluster:
             raise InvalidRequestError(f"coordinator key type {key_type} is not served")
         self._ensure_internal_topic(topic, partitions, config)
         count = self.controller.topics[topic]["partitions"]
-        tp = TopicPartition(topic, partition_for(key, count))
-        leader = self.controller.partitions[tp].leader
-        if leader == NO_LEADER:
-            raise CoordinatorNotAvailableError(f"the partition of {topic} that holds {key!r} "
-                                               "has no leader now")
-        return leader
+        return TopicPartition(topic, partition_for(key, count))
 
     def _broker_config(self):
         return Broker.config_from(self.config)
@@ -438,25 +462,46 @@ class Cluster:
     def write_txn_markers(self, from_broker, markers):
         """A transaction coordinator's markers, each written by its partition's leader and
         replicated before the next (Kafka's WriteTxnMarkers with acks=all); a group's
-        pending transactional offsets apply on the broker that leads their partition."""
+        pending transactional offsets apply on the broker that leads their partition.
+
+        A partition whose leader is moving is retried until it has one (for up to
+        MARKER_LEADER_WAIT_S), as Kafka's marker channel retries NOT_LEADER_OR_FOLLOWER: a
+        new coordinator finishing a dead one's transaction meets the dead broker's
+        partitions mid-election. A coordinator the cluster let go writes nothing more (its
+        request may still be running when it is killed)."""
         out = {}
         for marker in markers:
-            tp, producer_id, commit = marker[0], marker[1], marker[4]
-            state = self.controller.partitions.get(tp)
-            if state is None:
-                raise UnknownTopicOrPartitionError(f"{tp} does not exist", tp.topic)
-            if state.leader == NO_LEADER:
-                raise LeaderNotAvailableError(f"{tp} has no leader now")
-            if state.leader != from_broker:
-                self.link(from_broker, state.leader)   # LinkDown when cut off from it
-            broker = self._slots[state.leader].broker
-            if broker is None:
-                raise NotLeaderOrFollowerError(f"the leader of {tp} is down")
-            info = out[tp] = broker.write_txn_markers_here([marker])[tp]
-            broker.replicas.wait_replicated(tp, info.last_offset + 1, MARKER_TIMEOUT_S)
-            if tp.topic == OFFSETS_TOPIC:
-                find_coordinator(broker).complete_transaction(tp, producer_id, commit)
+            deadline = time.monotonic() + MARKER_LEADER_WAIT_S
+            while True:
+                if from_broker not in self.controller.alive:
+                    raise NotCoordinatorError(f"broker {from_broker} left the cluster; it "
+                                              "coordinates no transaction")
+                try:
+                    out[marker[0]] = self._write_marker(from_broker, marker)
+                    break
+                except (LeaderNotAvailableError, NotLeaderOrFollowerError):
+                    if time.monotonic() >= deadline or self._closed:
+                        raise
+                    time.sleep(0.01)
         return out
+
+    def _write_marker(self, from_broker, marker):
+        tp, producer_id, commit = marker[0], marker[1], marker[4]
+        state = self.controller.partitions.get(tp)
+        if state is None:
+            raise UnknownTopicOrPartitionError(f"{tp} does not exist", tp.topic)
+        if state.leader == NO_LEADER:
+            raise LeaderNotAvailableError(f"{tp} has no leader now")
+        if state.leader != from_broker:
+            self.link(from_broker, state.leader)   # LinkDown when cut off from it
+        broker = self._slots[state.leader].broker
+        if broker is None:
+            raise NotLeaderOrFollowerError(f"the leader of {tp} is down")
+        info = broker.write_txn_markers_here([marker])[tp]
+        broker.replicas.wait_replicated(tp, info.last_offset + 1, MARKER_TIMEOUT_S)
+        if tp.topic == OFFSETS_TOPIC:
+            find_coordinator(broker).complete_transaction(tp, producer_id, commit)
+        return info
 
     def produce(self, topic, partition, values, acks="all", timeout=10.0, key=None):
         """Append values (bytes each) as one batch on the partition's leader, in process;

@@ -35,8 +35,9 @@ import threading
 
 from ..errors import (ConcurrentTransactionsError, InvalidProducerIdMappingError,
                       InvalidRequestError, InvalidTransactionTimeoutError, InvalidTxnStateError,
-                      LogClosedError, ProducerFencedError, ReadOnlyError, StreamlogError,
-                      TimerClosedError, UnknownTopicOrPartitionError)
+                      LogClosedError, NotCoordinatorError, ProducerFencedError, ReadOnlyError,
+                      StreamlogError, TimerClosedError, TransactionCoordinatorFencedError,
+                      UnknownTopicOrPartitionError)
 from .group_coordinator import find_coordinator
 from .offsets import OFFSETS_TOPIC
 from .transaction import COMPLETED, PREPARING, S, TransactionMetadata
@@ -84,6 +85,7 @@ class TransactionCoordinator:
                 "(the database's transaction.max.timeout.ms)")
         with self._lock:
             self._check_open()
+            self._log.check_leads(transactional_id)
             now = self._broker.clock_ms()
             meta = self._log.transactions.get(transactional_id)
             if meta is None or meta.state == S.DEAD:
@@ -148,6 +150,7 @@ class TransactionCoordinator:
 
     def _checked(self, transactional_id, producer_id, epoch):
         self._check_open()
+        self._log.check_leads(transactional_id)
         meta = self._log.transactions.get(transactional_id)
         if meta is None or meta.producer_id != producer_id:
             raise InvalidProducerIdMappingError(
@@ -197,13 +200,20 @@ class TransactionCoordinator:
             meta = meta.prepare(S.PREPARE_ABORT, now)
             self._log.write(meta, now)
         commit = meta.state == S.PREPARE_COMMIT
-        markers = [(tp, meta.producer_id, meta.producer_epoch, 0, commit)
+        coordinator_epoch = self._log.coordinator_epoch(meta.transactional_id)
+        markers = [(tp, meta.producer_id, meta.producer_epoch, coordinator_epoch, commit)
                    for tp in sorted(meta.partitions)]
         marked = []
         clustered = self._broker.replicas is not None
         for marker in markers:
             try:
                 self._broker.write_txn_markers([marker])
+            except TransactionCoordinatorFencedError as exc:
+                # A newer coordinator of the id finished this transaction and wrote there
+                # since: this broker no longer coordinates it (Kafka's marker channel drops
+                # the transaction's markers); the client asks the new one.
+                raise NotCoordinatorError(f"transaction {meta.transactional_id!r}: {exc}") \
+                    from None
             except UnknownTopicOrPartitionError:
                 # The topic was deleted: no partition is left to mark (Kafka drops these too).
                 log.info("transaction %r: %s is gone; no marker written there",
@@ -225,14 +235,14 @@ class TransactionCoordinator:
         meta = meta.prepare(S.COMPLETE_COMMIT if commit else S.COMPLETE_ABORT, now)
         self._log.write(meta, now, durable=False)
 
-    def take_over(self, partition):
+    def take_over(self, partition, coordinator_epoch):
         """This broker now leads `partition` of __transaction_state (a cluster's election):
         its transactional ids are loaded from what the replica holds, and what their last
         coordinator left between Prepare* and Complete* is finished (Kafka's
         TransactionStateManager loading a partition, then resending markers)."""
         with self._lock:
             self._check_open()
-            for transactional_id in self._log.reload_partition(partition):
+            for transactional_id in self._log.reload_partition(partition, coordinator_epoch):
                 meta = self._log.transactions[transactional_id]
                 if meta.state in PREPARING or meta.state == S.PREPARE_EPOCH_FENCE:
                     try:

@@ -114,6 +114,9 @@ class TransactionLog:
         self._wanted_partitions = partitions
         self.transactions = {}  # transactional id -> TransactionMetadata
         self._replayed = {}
+        # partition -> the leader epoch at which this broker loaded it (a cluster's): the
+        # coordinator epoch its markers carry, which fences an older coordinator's.
+        self._coordinator_epochs = {}
         self.partitions = 0
         if TRANSACTION_STATE_TOPIC in broker.topics():
             self.partitions = broker.topic(TRANSACTION_STATE_TOPIC).partitions
@@ -165,14 +168,26 @@ class TransactionLog:
         self.transactions[meta.transactional_id] = meta
 
     def leads(self, transactional_id):
-        """Whether this broker coordinates the id (in a cluster: leads its partition)."""
+        """Whether this broker coordinates the id (in a cluster: leads its partition, and
+        has loaded it at the current leader epoch)."""
         replicas = self._broker.replicas
-        return replicas is None or replicas.leads(self.partition_of(transactional_id))
+        return replicas is None or replicas.loaded(self.partition_of(transactional_id))
 
-    def reload_partition(self, partition):
+    def check_leads(self, transactional_id):
+        """NotCoordinatorError / CoordinatorLoadInProgressError unless leads()."""
+        replicas = self._broker.replicas
+        if replicas is not None:
+            replicas.check_loaded(self.partition_of(transactional_id))
+
+    def coordinator_epoch(self, transactional_id):
+        """The coordinator epoch of the id's markers: 0 on a database on its own."""
+        return self._coordinator_epochs.get(self.partition_of(transactional_id).partition, 0)
+
+    def reload_partition(self, partition, coordinator_epoch):
         """Forget the ids of `partition` and replay it from its start (a cluster's broker
-        that now leads it); returns the ids it holds."""
+        that now leads it, at leader epoch coordinator_epoch); returns the ids it holds."""
         tp = TopicPartition(TRANSACTION_STATE_TOPIC, partition)
+        self._coordinator_epochs[partition] = coordinator_epoch
         if not self.partitions:
             self.partition_of("")
         for transactional_id in [t for t in self.transactions

@@ -17,6 +17,7 @@ _ERROR_CODES = [
     (errors.UnknownLeaderEpochError, ErrorCode.unknown_leader_epoch),
     (errors.NotCoordinatorError, ErrorCode.not_coordinator),
     (errors.CoordinatorNotAvailableError, ErrorCode.coordinator_not_available),
+    (errors.CoordinatorLoadInProgressError, ErrorCode.coordinator_load_in_progress),
     (errors.InvalidReplicationFactorError, ErrorCode.invalid_replication_factor),
     # storage and topics
     (errors.UnknownTopicOrPartitionError, ErrorCode.unknown_topic_or_partition),
@@ -44,6 +45,7 @@ _ERROR_CODES = [
     (errors.InvalidProducerIdMappingError, ErrorCode.invalid_producer_id_mapping),
     (errors.InvalidTransactionTimeoutError, ErrorCode.invalid_transaction_timeout),
     (errors.ConcurrentTransactionsError, ErrorCode.concurrent_transactions),
+    (errors.TransactionCoordinatorFencedError, ErrorCode.transaction_coordinator_fenced),
     # consumer groups
     (errors.RebalanceInProgressError, ErrorCode.rebalance_in_progress),
     (errors.IllegalGenerationError, ErrorCode.illegal_generation),

@@ -73,10 +73,10 @@ class GroupHandlers:
 
     def _check_coordinator(self, group_id):
         """NOT_COORDINATOR for a group another broker of the cluster coordinates (its client
-        then asks FindCoordinator again), as Kafka's GroupCoordinator answers."""
-        if self._view is not None and self._view.coordinator_for(group_id, 0) != self._node:
-            raise errors.NotCoordinatorError(
-                f"broker {self._node} does not coordinate group {group_id!r}")
+        then asks FindCoordinator again), COORDINATOR_LOAD_IN_PROGRESS while this one loads
+        it, as Kafka's GroupCoordinator answers."""
+        if self._view is not None:
+            self._view.check_coordinating(group_id, 0)
 
     def find_coordinator(self, version, body, context):
         cls, types = response_types(FIND_COORDINATOR, version)

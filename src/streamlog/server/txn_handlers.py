@@ -52,11 +52,11 @@ class TxnHandlers:
     def _coordinating(self, key, key_type=1):
         """The transaction coordinator, after checking that this broker coordinates key (a
         transactional id; key_type 0: a group) in its cluster: NOT_COORDINATOR otherwise,
-        and the client asks FindCoordinator again."""
+        and the client asks FindCoordinator again (COORDINATOR_LOAD_IN_PROGRESS while this
+        broker loads the key's partition after its election)."""
         view = None if self.broker.replicas is None else self.broker.replicas.view
-        if view is not None and view.coordinator_for(key, key_type) != view.node_id:
-            raise errors.NotCoordinatorError(
-                f"broker {view.node_id} does not coordinate {key!r}")
+        if view is not None:
+            view.check_coordinating(key, key_type)
         return self.transactions
 
     def _call(self, method, transactional_id, *args):

@@ -35,7 +35,8 @@ from collections import deque
 from typing import NamedTuple
 
 from ..errors import (CorruptRecordError, InvalidProducerEpochError, InvalidRecordError,
-                      InvalidTxnStateError, KafkaStorageError, OutOfOrderSequenceError)
+                      InvalidTxnStateError, KafkaStorageError, OutOfOrderSequenceError,
+                      TransactionCoordinatorFencedError)
 from . import codec, files
 from .durable import read_whole, write_atomically
 from .record_batch import (CONTROL_ABORT, CONTROL_COMMIT, NO_PRODUCER_EPOCH, NO_SEQUENCE,
@@ -133,6 +134,7 @@ class ProducerBatch(NamedTuple):
     is_transactional: bool
     is_control: bool
     control_type: int      # CONTROL_ABORT / CONTROL_COMMIT of a marker, else -1
+    coordinator_epoch: int = -1   # a COMMIT/ABORT marker's, else -1
 
     @property
     def offset_delta(self):
@@ -142,10 +144,12 @@ class ProducerBatch(NamedTuple):
 def producer_batch(batch, first_offset, verified=False):
     """ProducerBatch of a RecordBatch header that will sit at first_offset; verified: its
     CRC was checked already (an append's validation), so a marker's is not again."""
+    control_type, coordinator_epoch = batch.end_txn_marker(verify=not verified) \
+        if batch.is_control else (-1, -1)
     return ProducerBatch(batch.producer_id, batch.producer_epoch, batch.base_sequence,
                          batch.last_sequence, first_offset, first_offset + batch.last_offset_delta,
                          batch.max_timestamp, batch.is_transactional, batch.is_control,
-                         batch.control_type(verify=not verified) if batch.is_control else -1)
+                         control_type, coordinator_epoch)
 
 
 class CompletedTxn(NamedTuple):
@@ -213,6 +217,7 @@ class ProducerState:
                     raise InvalidRecordError("a client may not write a control batch; "
                                              "transaction markers come from the coordinator")
                 self._check_epoch(entry, b)
+                self._check_coordinator_epoch(entry, b)
                 _replay(entry, b, completed)
                 continue
             self._check_epoch(entry, b)
@@ -233,6 +238,18 @@ class ProducerState:
             raise InvalidProducerEpochError(
                 f"producer {b.producer_id} wrote with epoch {b.epoch}, older than its current "
                 f"epoch {entry.epoch}: a newer instance of this producer fenced it; close it")
+
+    @staticmethod
+    def _check_coordinator_epoch(entry, b):
+        # A marker of a coordinator that lost its partition of __transaction_state to a
+        # newer one (a killed broker's EndTxn still running) would end whatever transaction
+        # the producer has open now: refused, as Kafka's checkCoordinatorEpoch.
+        if b.control_type in (CONTROL_ABORT, CONTROL_COMMIT) and \
+                b.coordinator_epoch < entry.coordinator_epoch:
+            raise TransactionCoordinatorFencedError(
+                f"a marker of producer {b.producer_id} from coordinator epoch "
+                f"{b.coordinator_epoch}, older than the {entry.coordinator_epoch} of the last "
+                "marker here: a newer coordinator took over its transactions")
 
     @staticmethod
     def _check_sequence(current, entry, b):
@@ -456,6 +473,7 @@ def _replay(entry, b, completed):
                                           b.control_type == CONTROL_ABORT))
         if b.epoch > entry.epoch:
             entry.set_epoch(b.epoch)
+        entry.coordinator_epoch = b.coordinator_epoch
         entry.txn_first_offset = -1
         entry.last_timestamp = b.max_timestamp
         return

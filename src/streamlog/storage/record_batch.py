@@ -249,20 +249,44 @@ class RecordBatch:
             return -1
         if verify:
             self.ensure_valid()
-        if self.compression == compression.NONE:
-            # Markers are written uncompressed (Kafka's too): read the first record's key in
-            # place instead of decoding the batch, which costs ten times more (the producer
-            # state reads it at every marker's append).
-            key = self._first_key()
-        else:
-            key = self.records(verify=False).key(0)
+        return self._control_type(self._control_record(with_value=False)[0])
+
+    def end_txn_marker(self, verify=True):
+        """(control type, coordinator epoch) of a control batch, in one read of its record:
+        the epoch a COMMIT/ABORT marker's value carries (the producer state fences a marker
+        of an older coordinator with it), -1 for other control types; (-1, -1) for a control
+        batch the log cleaner emptied."""
+        if self.records_count == 0:
+            return -1, -1
+        if verify:
+            self.ensure_valid()
+        key, value = self._control_record(with_value=True)
+        control_type = self._control_type(key)
+        if control_type not in (CONTROL_ABORT, CONTROL_COMMIT):
+            return control_type, -1
+        if value is None or len(value) < _END_TXN_VALUE.size:
+            raise CorruptRecordError("transaction marker without a valid value", self.path,
+                                     self._where())
+        return control_type, _END_TXN_VALUE.unpack_from(value)[1]
+
+    def coordinator_epoch(self):
+        """The coordinator epoch an end-transaction marker's value carries."""
+        return self.end_txn_marker()[1]
+
+    def _control_type(self, key):
         if key is None or len(key) < 4:
             raise CorruptRecordError("control record without a valid key", self.path,
                                      self._where())
         return _CONTROL_KEY.unpack_from(key)[1]
 
-    def _first_key(self):
-        """The key (bytes or None) of the first record of an uncompressed batch."""
+    def _control_record(self, with_value):
+        """(key, value) of a control batch's first record (value None unless with_value)."""
+        if self.compression != compression.NONE:
+            records = self.records(verify=False)
+            return records.key(0), records.values()[0] if with_value else None
+        # Markers are written uncompressed (Kafka's too): read the first record in place
+        # instead of decoding the batch, which costs ten times more (the producer state
+        # reads it at every marker's append).
         buf, pos = self.buf, self.position + RECORDS_OFFSET
         end = self.position + self.size_in_bytes
         try:
@@ -270,23 +294,23 @@ class RecordBatch:
             pos += 1                                    # its attributes
             _, pos = decode_varlong(buf, pos, end)      # timestamp delta
             _, pos = decode_varint(buf, pos, end)       # offset delta
-            length, pos = decode_varint(buf, pos, end)
+            key, pos = self._field(buf, pos, end, "key")
+            value = None
+            if with_value:
+                value, pos = self._field(buf, pos, end, "value")
         except MalformedRecord as exc:
             raise CorruptRecordError(f"control record: {exc}", self.path, self._where()) from None
-        if length < 0:
-            return None
-        if pos + length > end:
-            raise CorruptRecordError("control record key runs past the end of the batch",
-                                     self.path, self._where())
-        return bytes(buf[pos:pos + length])
+        return key, value
 
-    def coordinator_epoch(self):
-        """The coordinator epoch an end-transaction marker's value carries."""
-        value = self.records().values()[0]
-        if value is None or len(value) < _END_TXN_VALUE.size:
-            raise CorruptRecordError("transaction marker without a valid value", self.path,
-                                     self._where())
-        return _END_TXN_VALUE.unpack_from(value)[1]
+    def _field(self, buf, pos, end, name):
+        """A record's length-prefixed key or value at pos: (bytes or None, the next pos)."""
+        length, pos = decode_varint(buf, pos, end)
+        if length < 0:
+            return None, pos
+        if pos + length > end:
+            raise CorruptRecordError(f"control record {name} runs past the end of the batch",
+                                     self.path, self._where())
+        return bytes(buf[pos:pos + length]), pos + length
 
 
 class Records:

@@ -8,7 +8,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from streamlog.errors import (CorruptRecordError, InvalidProducerEpochError, InvalidRecordError,
-                              InvalidTxnStateError, OutOfOrderSequenceError)
+                              InvalidTxnStateError, OutOfOrderSequenceError,
+                              TransactionCoordinatorFencedError)
 from streamlog.storage import files
 from streamlog.storage.producer_state import (COORDINATOR, INT32_MAX, NUM_BATCHES_TO_RETAIN,
                                               REPLICA, BatchMetadata, ProducerBatch,
@@ -25,9 +26,9 @@ def batch(first_seq, count=1, epoch=0, offset=0, pid=PID, ts=1000, txn=False):
                          False, -1)
 
 
-def marker(commit, epoch=0, offset=0, pid=PID, ts=1000):
+def marker(commit, epoch=0, offset=0, pid=PID, ts=1000, coordinator_epoch=0):
     return ProducerBatch(pid, epoch, -1, -1, offset, offset, ts, True, True,
-                         CONTROL_COMMIT if commit else CONTROL_ABORT)
+                         CONTROL_COMMIT if commit else CONTROL_ABORT, coordinator_epoch)
 
 
 class Log:
@@ -166,6 +167,30 @@ def test_a_marker_from_an_older_epoch_is_fenced_and_a_client_may_not_write_one(l
     assert completed[0].aborted and log.state.producers[PID].epoch == 3
     with pytest.raises(InvalidProducerEpochError):
         log.append(1, epoch=2)
+
+
+def test_a_marker_of_an_older_coordinator_epoch_is_fenced(log):
+    """Kafka's ProducerAppendInfo.checkCoordinatorEpoch: once a coordinator of epoch 4 wrote
+    a marker for the producer here, a marker of epoch 3 (a replaced coordinator's request
+    still running) is refused, whatever transaction is open now; an equal or newer epoch
+    is taken, and a replica copies what its leader wrote."""
+    log.append(0, txn=True)
+    updated, _, _ = log.state.check([marker(True, offset=1, coordinator_epoch=4)],
+                                    origin=COORDINATOR)
+    log.state.apply(updated, 2)
+    assert log.state.producers[PID].coordinator_epoch == 4
+    log.end = 2
+    log.append(1, txn=True)                                   # the next transaction, open
+    with pytest.raises(TransactionCoordinatorFencedError, match="coordinator epoch 3"):
+        log.state.check([marker(True, offset=3, coordinator_epoch=3)], origin=COORDINATOR)
+    assert log.state.first_unstable_offset() == 2             # still open
+    for epoch in (4, 5):
+        updated, _, completed = log.state.check(
+            [marker(False, offset=3, coordinator_epoch=epoch)], origin=COORDINATOR)
+        assert completed[0].aborted and updated[PID].coordinator_epoch == epoch
+    updated, _, _ = log.state.check([marker(False, offset=3, coordinator_epoch=1)],
+                                    origin=REPLICA)
+    assert updated[PID].coordinator_epoch == 1
 
 
 def test_replica_batches_skip_the_rules(log):

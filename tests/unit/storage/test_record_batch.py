@@ -139,17 +139,24 @@ def test_control_batch_layout():
 
 @settings(max_examples=100)
 @given(st.integers(-2**15, 2**15 - 1), st.integers(0, 2**40), st.integers(-2**20, 2**20),
-       st.sampled_from([compression.NONE, compression.GZIP]))
-def test_control_type_read_in_place_is_the_decoded_keys(kind, timestamp, delta, codec_id):
-    """control_type() reads an uncompressed batch's first key without decoding the batch:
-    the same answer as the decode, whatever the varints around the key take."""
-    built = rb.build_batch([b"\x00\x00\x00\x00\x00\x01", b"v"],
+       st.sampled_from([compression.NONE, compression.GZIP]), st.integers(-2**31, 2**31 - 1))
+def test_control_type_read_in_place_is_the_decoded_keys(kind, timestamp, delta, codec_id,
+                                                        coordinator_epoch):
+    """control_type() and end_txn_marker() read an uncompressed batch's first record without
+    decoding the batch: the same answers as the decode, whatever the varints around the key
+    and value take."""
+    value = rb._END_TXN_VALUE.pack(0, coordinator_epoch)
+    built = rb.build_batch([value, b"v"],
                            keys=[rb._CONTROL_KEY.pack(0, kind), b"other"],
                            timestamps=[timestamp, timestamp + delta], is_control=True,
                            is_transactional=True, compression_type=codec_id)
     batch = rb.RecordBatch(built)
-    decoded = batch.records().key(0)
-    assert batch.control_type() == rb._CONTROL_KEY.unpack(decoded)[1] == kind
+    decoded = batch.records()
+    assert batch.control_type() == rb._CONTROL_KEY.unpack(decoded.key(0))[1] == kind
+    marker = kind in (rb.CONTROL_ABORT, rb.CONTROL_COMMIT)
+    assert batch.end_txn_marker() == \
+        (kind, rb._END_TXN_VALUE.unpack(decoded.values()[0])[1] if marker else -1)
+    assert batch.end_txn_marker()[1] == (coordinator_epoch if marker else -1)
 
 
 def test_control_type_refuses_a_bad_key_and_checks_the_crc_unless_told_not_to():
@@ -168,6 +175,11 @@ def test_control_type_refuses_a_bad_key_and_checks_the_crc_unless_told_not_to():
     long_key[rb.RECORDS_OFFSET + 4] = 0x7E   # key length 63: past the end of the batch
     with pytest.raises(CorruptRecordError, match="past the end"):
         rb.RecordBatch(long_key).control_type(verify=False)
+    valueless = rb.build_batch([None], keys=[rb._CONTROL_KEY.pack(0, rb.CONTROL_COMMIT)],
+                               timestamp=1, is_control=True)
+    assert rb.RecordBatch(valueless).control_type() == rb.CONTROL_COMMIT
+    with pytest.raises(CorruptRecordError, match="without a valid value"):
+        rb.RecordBatch(valueless).end_txn_marker()
 
 
 def test_log_append_time_uses_max_timestamp_for_every_record():

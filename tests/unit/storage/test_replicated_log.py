@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from streamlog.errors import NotLeaderOrFollowerError
+from streamlog.errors import NotLeaderOrFollowerError, TransactionCoordinatorFencedError
 
 from streamlog.storage import files
 from streamlog.storage.leader_epoch_cache import LEADER_EPOCH_CHECKPOINT
@@ -203,6 +203,38 @@ def test_a_follower_indexes_aborted_transactions_as_its_leader_did(log_dir):
         log.set_high_watermark(log.log_end_offset)
         assert log.last_stable_offset == 3
         assert [t.producer_id for t in log.aborted_transactions(0, 3)] == [1, 2]
+
+
+def test_the_coordinator_epoch_of_markers_fences_older_coordinators_on_every_replica(log_dir):
+    # A marker of coordinator epoch 3 arriving after one of epoch 4 comes from a replaced
+    # coordinator (Kafka's checkCoordinatorEpoch): refused by the leader, by a follower that
+    # became leader, and after a reopen, whatever transaction of the producer is open.
+    leader, follower = replica(log_dir, "l-0"), replica(log_dir, "f-0")
+    leader.become_leader(0)
+    follower.become_follower()
+
+    def open_transaction(log, seq):
+        log.append(build_batch([b"t%d" % seq], timestamp=1, producer_id=9, producer_epoch=0,
+                               base_sequence=seq, is_transactional=True))
+    open_transaction(leader, 0)
+    leader.write_txn_marker(9, 0, 4, commit=True)
+    open_transaction(leader, 1)
+    with pytest.raises(TransactionCoordinatorFencedError):
+        leader.write_txn_marker(9, 0, 3, commit=True)
+    replicate(leader, follower)
+    follower.become_leader(1)
+    end = follower.log_end_offset
+    with pytest.raises(TransactionCoordinatorFencedError):
+        follower.write_txn_marker(9, 0, 3, commit=True)
+    assert follower.log_end_offset == end
+    follower.close()
+    reopened = replica(log_dir, "f-0")
+    reopened.become_leader(2)
+    with pytest.raises(TransactionCoordinatorFencedError):
+        reopened.write_txn_marker(9, 0, 3, commit=False)
+    reopened.write_txn_marker(9, 0, 5, commit=False)   # a newer coordinator's ends it
+    reopened.set_high_watermark(reopened.log_end_offset)
+    assert reopened.last_stable_offset == reopened.log_end_offset
 
 
 def test_truncation_below_the_log_start_restarts_the_log_there(log_dir):
