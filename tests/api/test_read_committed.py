@@ -254,3 +254,64 @@ def test_verify_checks_the_txn_index_against_the_markers(db):
     report = verify_directory(db.path)
     assert [p.message for p in report.problems] == [
         f"entry (producer {B}, offsets 0..1) does not end at an ABORT marker of that producer"]
+
+
+def test_a_read_only_view_that_retention_overtook_agrees_with_the_writer(db, tmp_path):
+    # A view (a Spark executor's) that did not refresh while the writer's DeleteRecords and
+    # retention removed batches it had not followed -- a transaction's marker, another's
+    # start -- starts following again from the writer's snapshot and .txnindex files: its
+    # LSO and read_committed records are the writer's (they were stuck at the removed
+    # transaction's start, or ran past the open one).
+    broker = db._broker
+    db.create_topic("r", partitions=1, config={"segment.bytes": 200})
+    tp = TopicPartition("r", 0)
+    plain = db.producer(linger_ms=0)
+
+    def send_plain(count):
+        for _ in range(count):
+            plain.send("r", value=b"p", partition=0).result()
+    send_plain(1)
+    a, b = Txn(broker, A), Txn(broker, B)
+    a.send(b"a0", tp=tp)                                      # A open at 1
+    writer = broker.partition_log(tp)
+    with streamlog.open(str(tmp_path / "db"), readonly=True) as view:
+        view_log = view._broker.partition_log(tp)
+        assert read(view, "read_committed", tp) == [(0, b"p")]   # held at A's start
+        a.end(commit=True, tp=tp)
+        b.send(b"b0", tp=tp)                                  # B open
+        send_plain(12)                                        # several segments
+        broker.delete_records({tp: writer.log_end_offset - 3})   # A's marker, B's start
+        writer.delete_old_segments()
+        assert writer.last_stable_offset == writer.log_start_offset   # B is still open
+        assert read(view, "read_committed", tp) == read(db, "read_committed", tp) == []
+        assert view_log.last_stable_offset == writer.last_stable_offset
+        b.end(commit=False, tp=tp)
+        send_plain(1)
+        expected = read(db, "read_committed", tp)
+        assert [v for _, v in expected] == [b"p"] * 4
+        assert read(view, "read_committed", tp) == expected
+        assert view_log.last_stable_offset == writer.last_stable_offset
+
+
+def test_a_read_only_view_does_not_run_past_a_transaction_whose_start_it_never_saw(db,
+                                                                                    tmp_path):
+    # The view had followed everything; then a transaction opened and DeleteRecords removed
+    # its start before the view refreshed. The writer's LSO stays at the log start while
+    # it is open, and so must the view's (it returned the records after it as committed).
+    broker = db._broker
+    db.create_topic("r", partitions=1, config={"segment.bytes": 200})
+    tp = TopicPartition("r", 0)
+    plain = db.producer(linger_ms=0)
+    plain.send("r", value=b"p", partition=0).result()
+    writer = broker.partition_log(tp)
+    with streamlog.open(str(tmp_path / "db"), readonly=True) as view:
+        assert read(view, "read_committed", tp) == [(0, b"p")]
+        b = Txn(broker, B)
+        b.send(b"b0", tp=tp)                                  # B open at 1
+        for _ in range(12):
+            plain.send("r", value=b"q", partition=0).result()
+        broker.delete_records({tp: writer.log_end_offset - 3})
+        writer.delete_old_segments()
+        assert read(db, "read_committed", tp) == []
+        assert read(view, "read_committed", tp) == []
+        assert view._broker.partition_log(tp).last_stable_offset == writer.log_start_offset

@@ -189,11 +189,13 @@ class PartitionLog:
         state = self.producer_state
         start = state.load_readonly(listing.snapshot_offsets, self._next_offset)
         if start is None:
+            state.ongoing = {}
             if not listing.snapshot_offsets:
                 state.map_end_offset = self._next_offset  # no producer id below it
                 return
             start = self.log_start_offset   # none readable: read the whole log
-            state.map_end_offset = start
+        # Batches below the log start are not read (the writer's rebuild skips them too).
+        state.map_end_offset = max(start, self.log_start_offset)
         self._follow_to(self._next_offset)
 
     def _batches_between(self, offset, end, below_high_watermark=True):
@@ -211,6 +213,13 @@ class PartitionLog:
         """Read-only: follow() the writer's batches up to end; an ABORT marker seen adds the
         entry the writer put in its .txnindex (this view need not list the file again)."""
         state = self.producer_state
+        if state.map_end_offset < self.log_start_offset:
+            # The writer's retention or delete_records removed batches this view had not
+            # followed yet: a transaction's start or its marker may be among them, and the
+            # open transactions it knows are no longer right. It starts again from the
+            # writer's newest snapshot and .txnindex files, as a view opened now would.
+            self._start_following()
+            return
         try:
             # Before the high watermark moves: a reader must never see the new high
             # watermark without the transactions that opened below it.
