@@ -5,6 +5,7 @@ FindCoordinator naming brokers of the cluster; NOT_COORDINATOR from a broker tha
 not coordinate the group. Each rule is Kafka's (KafkaApis, ReplicaManager, MetadataCache)."""
 import datetime
 import socket
+import threading
 
 import pytest
 
@@ -133,6 +134,52 @@ def test_describe_cluster_and_find_coordinator_name_the_clusters_brokers(cluster
     moved = cluster.coordinator_for("group-a")
     assert moved != coordinator and cluster.alive(moved)
     wait_until(lambda: moved in [b[0] for b in cluster.reachable_brokers()], "its listener")
+
+
+def test_a_coordinator_still_loading_a_group_answers_as_kafka_does(cluster, monkeypatch):
+    # Kafka's GroupCoordinator while it loads a group's partition: JoinGroup and OffsetFetch
+    # answer COORDINATOR_LOAD_IN_PROGRESS (clients retry), SyncGroup REBALANCE_IN_PROGRESS
+    # (the rebalance was lost; older clients do not expect the other), and a Heartbeat NONE
+    # (its member keeps its partitions): GroupCoordinator.scala's handleJoinGroup,
+    # handleSyncGroup and handleHeartbeat. What it held of the group before is not answered.
+    from kio.schema.join_group.v3.request import JoinGroupRequest, JoinGroupRequestProtocol
+    from kio.schema.offset_fetch.v6.request import OffsetFetchRequest
+    from kio.schema.sync_group.v3.request import SyncGroupRequest
+    from streamlog.coordinator.group_coordinator import GroupCoordinator
+    old = cluster.coordinator_for("group-l")
+    cluster.wait_in_sync("__consumer_offsets")
+    release, loading = threading.Event(), threading.Event()
+    take_over = GroupCoordinator.take_over
+
+    def slow_take_over(self, partition):
+        loading.set()
+        release.wait(60)
+        return take_over(self, partition)
+    monkeypatch.setattr(GroupCoordinator, "take_over", slow_take_over)
+    cluster.kill(old)
+    assert loading.wait(60)
+    new = cluster.coordinator_for("group-l")
+    wait_until(lambda: new in [b[0] for b in cluster.reachable_brokers()], "its listener")
+    with connect(cluster, new) as sock:
+        def beat():
+            return call(sock, HeartbeatRequest(group_id="group-l", generation_id=i32(1),
+                                               member_id="m", group_instance_id=None))
+        joined = call(sock, JoinGroupRequest(
+            group_id="group-l", session_timeout=SECONDS, rebalance_timeout=SECONDS,
+            member_id="", protocol_type="consumer",
+            protocols=(JoinGroupRequestProtocol(name="range", metadata=b""),)))
+        synced = call(sock, SyncGroupRequest(group_id="group-l", generation_id=i32(1),
+                                             member_id="m", group_instance_id=None,
+                                             assignments=()))
+        fetched = call(sock, OffsetFetchRequest(group_id="group-l", topics=None))
+        assert joined.error_code == ErrorCode.coordinator_load_in_progress
+        assert synced.error_code == ErrorCode.rebalance_in_progress
+        assert fetched.error_code == ErrorCode.coordinator_load_in_progress
+        assert beat().error_code == ErrorCode.none
+        release.set()
+        # Loaded: the member is unknown to the group (it never joined this coordinator).
+        wait_until(lambda: beat().error_code == ErrorCode.unknown_member_id,
+                   "the coordinator to answer from the loaded group")
 
 
 def test_topics_deleted_or_grown_while_a_broker_is_down_are_so_when_it_returns(cluster):

@@ -3,9 +3,13 @@
 One table, most specific class first (a subclass before its base): the first entry the
 exception is an instance of gives the code; UNKNOWN_SERVER_ERROR when none fits.
 """
+import logging
+
 from kio.schema.errors import ErrorCode
 
 from .. import errors
+
+log = logging.getLogger("streamlog.server")
 
 _ERROR_CODES = [
     # replication
@@ -100,4 +104,6 @@ def error_code(exc):
     for cls, code in _ERROR_CODES:
         if isinstance(exc, cls):
             return code
+    # Clients treat it as fatal: say which error had no code of its own.
+    log.warning("answering UNKNOWN_SERVER_ERROR for %s: %s", type(exc).__name__, exc)
     return ErrorCode.unknown_server_error

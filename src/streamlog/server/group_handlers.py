@@ -149,7 +149,15 @@ class GroupHandlers:
             assignments = {a.member_id: _assignment(a.assignment)
                            if protocol_type == PROTOCOL_TYPE else bytes(a.assignment)
                            for a in body.assignments} or None
-            self._check_coordinator(body.group_id)
+            try:
+                self._check_coordinator(body.group_id)
+            except errors.CoordinatorLoadInProgressError:
+                # The rebalance under way was lost with the old coordinator: the members
+                # join again. Kafka answers this, not LOAD_IN_PROGRESS, which older
+                # clients do not expect from SyncGroup.
+                raise errors.RebalanceInProgressError(
+                    f"the coordinator of group {body.group_id!r} is loading it; join "
+                    "again") from None
             pending = self.coordinator.sync_group(body.group_id, body.member_id,
                                                   int(body.generation_id), instance,
                                                   assignments)
@@ -177,7 +185,12 @@ class GroupHandlers:
 
     def heartbeat(self, version, body, context):
         cls, _ = response_types(HEARTBEAT, version)
-        exc = failure(self._check_coordinator, body.group_id) or failure(
+        exc = failure(self._check_coordinator, body.group_id)
+        if isinstance(exc, errors.CoordinatorLoadInProgressError):
+            # Kafka answers a heartbeat blindly while it loads the group: its members
+            # must not give up their partitions for it.
+            return build(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.none)
+        exc = exc or failure(
             self.coordinator.heartbeat, body.group_id, body.member_id,
             int(body.generation_id), getattr(body, "group_instance_id", None))
         return build(cls, throttle_time=NO_THROTTLE, error_code=error_code(exc))
