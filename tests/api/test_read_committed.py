@@ -1,6 +1,7 @@
 """Transactional data, markers, the last stable offset and read_committed (KAFKA_REFERENCE.md
 §6.3), driven at the broker's request interface: the partitions' side of transactions, which
 the transaction coordinator's markers complete."""
+import contextlib
 import os
 import time
 
@@ -315,3 +316,46 @@ def test_a_read_only_view_does_not_run_past_a_transaction_whose_start_it_never_s
         assert read(db, "read_committed", tp) == []
         assert read(view, "read_committed", tp) == []
         assert view._broker.partition_log(tp).last_stable_offset == writer.log_start_offset
+
+
+@pytest.mark.parametrize("opened", ["before", "after"])
+def test_a_read_only_view_reads_the_markers_between_a_snapshot_and_the_log_start(
+        db, tmp_path, opened):
+    # Snapshots come at rolls, and DeleteRecords may put the log start inside the segment
+    # after one: a view starting from that snapshot (opened then, or after the writer's
+    # retention overtook it) must read the COMMIT marker between the snapshot and the log
+    # start, still on disk, or the committed transaction stays open in it for good.
+    broker = db._broker
+    db.create_topic("r", partitions=1, config={"segment.bytes": 300})
+    tp = TopicPartition("r", 0)
+    plain = db.producer(linger_ms=0)
+
+    def send():
+        plain.send("r", value=b"p", partition=0).result()
+    send()
+    writer = broker.partition_log(tp)
+    path = str(tmp_path / "db")
+    with contextlib.ExitStack() as stack:
+        if opened == "before":
+            view = stack.enter_context(streamlog.open(path, readonly=True))
+            assert read(view, "read_committed", tp) == [(0, b"p")]
+        a = Txn(broker, A)
+        a.send(b"a0", tp=tp)
+        while len(writer._segments) < 2:      # a roll while A is open: its snapshot has A
+            send()
+        a.end(commit=True, tp=tp)
+        send()
+        snapshot = writer._bases[-1]
+        broker.delete_records({tp: writer.log_end_offset})   # past the marker
+        writer.delete_old_segments()
+        assert writer._bases == [snapshot] < [writer.log_start_offset]
+        if opened == "after":
+            view = stack.enter_context(streamlog.open(path, readonly=True))
+        for more in (0, 2):
+            for _ in range(more):
+                send()
+            expected = read(db, "read_committed", tp)
+            assert len(expected) == more
+            assert read(view, "read_committed", tp) == expected
+            assert view._broker.partition_log(tp).last_stable_offset == \
+                writer.last_stable_offset

@@ -275,3 +275,27 @@ def test_a_new_coordinator_answers_load_in_progress_until_it_has_loaded(tmp_path
         leader = cluster.broker(cluster.leader("out", 0))
         log = leader.partition_log(tps[0])
         assert log.last_stable_offset == log.log_end_offset   # its transaction aborted
+
+
+def test_a_coordinator_load_that_failed_is_tried_again(tmp_path, monkeypatch):
+    """A new coordinator whose load of its partition fails (a disk error) answers
+    COORDINATOR_LOAD_IN_PROGRESS meanwhile and loads again, instead of serving that
+    partition's ids from an older leader's memory, or never again."""
+    with in_process_cluster(tmp_path) as cluster:
+        pid, epoch, tps = open_transaction(cluster, "tx-f", [b"open"])
+        old = cluster.coordinator_for("tx-f", TRANSACTION)
+        failures = []
+        take_over = TransactionCoordinator.take_over
+        own = cluster.coordinator_partition("tx-f", TRANSACTION).partition
+
+        def failing_once(self, partition, coordinator_epoch):
+            if partition == own and not failures:
+                failures.append(partition)
+                raise KafkaStorageError("injected: the disk failed")
+            return take_over(self, partition, coordinator_epoch)
+        monkeypatch.setattr(TransactionCoordinator, "take_over", failing_once)
+        cluster.kill(old)
+        wait_until(lambda: failures, "the first load to fail")
+        new_pid, new_epoch = until_served(
+            lambda: coordinator_of(cluster, "tx-f").init_producer_id("tx-f", 60_000))
+        assert (new_pid, new_epoch) == (pid, epoch + 2)   # it knew the open transaction

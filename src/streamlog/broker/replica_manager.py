@@ -53,6 +53,8 @@ from ..errors import (CoordinatorLoadInProgressError, FencedLeaderEpochError,
                       UnknownLeaderEpochError)
 from ..storage.checkpoint import CorruptCheckpointError, OffsetCheckpointFile
 
+LOAD_RETRY_S = 1.0   # after a leadership listener failed to load a partition
+
 log = logging.getLogger("streamlog.replication")
 
 HIGH_WATERMARK_CHECKPOINT = "replication-offset-checkpoint"
@@ -208,7 +210,7 @@ class ReplicaManager:
             if tp is None:
                 return
             replica = self._replicas.get(tp)
-            if replica is None:
+            if replica is None or replica.state.leader != self.node_id or self._fenced:
                 continue
             epoch, loaded = replica.state.leader_epoch, True
             for listener in self.leadership_listeners:
@@ -217,9 +219,16 @@ class ReplicaManager:
                 except Exception:
                     loaded = False
                     if not self._closed.is_set():
-                        log.exception("broker %d: taking over %s failed", self.node_id, tp)
+                        log.exception("broker %d: taking over %s failed; trying again in "
+                                      "%g s", self.node_id, tp, LOAD_RETRY_S)
             if loaded:
                 self._loaded[tp] = epoch
+            elif not self._closed.is_set():
+                # Until a load succeeds the partition's coordinator answers LOAD_IN_PROGRESS
+                # (its memory is an older leader's): a failure (a disk error) is retried.
+                retry = threading.Timer(LOAD_RETRY_S, self._elections.put, (tp,))
+                retry.daemon = True
+                retry.start()
 
     def check_loaded(self, tp):
         """For a coordinator's request about a key of tp (an internal topic's partition):

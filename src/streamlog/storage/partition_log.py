@@ -194,15 +194,18 @@ class PartitionLog:
                 state.map_end_offset = self._next_offset  # no producer id below it
                 return
             start = self.log_start_offset   # none readable: read the whole log
-        # Batches below the log start are not read (the writer's rebuild skips them too).
-        state.map_end_offset = max(start, self.log_start_offset)
-        self._follow_to(self._next_offset)
+        # A snapshot below the log start (snapshots come at rolls; DeleteRecords moves the
+        # start inside a segment): the batches after it that are still on disk are read
+        # too, or a marker among them would leave its transaction open in this view.
+        state.map_end_offset = max(start, self._bases[0]) if self._bases else start
+        self._follow(self._next_offset)
 
-    def _batches_between(self, offset, end, below_high_watermark=True):
+    def _batches_between(self, offset, end, below_high_watermark=True, below_log_start=False):
         """Every whole batch from the one holding offset up to end, in order (the producer
         state's rebuild and a read-only view's following)."""
         while offset < end:
-            fetch = self._read(offset, 1 << 20, end, True, None, below_high_watermark)
+            fetch = self._read(offset, 1 << 20, end, True, None, below_high_watermark,
+                               below_log_start)
             if not fetch.batches:
                 return
             for batch in fetch.batches:
@@ -213,18 +216,24 @@ class PartitionLog:
         """Read-only: follow() the writer's batches up to end; an ABORT marker seen adds the
         entry the writer put in its .txnindex (this view need not list the file again)."""
         state = self.producer_state
-        if state.map_end_offset < self.log_start_offset:
-            # The writer's retention or delete_records removed batches this view had not
-            # followed yet: a transaction's start or its marker may be among them, and the
-            # open transactions it knows are no longer right. It starts again from the
-            # writer's newest snapshot and .txnindex files, as a view opened now would.
+        if self._bases and state.map_end_offset < self._bases[0]:
+            # The writer's retention removed batches this view had not followed yet: a
+            # transaction's start or its marker may be among them, and the open
+            # transactions it knows are no longer right. It starts again from the writer's
+            # newest snapshot and .txnindex files, as a view opened now would. (Batches
+            # below a log start that DeleteRecords moved are still read while on disk.)
             self._start_following()
-            return
+        else:
+            self._follow(end)
+
+    def _follow(self, end):
+        state = self.producer_state
         try:
             # Before the high watermark moves: a reader must never see the new high
             # watermark without the transactions that opened below it.
-            for batch in self._batches_between(max(state.map_end_offset, self.log_start_offset),
-                                               end, below_high_watermark=False):
+            for batch in self._batches_between(state.map_end_offset, end,
+                                               below_high_watermark=False,
+                                               below_log_start=True):
                 aborted = state.follow(batch)
                 if aborted is not None:
                     self.txn_indexes.remember(AbortedTxn(*aborted))
@@ -702,12 +711,13 @@ class PartitionLog:
                               below_high_watermark)
 
     def _read(self, fetch_offset, max_bytes, max_offset, min_one_batch, buffer,
-              below_high_watermark=True):
+              below_high_watermark=True, below_log_start=False):
         """below_high_watermark=False: max_offset alone bounds the read (a read-only view
-        following the writer's batches before it moves its high watermark past them)."""
+        following the writer's batches before it moves its high watermark past them);
+        below_log_start: what the first segment holds below the log start is read too."""
         segments, bases = self._segments, self._bases
         high_watermark = self.high_watermark
-        log_start = self.log_start_offset
+        log_start = bases[0] if below_log_start else self.log_start_offset
         end = self._next_offset
         if not below_high_watermark:
             upper = end if max_offset is None else max_offset
