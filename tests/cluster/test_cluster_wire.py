@@ -305,3 +305,31 @@ def test_a_kafka_python_consumer_reads_on_after_a_leader_change(cluster):
         assert got == [b"a", b"b", b"c", b"d", b"e"]
     finally:
         consumer.close()
+
+
+def test_a_coordinator_asked_for_while_its_topic_is_created_is_not_available_yet(
+        cluster, monkeypatch):
+    # The controller records the internal topic, then its partitions' states (pushed to
+    # the brokers before they are visible): a FindCoordinator arriving in between answers
+    # COORDINATOR_NOT_AVAILABLE, which clients retry (it was an UNKNOWN_SERVER_ERROR).
+    from streamlog.cluster.controller import Controller
+    from streamlog.errors import CoordinatorNotAvailableError
+    change = Controller._change
+    pushing, release = threading.Event(), threading.Event()
+
+    def slow_change(self, states):
+        if any(tp.topic == "__consumer_offsets" for tp in states):
+            pushing.set()
+            release.wait(30)
+        return change(self, states)
+    monkeypatch.setattr(Controller, "_change", slow_change)
+    first = threading.Thread(target=cluster.coordinator_for, args=("group-c",))
+    first.start()
+    try:
+        assert pushing.wait(30)
+        with pytest.raises(CoordinatorNotAvailableError):
+            cluster.coordinator_for("group-c")
+    finally:
+        release.set()
+        first.join(30)
+    assert cluster.coordinator_for("group-c") in cluster.broker_ids

@@ -381,7 +381,12 @@ class Cluster:
         ask, as Kafka makes it; CoordinatorNotAvailableError while that partition has no
         leader."""
         tp = self.coordinator_partition(key, key_type)
-        leader = self.controller.partitions[tp].leader
+        state = self.controller.partitions.get(tp)
+        if state is None:
+            # The topic is recorded before its partitions' first states, which reach the
+            # brokers first (Controller._add_partitions): another request is creating it.
+            raise CoordinatorNotAvailableError(f"{tp.topic} is being created")
+        leader = state.leader
         if leader == NO_LEADER:
             raise CoordinatorNotAvailableError(f"the partition of {tp.topic} that holds {key!r} "
                                                "has no leader now")
