@@ -88,3 +88,24 @@ def test_a_restarted_follower_writes_nothing_of_its_own_into_the_offsets_topic(c
         assert logs[0] == logs[1] == logs[2]
     finally:
         consumer.close()
+
+
+def test_a_stale_load_retry_does_not_load_a_partition_already_loaded(cluster):
+    # A failed load is retried a second later (replica_manager.LOAD_RETRY_S); if the
+    # partition was loaded at the current leader epoch meanwhile (a new election's load
+    # succeeded), the retry must not load it again: a group coordinator's load starts
+    # every group Empty, so its live members would have to join again.
+    from streamlog.structs import TopicPartition
+    leader = cluster.coordinator_for("g-stale")
+    cluster.wait_in_sync(OFFSETS_TOPIC)
+    manager = cluster.replica_manager(leader)
+    loaded, fresh = [TopicPartition(OFFSETS_TOPIC, p) for p in range(50)
+                     if cluster.leader(OFFSETS_TOPIC, p) == leader][:2]
+    wait_until(lambda: manager.loaded(loaded) and manager.loaded(fresh), "the first loads")
+    calls = []
+    manager.leadership_listeners.append(lambda tp, epoch: calls.append(tp))
+    manager._loaded.pop(fresh)          # as if its load had failed: it must load again
+    manager._elections.put(loaded)      # a retry left over from a failed earlier load
+    manager._elections.put(fresh)
+    wait_until(lambda: fresh in calls, "the failed partition's load")
+    assert loaded not in calls          # one loader thread: the stale retry came first

@@ -213,6 +213,11 @@ class ReplicaManager:
             if replica is None or replica.state.leader != self.node_id or self._fenced:
                 continue
             epoch, loaded = replica.state.leader_epoch, True
+            if self._loaded.get(tp) == epoch:
+                # A retry of an earlier epoch's failed load, after this epoch's succeeded
+                # (each election queues a new epoch once): loading again would reset the
+                # groups it serves, their members with them.
+                continue
             for listener in self.leadership_listeners:
                 try:
                     listener(tp, epoch)
