@@ -88,9 +88,14 @@ def test_aiokafka_subscribes_and_commits(db, server):
 
 
 def kafka_python_member(server, i, ctl):
+    # kafka-python's leader may assign before its first Metadata answer has arrived ("No
+    # partition metadata for topic t": every member gets nothing) and notices only at its
+    # next refresh, by default 5 minutes later (metadata.max.age.ms), which then makes it
+    # rejoin: a refresh every second keeps that client-side race from outlasting the wait.
     consumer = kafka.KafkaConsumer("t", bootstrap_servers=server.bootstrap_servers,
                                    group_id="three", auto_offset_reset="earliest",
-                                   enable_auto_commit=False, max_poll_records=5)
+                                   enable_auto_commit=False, max_poll_records=5,
+                                   metadata_max_age_ms=1000)
     try:
         while not ctl.stop.is_set():
             polled = consumer.poll(timeout_ms=200)
