@@ -39,8 +39,8 @@ from ..coordinator.transaction_coordinator import find_transaction_coordinator
 from ..coordinator.transaction_log import TRANSACTION_STATE_CONFIG, TRANSACTION_STATE_TOPIC
 from ..broker.replica_manager import DEFAULT_REPLICA_LAG_TIME_MAX_MS, NO_LEADER, ReplicaManager
 from ..errors import (CoordinatorNotAvailableError, InvalidRequestError, LeaderNotAvailableError,
-                      NotCoordinatorError, NotLeaderOrFollowerError, RequestTimedOutError, StreamlogError,
-                      TopicAlreadyExistsError, UnknownTopicOrPartitionError)
+                      NotCoordinatorError, NotLeaderOrFollowerError, RequestTimedOutError,
+                      StreamlogError, TopicAlreadyExistsError, UnknownTopicOrPartitionError)
 from ..storage.partition_log import wall_clock_ms
 from ..storage.record_batch import build_batch
 from ..structs import TopicPartition
@@ -120,12 +120,13 @@ class ClusterView:
         coordinates it (the client asks FindCoordinator again), CoordinatorLoadInProgressError
         while this one is still loading the key's partition after its election (what it
         holds in memory is from before: Kafka answers COORDINATOR_LOAD_IN_PROGRESS)."""
-        if self.coordinator_for(key, key_type) != self.node_id:
+        tp = self._cluster.coordinator_partition(key, key_type)
+        if self._cluster.partition_coordinator(tp, key) != self.node_id:
             raise NotCoordinatorError(f"broker {self.node_id} does not coordinate {key!r}")
         manager = self._cluster.replica_manager(self.node_id)
         if manager is None:
             raise NotCoordinatorError(f"broker {self.node_id} is down")
-        manager.check_loaded(self._cluster.coordinator_partition(key, key_type))
+        manager.check_loaded(tp)
 
     def write_txn_markers(self, markers):
         return self._cluster.write_txn_markers(self.node_id, markers)
@@ -380,7 +381,10 @@ class Cluster:
         min(3, brokers) times, as Kafka's offsets.topic.replication.factor) on the first
         ask, as Kafka makes it; CoordinatorNotAvailableError while that partition has no
         leader."""
-        tp = self.coordinator_partition(key, key_type)
+        return self.partition_coordinator(self.coordinator_partition(key, key_type), key)
+
+    def partition_coordinator(self, tp, key):
+        """The leader of tp, the partition of the internal topic that holds key."""
         state = self.controller.partitions.get(tp)
         if state is None:
             # The topic is recorded before its partitions' first states, which reach the
