@@ -56,11 +56,13 @@ class RecoveryReport:
     rebuilt_indexes: list = field(default_factory=list)     # (base_offset, problem)
     removed_files: list = field(default_factory=list)       # leftovers of interrupted work
     missing_head: tuple = None  # (log start, first segment base): the offsets between are gone
+    missing_tail: tuple = None  # (end found, checkpointed end) of a clean log: the tail is gone
 
     @property
     def noteworthy(self):
         """Whether the user should hear of this recovery (logged, and kept in the reports)."""
-        return bool(self.dropped_data or self.rebuilt_indexes or self.missing_head)
+        return bool(self.dropped_data or self.rebuilt_indexes or self.missing_head or
+                    self.missing_tail)
 
     @property
     def dropped_data(self):
@@ -79,6 +81,10 @@ class RecoveryReport:
             start, base = self.missing_head
             parts.append(f"offsets {start}..{base - 1} are missing: the log start offset "
                          f"checkpoint says {start} but the first segment starts at {base}")
+        if self.missing_tail:
+            end, point = self.missing_tail
+            parts.append(f"offsets {end}..{point - 1} are missing: the log was closed cleanly "
+                         f"at {point} but now ends at {end}")
         if self.rebuilt_indexes:
             parts.append(f"rebuilt indexes of {len(self.rebuilt_indexes)} segment(s)")
         if self.recovered_segments:
@@ -181,6 +187,12 @@ def load_log(directory, config, *, recovery_point=0, log_start_offset=None, clea
                                 log_start_offset=log_start_offset,
                                 clean_shutdown=clean_shutdown, now_ms=now_ms,
                                 open_files=open_files)
+        if clean_shutdown and next_offset is not None and next_offset < recovery_point:
+            # A clean close flushed the log to the checkpointed point, so its tail was
+            # removed since (damage, a cut at a batch boundary). Opened as unclean: the
+            # transaction index and producer state must not keep what it held.
+            report.missing_tail = (next_offset, recovery_point)
+            report.clean_shutdown = clean_shutdown = False
         if not clean_shutdown and segments:
             next_offset = _recover_from(segments, recovery_point, report)
         if not segments or next_offset < (log_start_offset or 0):

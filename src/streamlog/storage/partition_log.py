@@ -172,6 +172,8 @@ class PartitionLog:
         self.leader_epoch = None
         self._unreplicated = []
         if not readonly:
+            # The loader's verdict: a log marked clean may be found damaged.
+            clean_shutdown = loaded.report.clean_shutdown
             self.txn_indexes.load(loaded.txn_index_bases)
             if not clean_shutdown:
                 self.txn_indexes.truncate_from(self._next_offset)
@@ -260,7 +262,17 @@ class PartitionLog:
                 state.replay(producer_batch(batch, batch.base_offset))
         state.map_end_offset = self._next_offset
         if not clean_shutdown or start != self._next_offset:
+            self._sync_logs_before_snapshot()
             state.take_snapshot()
+
+    def _sync_logs_before_snapshot(self):
+        """fsync the log files the recovery point does not cover yet. A producer snapshot is
+        written durably (write_atomically), so it must never reach the disk before the
+        batches it describes: after a power loss that kept it and lost their bytes, with a
+        later segment kept past the hole (the loader does not cut at a gap), it would be
+        trusted, and a producer's retry of a lost batch answered as a duplicate."""
+        for segment in self._segments[_holding(self._bases, self.recovery_point):]:
+            segment.flush_log()
 
     # --- state -------------------------------------------------------------
 
@@ -658,6 +670,7 @@ class PartitionLog:
                 f"cannot roll {self.name}: a segment file for offset {new_base} already exists")
         if self.producer_state.has_history:
             # Kafka's roll snapshot: a crash later rebuilds from here, not from further back.
+            self._sync_logs_before_snapshot()
             self.producer_state.expire(now_ms)
             self.producer_state.take_snapshot(new_base)
         segment = LogSegment(self.directory, new_base, self.config, now_ms=now_ms,

@@ -2,6 +2,7 @@
 leftover temporary files."""
 import os
 import shutil
+import time
 
 import pytest
 
@@ -12,7 +13,7 @@ from streamlog.storage.log_directory import LogDirectory
 from streamlog.storage.partition_log import PartitionLog
 from streamlog.structs import TopicPartition
 
-from support import config, make_batch, read_all, segment_files
+from support import config, make_batch, read_all, segment_files, value_of
 from support.power_loss import PowerLoss
 
 CFG = dict(segment_bytes=3000, index_interval_bytes=200)
@@ -490,3 +491,71 @@ def test_a_new_partitions_first_flush_makes_its_names_durable(tmp_path, monkeypa
     first.flush()
     assert synced == []
     directory.close()
+
+
+# --- a producer snapshot never reaches the disk before the batches it describes ------------
+
+def idempotent(batch_no, sequence, records=5):
+    # Now's timestamps: the open would expire a producer whose last batch is from 1970.
+    return make_batch(batch_no, records, timestamp=int(time.time() * 1000), producer_id=7,
+                      producer_epoch=0, base_sequence=sequence)
+
+
+def test_a_roll_snapshot_is_never_durable_before_the_batches_it_holds(tmp_path, monkeypatch):
+    # An acks="all" batch B is appended, not yet fsynced; two rolls follow (the second's
+    # directory fsync makes the new segment names durable) and the power goes. B's bytes
+    # are lost, a later (empty) segment survives past the hole. Had the snapshot taken at
+    # the first roll been durable while B was not, the open would trust it: the producer's
+    # retry of B would be answered as a duplicate at offsets no segment holds.
+    root = str(tmp_path / "root")
+    os.makedirs(root)
+    power = PowerLoss(monkeypatch, root)
+    directory = LogDirectory(root, max_open_files=-1)
+    log = directory.open_log(TP, config(**CFG))
+    for k in range(3):
+        log.append(idempotent(k, 5 * k))
+    log.flush()
+    directory.checkpoint()
+    b = log.append(idempotent(3, 15))
+    log.roll()
+    log.append(make_batch(4, 1))         # another writer's acks=1 record
+    log.roll()
+    power.lose()
+    reopened = LogDirectory(root, max_open_files=-1).open_log(TP, config(**CFG))
+    retry = reopened.append(idempotent(3, 15))
+    # Whether B survived (a duplicate) or not (written again), the offsets the retry is
+    # answered with hold B's records.
+    assert retry.first_offset >= b.first_offset
+    batch = reopened.read(retry.first_offset, 1 << 16).batches[0]
+    assert (batch.base_offset, batch.last_offset) == (retry.first_offset, retry.last_offset)
+    assert [r[3] for r in batch.records()] == [value_of(3, i) for i in range(5)]
+
+
+def test_a_clean_log_whose_tail_was_cut_opens_as_unclean_and_keeps_no_stale_txn_entry(
+        tmp_path):
+    # After a clean close the last batch (an ABORT marker) is cut off at a batch boundary.
+    # Opened as clean, the .txnindex entry of the removed marker stayed: the transaction was
+    # open again (LSO stuck at its start) and its marker could never be written again.
+    root = str(tmp_path / "root")
+    now = int(time.time() * 1000)
+    directory = LogDirectory(root, max_open_files=-1)
+    log = directory.open_log(TP, config(**CFG))
+    log.append(make_batch(0, 1, timestamp=now))
+    data = log.append(make_batch(1, 2, timestamp=now, producer_id=9, producer_epoch=0,
+                                 base_sequence=0, is_transactional=True))
+    size_before_marker = log.active_segment.size
+    marker = log.write_txn_marker(9, 0, 0, commit=False, timestamp_ms=now)
+    directory.close()
+    os.truncate(segment_files(os.path.join(root, "t-0"))[-1], size_before_marker)
+
+    reopened = LogDirectory(root, max_open_files=-1).open_log(TP, config(**CFG))
+    report = reopened.recovery_report
+    assert reopened.log_end_offset == marker.first_offset
+    assert report.missing_tail == (marker.first_offset, marker.first_offset + 1)
+    assert "are missing" in report.summary()
+    assert reopened.txn_indexes.entries() == []
+    assert reopened.last_stable_offset == data.first_offset   # open again, as the log says
+    again = reopened.write_txn_marker(9, 0, 0, commit=False, timestamp_ms=now)
+    assert again.first_offset == marker.first_offset
+    assert reopened.last_stable_offset == reopened.log_end_offset
+    assert [e.first_offset for e in reopened.txn_indexes.entries()] == [data.first_offset]
