@@ -87,6 +87,27 @@ def test_interleaved_transactions_give_kafkas_lso_and_aborted_ranges(db):
     assert db.describe_topic("t").partitions[0].last_stable_offset == 6
 
 
+def test_time_lookups_under_read_committed_stop_at_the_lso(db):
+    # Kafka's Partition.fetchOffsetForTimestamp bounds a lookup by time (and the largest
+    # timestamp, -3) by the last fetchable offset, the LSO for read_committed, and
+    # ReplicaManager.fetchOffset answers no offset for a record found at or past it.
+    broker = db._broker
+    producer = db.producer()
+    producer.send("t", b"committed", partition=0, timestamp_ms=1_000).get()
+    producer.flush()
+    Txn(broker, A).send(b"open")             # offset 1, an open transaction, newer
+    assert broker.partition_log(TP).last_stable_offset == 1
+    committed = db.consumer(isolation_level="read_committed")
+    uncommitted = db.consumer()
+    assert committed.offsets_for_times({TP: 2_000})[TP] is None
+    assert uncommitted.offsets_for_times({TP: 2_000})[TP].offset == 1
+    assert committed.offsets_for_times({TP: 500})[TP].offset == 0
+    assert broker.list_offsets({TP: -3}, read_committed=True)[TP] is None
+    assert broker.list_offsets({TP: -3})[TP][0] == 1
+    committed.close()
+    uncommitted.close()
+
+
 def test_the_lso_never_falls_below_the_log_start(db):
     # DeleteRecords may remove the start of a transaction still open: the LSO is then the
     # log start (Kafka's maybeIncrementFirstUnstableOffset), so a read_committed consumer

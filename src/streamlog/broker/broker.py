@@ -651,7 +651,9 @@ class Broker:
         timestamp -2 = earliest (log start), -1 = latest (the high watermark, or
         the last stable offset for read_committed, as Kafka answers), -3 = the
         record with the largest timestamp; otherwise the first offset whose
-        timestamp is at or after it, or None when there is none.
+        timestamp is at or after it, or None when there is none. A record found at
+        or past what the reader may fetch (the LSO for read_committed) is None too,
+        as Kafka's ReplicaManager.fetchOffset answers.
         """
         out = {}
         for tp, ts in timestamps.items():
@@ -663,12 +665,16 @@ class Broker:
             elif ts == LATEST_TIMESTAMP:
                 out[tp] = (partition_log.last_stable_offset if read_committed
                            else partition_log.high_watermark, -1)
-            elif ts == MAX_TIMESTAMP:
-                out[tp] = _offset_of_max_timestamp(partition_log)
-            elif ts < 0:
+            elif ts < 0 and ts != MAX_TIMESTAMP:
                 raise ValueError(f"timestamp {ts} is not -1, -2, -3 or a time in ms")
             else:
-                out[tp] = partition_log.find_offset_by_timestamp(ts)
+                found = _offset_of_max_timestamp(partition_log) if ts == MAX_TIMESTAMP \
+                    else partition_log.find_offset_by_timestamp(ts)
+                # find_offset_by_timestamp stops at the high watermark already.
+                if found is not None and read_committed and \
+                        found[0] >= partition_log.last_stable_offset:
+                    found = None
+                out[tp] = found
         return out
 
     # --- background jobs (run on the flusher thread) ----------------------------

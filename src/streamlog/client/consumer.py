@@ -320,12 +320,14 @@ class Consumer:
             read_committed=self._read_committed).items()}
 
     def offsets_for_times(self, timestamps):
-        """{tp: ms} -> {tp: OffsetAndTimestamp of the first record at or after it, or None}."""
+        """{tp: ms} -> {tp: OffsetAndTimestamp of the first record at or after it, or None};
+        under read_committed, None for a record at or past the last stable offset (Kafka's)."""
         for tp, ts in timestamps.items():
             if isinstance(ts, bool) or not isinstance(ts, int) or ts < 0:
                 raise ValueError(f"timestamp for {tp} must be a non-negative int (ms), got {ts!r}")
         found = self._broker.list_offsets({TopicPartition(*tp): ts
-                                           for tp, ts in timestamps.items()})
+                                           for tp, ts in timestamps.items()},
+                                          read_committed=self._read_committed)
         return {tp: (OffsetAndTimestamp(*v) if v is not None else None)
                 for tp, v in found.items()}
 
