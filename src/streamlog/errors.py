@@ -184,6 +184,11 @@ class InvalidTransactionTimeoutError(StreamlogError):
     """transaction.timeout.ms is above the database's transaction.max.timeout.ms."""
 
 
+class TransactionAbortableError(StreamlogError):
+    """The producer's transaction cannot go on but need not fence it: abort it and begin
+    another (Kafka's TRANSACTION_ABORTABLE, KIP-890)."""
+
+
 class ConcurrentTransactionsError(StreamlogError):
     """The previous transaction of this producer is still completing."""
 

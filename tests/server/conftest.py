@@ -1,4 +1,7 @@
-"""The server tests' shared fixture: a Kafka listener on the test module's `db`."""
+"""The server tests' shared fixtures: a Kafka listener on the test module's `db`, and a raw
+socket to it (support/wire.py speaks the protocol over it)."""
+import socket
+
 import pytest
 
 
@@ -6,3 +9,9 @@ import pytest
 def server(db):
     with db.serve() as kafka_server:
         yield kafka_server
+
+
+@pytest.fixture
+def sock(server):
+    with socket.create_connection((server.host, server.port)) as s:
+        yield s

@@ -41,12 +41,6 @@ def db(tmp_path):
     database.close()
 
 
-@pytest.fixture
-def sock(server):
-    with socket.create_connection((server.host, server.port)) as s:
-        yield s
-
-
 def produce(topic, acks=1):
     batch = bytes(record_batch.build_batch([b"forged"], timestamp=1))
     return ProduceRequest(transactional_id=None, acks=i16(acks), timeout=SECONDS, topic_data=(

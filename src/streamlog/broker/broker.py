@@ -40,6 +40,7 @@ from ..storage import files, partition_metadata
 from ..storage.cleaner_manager import log_to_clean
 from ..storage.log_directory import LogDirectory
 from ..storage.partition_log import wall_clock_ms
+from ..storage.producer_state import UNVERIFIED
 from ..structs import TopicPartition
 from ..timer import SystemTimer
 from .appender import Appender
@@ -495,26 +496,36 @@ class Broker:
 
     # --- requests: produce ----------------------------------------------------
 
-    def produce(self, tp, data, origin=None, acks=1):
+    def produce(self, tp, data, origin=None, acks=1, verification=UNVERIFIED):
         """Append encoded batches to tp; returns storage's AppendInfo (acks=1 semantics).
 
         Waiting fetches on tp are checked at once, so a long poll wakes as
         soon as the append returns. origin: who writes, for the producer rules
         (storage.producer_state: a client by default; the coordinators pass theirs).
-        A replicated partition appends on its leader only (replica_manager.py); acks=-1
-        then refuses when too few replicas are in sync.
+        verification: the guard start_txn_verification gave a request that had its
+        transaction verified. A replicated partition appends on its leader only
+        (replica_manager.py); acks=-1 then refuses when too few replicas are in sync.
         """
         self._check_writable()
         if self.replicas is not None:
             # In a cluster every append goes through a replica this broker leads; one whose
             # state has not arrived (a broker starting) has no leader here yet.
-            return self.replicas.append(tp, data, origin, acks)
-        info = self.partition_log(tp).append(data, origin=origin)
+            return self.replicas.append(tp, data, origin, acks, verification)
+        info = self.partition_log(tp).append(data, origin=origin, verification=verification)
         if self.fetch_purgatory.check_and_complete(tp):
             # A consumer thread was woken: let it have the GIL now rather than after this
             # thread's next switch interval (up to 5 ms), so a long poll returns at once.
             time.sleep(0)
         return info
+
+    def start_txn_verification(self, tp, producer_id):
+        """The guard a produce request carries while the transaction coordinator is asked
+        whether tp is in producer_id's transaction, or None when a transaction of it is
+        open on tp already (storage.producer_state's module doc)."""
+        self._check_writable()
+        if self.replicas is not None:
+            return self.replicas.leader_replica(tp).log.start_verification(producer_id)
+        return self.partition_log(tp).start_verification(producer_id)
 
     def init_producer_id(self):
         """(producer id, epoch) for an idempotent producer: a fresh id, epoch 0 (Kafka's

@@ -52,6 +52,7 @@ from ..errors import (CoordinatorLoadInProgressError, FencedLeaderEpochError,
                       NotLeaderOrFollowerError, RequestTimedOutError, StreamlogError,
                       UnknownLeaderEpochError)
 from ..storage.checkpoint import CorruptCheckpointError, OffsetCheckpointFile
+from ..storage.producer_state import UNVERIFIED
 
 LOAD_RETRY_S = 1.0   # after a leadership listener failed to load a partition
 
@@ -343,14 +344,14 @@ class ReplicaManager:
 
     # --- the leader's side -------------------------------------------------------
 
-    def append(self, tp, data, origin=None, acks=1):
+    def append(self, tp, data, origin=None, acks=1, verification=UNVERIFIED):
         """Append a client's (or a coordinator's) batches on the leader. acks=-1 first
         checks the ISR against min.insync.replicas; the caller then waits with
         when_replicated."""
         replica = self.leader_replica(tp)
         if acks == -1:
             self._check_enough_replicas(replica, NotEnoughReplicasError)
-        info = replica.log.append(data, origin=origin)
+        info = replica.log.append(data, origin=origin, verification=verification)
         with self._lock:
             self._maybe_advance_high_watermark(replica)
         with self._appended:

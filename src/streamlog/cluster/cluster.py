@@ -128,6 +128,20 @@ class ClusterView:
             raise NotCoordinatorError(f"broker {self.node_id} is down")
         manager.check_loaded(tp)
 
+    def transaction_coordinator(self, transactional_id):
+        """The transaction coordinator of transactional_id as this broker reaches it (a
+        produce's verification asks it, as Kafka's AddPartitionsToTxnManager does): LinkDown
+        when cut off from it, CoordinatorLoadInProgressError while it is still loading."""
+        tp = self._cluster.coordinator_partition(transactional_id, TRANSACTION)
+        broker_id = self._cluster.partition_coordinator(tp, transactional_id)
+        manager = self._cluster.link(self.node_id, broker_id) if broker_id != self.node_id \
+            else self._cluster.replica_manager(broker_id)
+        broker = None if manager is None else self._cluster.broker(broker_id)
+        if broker is None:
+            raise CoordinatorNotAvailableError(f"broker {broker_id} is down")
+        manager.check_loaded(tp)
+        return find_transaction_coordinator(broker)
+
     def write_txn_markers(self, markers):
         return self._cluster.write_txn_markers(self.node_id, markers)
 

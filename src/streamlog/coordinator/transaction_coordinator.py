@@ -36,8 +36,8 @@ import threading
 from ..errors import (ConcurrentTransactionsError, InvalidProducerIdMappingError,
                       InvalidRequestError, InvalidTransactionTimeoutError, InvalidTxnStateError,
                       LogClosedError, NotCoordinatorError, ProducerFencedError, ReadOnlyError,
-                      StreamlogError, TimerClosedError, TransactionCoordinatorFencedError,
-                      UnknownTopicOrPartitionError)
+                      StreamlogError, TimerClosedError, TransactionAbortableError,
+                      TransactionCoordinatorFencedError, UnknownTopicOrPartitionError)
 from .group_coordinator import find_coordinator
 from .offsets import OFFSETS_TOPIC
 from .transaction import COMPLETED, PREPARING, S, TransactionMetadata
@@ -123,6 +123,20 @@ class TransactionCoordinator:
         self.add_partitions(transactional_id, producer_id, epoch, [tp])
         return tp
 
+    def verify_partitions(self, transactional_id, producer_id, epoch, partitions):
+        """{tp: None, or why tp is not in the producer's open transaction} for a produce
+        that would open a transaction on tp (Kafka's handleVerifyPartitionsInTransaction);
+        raises when the whole request is refused (unknown id, fenced epoch, a transaction
+        completing). Reads only: nothing is completed or written."""
+        with self._lock:
+            meta = self._owned(transactional_id, producer_id, epoch)
+            if meta.state in PREPARING:
+                raise ConcurrentTransactionsError(
+                    f"transaction {transactional_id!r} is completing; retry")
+            return {tp: None if tp in meta.partitions else TransactionAbortableError(
+                        f"{tp} was not added to transaction {transactional_id!r}")
+                    for tp in partitions}
+
     def end_txn(self, transactional_id, producer_id, epoch, commit):
         """Commit or abort the open transaction: every marker is written when this returns."""
         with self._lock:
@@ -148,7 +162,8 @@ class TransactionCoordinator:
 
     # --- internals --------------------------------------------------------------------------
 
-    def _checked(self, transactional_id, producer_id, epoch):
+    def _owned(self, transactional_id, producer_id, epoch):
+        """The id's metadata, once producer_id at epoch is known to own it."""
         self._check_open()
         self._log.check_leads(transactional_id)
         meta = self._log.transactions.get(transactional_id)
@@ -162,6 +177,11 @@ class TransactionCoordinator:
                 f"{transactional_id!r} was fenced: epoch {meta.producer_epoch} replaced it "
                 "(another instance called init_transactions(), or a transaction outlived "
                 "transaction.timeout.ms); close this producer")
+        return meta
+
+    def _checked(self, transactional_id, producer_id, epoch):
+        """_owned, with a completion a stop or a failure cut short finished first."""
+        meta = self._owned(transactional_id, producer_id, epoch)
         if meta.state in PREPARING or meta.state == S.PREPARE_EPOCH_FENCE:
             # An earlier completion failed part way (a marker's append): finish it now,
             # or say why not; the caller's retry then finds it complete.

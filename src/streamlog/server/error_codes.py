@@ -49,6 +49,7 @@ _ERROR_CODES = [
     (errors.InvalidProducerIdMappingError, ErrorCode.invalid_producer_id_mapping),
     (errors.InvalidTransactionTimeoutError, ErrorCode.invalid_transaction_timeout),
     (errors.ConcurrentTransactionsError, ErrorCode.concurrent_transactions),
+    (errors.TransactionAbortableError, ErrorCode.transaction_abortable),
     (errors.TransactionCoordinatorFencedError, ErrorCode.transaction_coordinator_fenced),
     # consumer groups
     (errors.RebalanceInProgressError, ErrorCode.rebalance_in_progress),

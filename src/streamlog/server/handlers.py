@@ -19,6 +19,7 @@ from kio.static.primitive import i8, i16, i32, i64
 from .. import errors
 from ..broker.broker import EARLIEST_TIMESTAMP
 from ..broker.metadata import overrides_after, validate_partitions, validate_topic_name
+from ..storage.producer_state import UNVERIFIED
 from ..structs import TopicPartition
 from .error_codes import error_code, error_message, failure
 from .group_handlers import GroupHandlers
@@ -74,7 +75,8 @@ class Handlers:
                         ALTER_CONFIGS: self.alter_configs,
                         INCREMENTAL_ALTER_CONFIGS: self.incremental_alter_configs}
         self._by_key.update(GroupHandlers(broker, self.node_id, self._view).table)
-        self._by_key.update(TxnHandlers(broker).table)
+        self._txn = TxnHandlers(broker)
+        self._by_key.update(self._txn.table)
 
     @property
     def _view(self):
@@ -196,6 +198,7 @@ class Handlers:
             return _each_partition_error(cls, types, body, ErrorCode.invalid_required_acks)
         waits = []
         answers = []
+        verified = self._txn.verify_produce(version, body) if body.transactional_id else {}
         for topic in body.topic_data:
             parts = []
             for partition in topic.partition_data:
@@ -207,7 +210,11 @@ class Handlers:
                     if injected is not None:
                         raise injected
                     self._check_not_internal(tp.topic, "append to")
-                    info = self.broker.produce(tp, partition.records or b"", acks=body.acks)
+                    verification = verified.get(tp, UNVERIFIED)
+                    if isinstance(verification, errors.StreamlogError):
+                        raise verification
+                    info = self.broker.produce(tp, partition.records or b"", acks=body.acks,
+                                               verification=verification)
                     answer["base"] = info.first_offset
                     if info.log_append_time >= 0:
                         answer["append_time"] = datetime.datetime.fromtimestamp(

@@ -5,8 +5,12 @@ in-process producers use: a transactional id used over the wire fences an in-pro
 producer of the same id, and the other way round).
 
 The versions served stop below those of KIP-890 part 2 (EndTxn 5, AddPartitionsToTxn 4,
-AddOffsetsToTxn 4, TxnOffsetCommit 4), whose epoch bump per transaction and broker-side
-verification this coordinator does not do: clients fall back to the versions below.
+AddOffsetsToTxn 4, TxnOffsetCommit 4), whose epoch bump per transaction this coordinator
+does not do: clients fall back to the versions below. KIP-890 part 1, which needs no
+client change, is done: a transactional Produce whose batch would open a transaction on a
+partition is first verified with the coordinator (`verify_produce`), as Kafka 3.6 on
+does by default, so a late or stray batch cannot open a transaction no coordinator will
+end (its partition's LSO would be stuck for good).
 A fenced producer is answered PRODUCER_FENCED, or INVALID_PRODUCER_EPOCH at the versions
 that predate that code (KIP-588), as Kafka's KafkaApis does.
 """
@@ -16,6 +20,7 @@ from kio.static.primitive import i16, i32, i64
 from .. import errors
 from ..coordinator.group_coordinator import find_coordinator
 from ..coordinator.transaction_coordinator import find_transaction_coordinator
+from ..storage.record_batch import RECORD_BATCH_OVERHEAD, RecordBatch
 from ..structs import OffsetAndMetadata, TopicPartition
 from .error_codes import error_code, failure
 from .protocol import NO_THROTTLE, build, response_types
@@ -32,6 +37,33 @@ def _code(exc, api_key, version):
     if code == ErrorCode.producer_fenced and version < _FENCED_FROM[api_key]:
         return ErrorCode.invalid_producer_epoch
     return code
+
+
+def _first_batch(records):
+    """The header of the first batch of a Produce's records, or None when there is none
+    whole (the append then refuses the records)."""
+    if records is None or len(records) < RECORD_BATCH_OVERHEAD:
+        return None
+    return RecordBatch(records)
+
+
+def _produce_error(exc, version):
+    """A failed verification as the error Kafka answers the Produce with (ReplicaManager
+    and AddPartitionsToTxnManager): a fence as INVALID_PRODUCER_EPOCH, which producers
+    handle there; TRANSACTION_ABORTABLE as INVALID_TXN_STATE to clients older than Produce
+    11; what may pass with a retry as NOT_ENOUGH_REPLICAS, which every client retries
+    without a metadata refresh."""
+    if isinstance(exc, errors.ProducerFencedError):
+        return errors.InvalidProducerEpochError(str(exc))
+    if isinstance(exc, errors.TransactionAbortableError) and version <= 10:
+        return errors.InvalidTxnStateError(f"partition was not added to the transaction: {exc}")
+    if isinstance(exc, (errors.ConcurrentTransactionsError, errors.NotCoordinatorError,
+                        errors.CoordinatorNotAvailableError,
+                        errors.CoordinatorLoadInProgressError)) or \
+            getattr(exc, "retriable", False):
+        return errors.NotEnoughReplicasError(
+            f"unable to verify that the partition was added to the transaction: {exc}")
+    return exc
 
 
 class TxnHandlers:
@@ -58,6 +90,48 @@ class TxnHandlers:
         if view is not None:
             view.check_coordinating(key, key_type)
         return self.transactions
+
+    def _coordinator_of(self, transactional_id):
+        """The transaction coordinator of transactional_id, wherever it is in the cluster."""
+        view = None if self.broker.replicas is None else self.broker.replicas.view
+        if view is None:
+            return self.transactions
+        return view.transaction_coordinator(transactional_id)
+
+    def verify_produce(self, version, body):
+        """{tp: what Produce passes its append as `verification` (a guard, or None when the
+        transaction is open on tp already), or the error to answer for tp} for the
+        partitions of a Produce with a transactional id whose batches are transactional
+        (Kafka's ReplicaManager.handleProduceAppend with transaction verification)."""
+        out, needed, producer = {}, {}, None
+        for topic in body.topic_data:
+            for partition in topic.partition_data:
+                tp = TopicPartition(topic.name, partition.index)
+                batch = _first_batch(partition.records)
+                if batch is None or not batch.is_transactional:
+                    continue
+                if producer not in (None, (batch.producer_id, batch.producer_epoch)):
+                    out[tp] = errors.InvalidProducerIdMappingError(
+                        "transactional records of one request carry two producer ids")
+                    continue
+                producer = (batch.producer_id, batch.producer_epoch)
+                try:
+                    guard = self.broker.start_txn_verification(tp, batch.producer_id)
+                except errors.StreamlogError:
+                    continue   # the append answers it (an unknown partition, no leader)
+                if guard is None:
+                    out[tp] = None
+                else:
+                    needed[tp] = guard
+        if needed:
+            try:
+                found = self._coordinator_of(body.transactional_id).verify_partitions(
+                    body.transactional_id, *producer, list(needed))
+            except errors.StreamlogError as exc:
+                found = dict.fromkeys(needed, exc)
+            for tp, guard in needed.items():
+                out[tp] = guard if found[tp] is None else _produce_error(found[tp], version)
+        return out
 
     def _call(self, method, transactional_id, *args):
         """The coordinator's `method` for transactional_id, where it is coordinated here."""

@@ -51,7 +51,7 @@ from .open_files import OpenSegments
 from .record_batch import (CONTROL_ABORT, CONTROL_COMMIT, LOG_OVERHEAD, RECORD_BATCH_OVERHEAD,
                            RecordBatch, build_control_batch, iter_batches, set_log_append_time)
 from .producer_state import (CLIENT, COORDINATOR, DEFAULT_PRODUCER_ID_EXPIRATION_MS, REPLICA,
-                             ProducerState, producer_batch)
+                             UNVERIFIED, ProducerState, producer_batch)
 from .segment import BatchInfo, LogSegment, open_readonly_segments
 from .txn_index import AbortedTxn, TxnIndexes
 
@@ -313,7 +313,7 @@ class PartitionLog:
 
     # --- append ------------------------------------------------------------
 
-    def append(self, data, assign_offsets=True, origin=None):
+    def append(self, data, assign_offsets=True, origin=None, verification=UNVERIFIED):
         """Append one or more whole batches (bytes-like); returns AppendInfo.
 
         Each batch is checked (header, CRC, size limits) before anything is
@@ -321,6 +321,8 @@ class PartitionLog:
         offsets from its end; otherwise their own offsets must lie above it.
         origin (producer_state): who wrote them, for the producer rules; the default
         is CLIENT, or REPLICA for batches that bring their own offsets.
+        verification: what start_verification gave a request that had its transaction
+        verified (producer_state's module doc).
         """
         if origin is None:
             origin = CLIENT if assign_offsets else REPLICA
@@ -338,8 +340,8 @@ class PartitionLog:
             first_offset, last_offset, max_ts, offset_of_max_ts, records = summary
             updated = completed = None
             if producer_batches:
-                updated, duplicate, completed = self._check_producers(producer_batches, origin,
-                                                                      first_offset)
+                updated, duplicate, completed = self._check_producers(
+                    producer_batches, origin, first_offset, verification)
                 if duplicate is not None:
                     return AppendInfo(duplicate.first_offset, duplicate.last_offset,
                                       duplicate.timestamp, duplicate.last_offset, -1,
@@ -380,7 +382,14 @@ class PartitionLog:
         return AppendInfo(first_offset, last_offset, max_ts, offset_of_max_ts, log_append_time,
                           records, len(infos), total)
 
-    def _check_producers(self, producer_batches, origin, first_offset):
+    def start_verification(self, producer_id):
+        """The guard for a request whose transaction the coordinator is asked about
+        (producer_state.start_verification); None when it is open here already."""
+        with self._lock:
+            self._check_writable()
+            return self.producer_state.start_verification(producer_id, self.clock_ms())
+
+    def _check_producers(self, producer_batches, origin, first_offset, verification):
         """The producer state's check() of the batches from origin."""
         state = self.producer_state
         if not state.has_history:
@@ -388,7 +397,7 @@ class PartitionLog:
             # where rebuilding starts (producer_state's module doc).
             state.map_end_offset = first_offset
             state.take_snapshot()
-        return state.check(producer_batches, origin)
+        return state.check(producer_batches, origin, verification)
 
     def write_txn_marker(self, producer_id, producer_epoch, coordinator_epoch, commit,
                          timestamp_ms=None):

@@ -26,6 +26,15 @@ after a clean shutdown. The first batch with a producer id writes an empty
 snapshot at its own offset first, so a crash after it rebuilds from there, not
 from the log start.
 
+Transaction verification (Kafka's KIP-890 part 1, on by default since 3.6): a wire
+client's transactional batch that would open a transaction on this partition is taken
+only with the guard `start_verification` gave its request before the request asked
+the transaction coordinator whether the partition is in the producer's transaction.
+Any transactional batch or marker of that producer appended meanwhile drops the guard,
+so a request verified before its transaction was aborted cannot open another one that
+no coordinator knows of (its LSO would be stuck for good). Guards live in memory only,
+as Kafka's VerificationStateEntry.
+
 Thread-safety: none of its own; the partition log's append lock covers it.
 """
 import logging
@@ -45,6 +54,10 @@ from .record_batch import (CONTROL_ABORT, CONTROL_COMMIT, NO_PRODUCER_EPOCH, NO_
 # Who wrote a batch (Kafka's AppendOrigin): a client is held to every rule, a coordinator
 # (markers, transactional offsets) to the epoch rule, a replica (or a repair) to none.
 CLIENT, COORDINATOR, REPLICA = "client", "coordinator", "replica"
+
+# check(verification=UNVERIFIED): the append does not take part in transaction verification
+# (the in-process producer, which adds its partitions to the transaction before it appends).
+UNVERIFIED = object()
 
 log = logging.getLogger("streamlog.storage")
 
@@ -180,10 +193,23 @@ class ProducerState:
         self.ongoing = {}           # producer id -> first offset of its open transaction
         self.map_end_offset = 0     # every batch below it is reflected
         self.snapshot_offsets = []  # offsets of the snapshot files on disk, ascending
+        self.verifications = {}     # producer id -> (guard, ms): verifications in flight
 
     # --- the append path ------------------------------------------------------
 
-    def check(self, batches, origin=CLIENT):
+    def start_verification(self, producer_id, now_ms):
+        """The guard a request carries through the coordinator's check of its transaction
+        (Kafka's maybeStartTransactionVerification): None when the producer has a
+        transaction open here already (nothing to verify; an append then needs it still
+        open). One guard per producer until a batch of it is appended."""
+        if producer_id in self.ongoing:
+            return None
+        guard = self.verifications.get(producer_id)
+        if guard is None:
+            guard = self.verifications[producer_id] = (object(), now_ms)
+        return guard[0]
+
+    def check(self, batches, origin=CLIENT, verification=UNVERIFIED):
         """Judge the producer batches of one append (ProducerBatch each, in order).
 
         origin: CLIENT (every rule), COORDINATOR (markers and transactional offsets: the
@@ -194,7 +220,9 @@ class ProducerState:
         Returns (updated entries by producer id, None, [CompletedTxn]), to give apply()
         once the batches are written; or (None, the BatchMetadata of the batch this request
         repeats, None): a client's retry of a batch still in its producer's window, to be
-        answered with the original offsets and not written. Raises
+        answered with the original offsets and not written. verification: the guard from
+        start_verification (or None) of a request that verified its transaction, which a
+        client's batch opening a transaction here must still hold. Raises
         InvalidProducerEpochError, OutOfOrderSequenceError, InvalidTxnStateError,
         InvalidRecordError (a marker from a client).
         """
@@ -220,6 +248,9 @@ class ProducerState:
                 self._check_coordinator_epoch(entry, b)
                 _replay(entry, b, completed)
                 continue
+            if verification is not UNVERIFIED and b.is_transactional and \
+                    entry.txn_first_offset < 0:
+                self._check_verified(b, verification)
             self._check_epoch(entry, b)
             if origin == CLIENT:
                 # The group coordinator's transactional offsets carry no sequence of their
@@ -231,6 +262,14 @@ class ProducerState:
                     f"transaction (from offset {entry.txn_first_offset}) is open")
             _add(entry, b)
         return updated, None, completed
+
+    def _check_verified(self, b, guard):
+        held = self.verifications.get(b.producer_id)
+        if guard is None or held is None or held[0] is not guard:
+            raise InvalidTxnStateError(
+                f"producer {b.producer_id}'s transactional batch is not part of an ongoing "
+                "transaction: its partition was not added to the transaction, or the "
+                "transaction ended before the batch arrived")
 
     @staticmethod
     def _check_epoch(entry, b):
@@ -272,6 +311,9 @@ class ProducerState:
         self.producers.update(updated)
         for entry in updated.values():
             self._track(entry)
+            # A batch of the producer is in: its transaction here is open (or just ended),
+            # and a guard taken before that must not let a later request open another.
+            self.verifications.pop(entry.producer_id, None)
         self.map_end_offset = end_offset
 
     def _track(self, entry):
@@ -356,6 +398,9 @@ class ProducerState:
                 if e.txn_first_offset < 0 and now_ms - e.last_timestamp >= self.expiration_ms]
         for pid in gone:
             del self.producers[pid]
+        for pid in [p for p, (_, ms) in self.verifications.items()
+                    if now_ms - ms >= self.expiration_ms]:
+            del self.verifications[pid]   # a request that never came back to append
         return len(gone)
 
     # --- snapshots ------------------------------------------------------------------

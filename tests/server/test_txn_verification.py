@@ -1,0 +1,169 @@
+"""Transaction verification (Kafka's KIP-890 part 1, transaction.partition.verification.enable,
+true by default since Kafka 3.6): a transactional Produce whose batch would open a
+transaction on a partition is first checked with the transaction coordinator. Without it,
+a batch to a partition never added to the transaction, or one that arrives after its
+transaction was aborted, opens a transaction no coordinator will ever end, and the
+partition's last stable offset is stuck for good.
+
+Kafka's rules, each cited where a test holds the server to it:
+- TransactionCoordinator.handleVerifyPartitionsInTransaction: an unknown producer id is
+  INVALID_PRODUCER_ID_MAPPING, another epoch PRODUCER_FENCED, a partition not in the
+  transaction TRANSACTION_ABORTABLE;
+- AddPartitionsToTxnManager: PRODUCER_FENCED is answered INVALID_PRODUCER_EPOCH, and
+  TRANSACTION_ABORTABLE is INVALID_TXN_STATE to Produce versions up to 10;
+- UnifiedLog.analyzeAndValidateProducerState: a verified request whose transaction ended
+  before its append is refused (INVALID_TXN_STATE, "Record was not part of an ongoing
+  transaction").
+"""
+import datetime
+
+import pytest
+
+import streamlog
+from kio.schema.add_partitions_to_txn.v3.request import (AddPartitionsToTxnRequest,
+                                                         AddPartitionsToTxnTopic)
+from kio.schema.end_txn.v3.request import EndTxnRequest
+from kio.schema.errors import ErrorCode
+from kio.schema.init_producer_id.v4.request import InitProducerIdRequest
+from kio.schema.produce.v9 import request as produce_v9
+from kio.schema.produce.v11 import request as produce_v11
+from kio.static.primitive import i16, i32, i32Timedelta, i64
+from streamlog import TopicPartition
+from streamlog.storage.partition_log import PartitionLog
+from streamlog.storage.producer_state import COORDINATOR
+from streamlog.storage.record_batch import build_batch
+
+from support import config
+from support.wire import call
+
+pytest.importorskip("confluent_kafka")   # the server's extra
+
+SECONDS = i32Timedelta.parse(datetime.timedelta(seconds=5))
+T0, T1 = TopicPartition("t", 0), TopicPartition("t", 1)
+
+
+@pytest.fixture
+def db(tmp_path):
+    database = streamlog.open(str(tmp_path / "db"))
+    database.create_topic("t", partitions=2)
+    yield database
+    database.close()
+
+
+class Txn:
+    """A transactional producer speaking the protocol itself, one request at a time."""
+
+    def __init__(self, sock, transactional_id="tx"):
+        self.sock, self.id = sock, transactional_id
+        answer = call(sock, InitProducerIdRequest(
+            transactional_id=transactional_id, transaction_timeout=i32Timedelta.parse(
+                datetime.timedelta(seconds=60)), producer_id=i64(-1), producer_epoch=i16(-1)))
+        assert answer.error_code == ErrorCode.none
+        self.pid, self.epoch = int(answer.producer_id), int(answer.producer_epoch)
+        self.seq = {}
+
+    def add(self, *tps):
+        answer = call(self.sock, AddPartitionsToTxnRequest(
+            v3_and_below_transactional_id=self.id, v3_and_below_producer_id=i64(self.pid),
+            v3_and_below_producer_epoch=i16(self.epoch), v3_and_below_topics=tuple(
+                AddPartitionsToTxnTopic(name=tp.topic, partitions=(i32(tp.partition),))
+                for tp in tps)))
+        codes = [p.partition_error_code for t in answer.results_by_topic_v3_and_below
+                 for p in t.results_by_partition]
+        assert codes == [ErrorCode.none] * len(tps)
+
+    def produce(self, tp, value=b"v", version=9, pid=None, epoch=None):
+        """The partition's error code; the sequence moves on only when it was taken."""
+        kio = produce_v11 if version == 11 else produce_v9
+        seq = self.seq.get(tp, 0)
+        batch = bytes(build_batch([value], timestamp=1, is_transactional=True,
+                                  producer_id=self.pid if pid is None else pid,
+                                  producer_epoch=self.epoch if epoch is None else epoch,
+                                  base_sequence=seq))
+        answer = call(self.sock, kio.ProduceRequest(
+            transactional_id=self.id, acks=i16(-1), timeout=SECONDS, topic_data=(
+                kio.TopicProduceData(name=tp.topic, partition_data=(
+                    kio.PartitionProduceData(index=i32(tp.partition), records=batch),)),)))
+        code = answer.responses[0].partition_responses[0].error_code
+        if code == ErrorCode.none:
+            self.seq[tp] = seq + 1
+        return code
+
+    def end(self, commit):
+        answer = call(self.sock, EndTxnRequest(transactional_id=self.id, producer_id=i64(
+            self.pid), producer_epoch=i16(self.epoch), committed=commit))
+        assert answer.error_code == ErrorCode.none
+
+
+def stable(db, tp):
+    """Whether tp has no open transaction: its LSO is its high watermark."""
+    log = db._broker.partition_log(tp)
+    return log.last_stable_offset == log.high_watermark
+
+
+def test_a_batch_to_a_partition_not_in_the_transaction_is_refused_and_writes_nothing(db, sock):
+    txn = Txn(sock)
+    txn.add(T0)
+    assert txn.produce(T0) == ErrorCode.none
+    assert txn.produce(T1) == ErrorCode.invalid_txn_state              # Produce <= 10
+    assert txn.produce(T1, version=11) == ErrorCode.transaction_abortable
+    assert db._broker.partition_log(T1).log_end_offset == 0
+    txn.end(commit=True)
+    # Before verification the stray batch opened a transaction on t-1 that the commit
+    # (which marks t-0 only) never ended: t-1's LSO stayed at 0 for good.
+    assert stable(db, T0) and stable(db, T1)
+
+
+def test_a_late_batch_of_an_aborted_transaction_cannot_open_another(db, sock):
+    # The producer's request is delayed past its own abort (a client timeout, a slow
+    # network): at the same epoch and the next sequence it would pass every producer rule.
+    txn = Txn(sock)
+    txn.add(T0)
+    assert txn.produce(T0, b"aborted") == ErrorCode.none
+    txn.end(commit=False)
+    assert txn.produce(T0, b"late") == ErrorCode.invalid_txn_state
+    assert stable(db, T0)
+    txn.add(T0)                                      # the next transaction is served
+    assert txn.produce(T0, b"next") == ErrorCode.none
+    txn.end(commit=True)
+    assert stable(db, T0)
+    assert [r.value for r in streamlog.testing.records(db, "t", "read_committed")] == [b"next"]
+
+
+def test_a_producer_the_coordinator_does_not_know_or_has_fenced_is_refused(db, sock):
+    txn = Txn(sock)
+    txn.add(T0)
+    assert txn.produce(T1, pid=txn.pid + 1000) == ErrorCode.invalid_producer_id_mapping
+    newer = Txn(sock)                                # a new instance fences the first
+    assert newer.pid == txn.pid and newer.epoch > txn.epoch
+    # PRODUCER_FENCED from the coordinator is answered INVALID_PRODUCER_EPOCH on Produce.
+    assert txn.produce(T1) == ErrorCode.invalid_producer_epoch
+    assert db._broker.partition_log(T1).log_end_offset == 0
+    assert stable(db, T0) and stable(db, T1)
+
+
+def test_a_guard_taken_before_a_marker_lets_no_batch_in_after_it(tmp_path):
+    # Kafka's VerificationGuard: verified, then the transaction is aborted (its marker
+    # appended), then the verified request's batch arrives: refused, not a new transaction.
+    log = PartitionLog(str(tmp_path / "t-0"), config())
+
+    def batch(seq):
+        return build_batch([b"v"], timestamp=1, producer_id=7, producer_epoch=0,
+                           base_sequence=seq, is_transactional=True)
+    guard = log.start_verification(7)
+    log.append(batch(0), verification=guard)           # verified: opens the transaction
+    assert log.start_verification(7) is None           # open here: nothing to verify
+    guard = None
+    log.write_txn_marker(7, 0, 0, commit=False)
+    late = log.start_verification(7)
+    log.write_txn_marker(7, 0, 0, commit=False)        # another abort after the check
+    with pytest.raises(streamlog.errors.InvalidTxnStateError):
+        log.append(batch(1), verification=late)
+    with pytest.raises(streamlog.errors.InvalidTxnStateError):
+        log.append(batch(1), verification=None)        # "open" when checked, not now
+    assert log.last_stable_offset == log.log_end_offset
+    opened = log.append(batch(1), verification=log.start_verification(7))
+    assert log.last_stable_offset == opened.first_offset   # the verified batch opened one
+    log.append(build_batch([b"offsets"], timestamp=1, producer_id=9, producer_epoch=0,
+                           is_transactional=True), origin=COORDINATOR)   # not verifying
+    log.close()
