@@ -20,6 +20,7 @@ import datetime
 import pytest
 
 import streamlog
+from kio.schema.add_offsets_to_txn.v3.request import AddOffsetsToTxnRequest
 from kio.schema.add_partitions_to_txn.v3.request import (AddPartitionsToTxnRequest,
                                                          AddPartitionsToTxnTopic)
 from kio.schema.end_txn.v3.request import EndTxnRequest
@@ -27,8 +28,10 @@ from kio.schema.errors import ErrorCode
 from kio.schema.init_producer_id.v4.request import InitProducerIdRequest
 from kio.schema.produce.v9 import request as produce_v9
 from kio.schema.produce.v11 import request as produce_v11
+from kio.schema.txn_offset_commit.v3 import request as txn_offset_commit
 from kio.static.primitive import i16, i32, i32Timedelta, i64
 from streamlog import TopicPartition
+from streamlog.coordinator.group_coordinator import find_coordinator
 from streamlog.storage.partition_log import PartitionLog
 from streamlog.storage.producer_state import COORDINATOR
 from streamlog.storage.record_batch import build_batch
@@ -89,6 +92,24 @@ class Txn:
             self.seq[tp] = seq + 1
         return code
 
+    def add_offsets(self, group):
+        answer = call(self.sock, AddOffsetsToTxnRequest(
+            transactional_id=self.id, producer_id=i64(self.pid), producer_epoch=i16(self.epoch),
+            group_id=group))
+        assert answer.error_code == ErrorCode.none
+
+    def commit_offset(self, group, tp, offset):
+        """TxnOffsetCommit v3 without a member (a producer outside the group); its code."""
+        kio = txn_offset_commit
+        answer = call(self.sock, kio.TxnOffsetCommitRequest(
+            transactional_id=self.id, group_id=group, producer_id=i64(self.pid),
+            producer_epoch=i16(self.epoch), generation_id=i32(-1), member_id="",
+            group_instance_id=None, topics=(kio.TxnOffsetCommitRequestTopic(
+                name=tp.topic, partitions=(kio.TxnOffsetCommitRequestPartition(
+                    partition_index=i32(tp.partition), committed_offset=i64(offset),
+                    committed_leader_epoch=i32(-1), committed_metadata=""),)),)))
+        return answer.topics[0].partitions[0].error_code
+
     def end(self, commit):
         answer = call(self.sock, EndTxnRequest(transactional_id=self.id, producer_id=i64(
             self.pid), producer_epoch=i16(self.epoch), committed=commit))
@@ -140,6 +161,26 @@ def test_a_producer_the_coordinator_does_not_know_or_has_fenced_is_refused(db, s
     assert txn.produce(T1) == ErrorCode.invalid_producer_epoch
     assert db._broker.partition_log(T1).log_end_offset == 0
     assert stable(db, T0) and stable(db, T1)
+
+
+def test_offsets_of_a_transaction_that_did_not_add_them_are_refused(db, sock):
+    # Kafka's GroupCoordinator.handleTxnCommitOffsets verifies the group's partition of
+    # __consumer_offsets with the transaction coordinator as a Produce is verified; a
+    # TxnOffsetCommit before version 4 gets INVALID_TXN_STATE. Before, the offsets opened
+    # a transaction there that no marker ended: pending (UNSTABLE_OFFSET_COMMIT) for good.
+    txn = Txn(sock)
+    txn.add(T0)
+    assert txn.commit_offset("g", T0, 5) == ErrorCode.invalid_txn_state
+    groups = find_coordinator(db._broker)
+    offsets_tp = groups.offsets_partition("g")
+    assert not groups.pending_offsets("g")
+    txn.end(commit=True)
+    assert stable(db, offsets_tp)
+    txn.add(T0)
+    txn.add_offsets("g")                             # as a client does: then it is taken
+    assert txn.commit_offset("g", T0, 7) == ErrorCode.none
+    txn.end(commit=True)
+    assert stable(db, offsets_tp) and groups.offset_fetch("g")[T0].offset == 7
 
 
 def test_a_guard_taken_before_a_marker_lets_no_batch_in_after_it(tmp_path):

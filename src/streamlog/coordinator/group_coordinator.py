@@ -40,6 +40,7 @@ from ..errors import (FencedInstanceIdError, GroupIdNotFoundError, IllegalGenera
                       NonEmptyGroupError, OffsetMetadataTooLargeError, ReadOnlyError,
                       RebalanceInProgressError, TimerClosedError, UnknownMemberIdError,
                       UnknownTopicOrPartitionError)
+from ..storage.producer_state import UNVERIFIED
 from ..structs import OffsetAndMetadata, TopicPartition
 from .group import (COMPLETING_REBALANCE, DEAD, EMPTY, PREPARING_REBALANCE, STABLE, Group,
                     Member)
@@ -616,13 +617,14 @@ class GroupCoordinator:
             self._store.wait_replicated(*written)
 
     def txn_offset_commit(self, group_id, producer_id, producer_epoch, member_id, generation,
-                          group_instance_id, offsets):
+                          group_instance_id, offsets, verification=UNVERIFIED):
         """Store offsets inside the producer's open transaction (Kafka's TxnOffsetCommit):
         the same member and generation checks as offset_commit, except that a producer
         without a member (generation -1, no member id: TxnOffsetCommit before version 3)
         may commit while the group has members, as Kafka's doTxnCommitOffsets allows; the
         offsets stay pending until the transaction's marker reaches the group's partition
-        (complete_transaction)."""
+        (complete_transaction). verification: the guard of a wire request that had its
+        transaction verified (server/txn_handlers.py)."""
         self._check_writable()
         self._validate_group_id(group_id)
         offsets = self._validate_offsets(offsets)
@@ -630,7 +632,8 @@ class GroupCoordinator:
             self._check_committer(group_id, member_id, generation, group_instance_id,
                                   transactional=True)
             written = self._store.commit_transactional(group_id, offsets, producer_id,
-                                                       producer_epoch, self._broker.clock_ms())
+                                                       producer_epoch, self._broker.clock_ms(),
+                                                       verification)
         if written is not None:
             # Outside the lock, as offset_commit's wait: Kafka appends TxnOffsetCommit with
             # acks=all, and answers once it is safe.

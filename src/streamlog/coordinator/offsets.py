@@ -45,7 +45,7 @@ import msgpack
 from ..errors import (CoordinatorNotAvailableError, CorruptRecordError, NotCoordinatorError,
                       NotLeaderOrFollowerError, StreamlogError)
 from ..storage.keyed_log import encode_changes, replay
-from ..storage.producer_state import COORDINATOR
+from ..storage.producer_state import COORDINATOR, UNVERIFIED
 from ..structs import TopicPartition
 
 OFFSETS_TOPIC = "__consumer_offsets"
@@ -242,7 +242,8 @@ class OffsetStore:
         except StreamlogError as exc:
             raise CoordinatorNotAvailableError(str(exc)) from None
 
-    def commit_transactional(self, group_id, offsets, producer_id, producer_epoch, now_ms):
+    def commit_transactional(self, group_id, offsets, producer_id, producer_epoch, now_ms,
+                             verification=UNVERIFIED):
         """Write offsets inside producer_id's open transaction: pending until its marker.
         Returns (partition, its end offset after the batch) for wait_durable; None when
         there was nothing to write."""
@@ -253,7 +254,8 @@ class OffsetStore:
             return None
         tp = self.partition_of(group_id)
         info = self._broker.produce(tp, encode_changes(changes, now_ms, producer_id,
-                                                       producer_epoch), origin=COORDINATOR)
+                                                       producer_epoch), origin=COORDINATOR,
+                                    verification=verification)
         self.pending.setdefault(tp.partition, {}).setdefault(producer_id, []).extend(
             (key, value, now_ms) for key, value in changes)
         self._replayed[tp.partition] = self._broker.partition_log(tp).log_end_offset

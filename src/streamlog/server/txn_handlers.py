@@ -137,9 +137,39 @@ class TxnHandlers:
         """The coordinator's `method` for transactional_id, where it is coordinated here."""
         return getattr(self._coordinating(transactional_id), method)(transactional_id, *args)
 
-    def _txn_offset_commit(self, group_id, *args):
+    def _txn_offset_commit(self, transactional_id, group_id, producer_id, epoch, *args):
         self._coordinating(group_id, 0)
-        return find_coordinator(self.broker).txn_offset_commit(group_id, *args)
+        groups = find_coordinator(self.broker)
+        verification = self._verify_offsets(transactional_id, groups.offsets_partition(group_id),
+                                            producer_id, epoch)
+        return groups.txn_offset_commit(group_id, producer_id, epoch, *args,
+                                        verification=verification)
+
+    def _verify_offsets(self, transactional_id, tp, producer_id, epoch):
+        """The guard for a TxnOffsetCommit's batch on the group's partition tp, once the
+        coordinator says tp is in the transaction (Kafka's GroupCoordinator.
+        handleTxnCommitOffsets verifies it as a Produce's): without AddOffsetsToTxn first,
+        the offsets would open a transaction no marker ends, pending for good."""
+        guard = self.broker.start_txn_verification(tp, producer_id)
+        if guard is None:
+            return None
+        try:
+            found = self._coordinator_of(transactional_id).verify_partitions(
+                transactional_id, producer_id, epoch, [tp])[tp]
+        except errors.ProducerFencedError as exc:
+            raise errors.InvalidProducerEpochError(str(exc)) from exc
+        except errors.StreamlogError as exc:
+            if error_code(exc) != ErrorCode.unknown_server_error or \
+                    not getattr(exc, "retriable", False):
+                raise
+            # Kafka's maybeConvertOffsetCommitError: a coordinator it could not reach (a
+            # cut link here) is answered COORDINATOR_LOAD_IN_PROGRESS, which clients retry.
+            raise errors.CoordinatorLoadInProgressError(str(exc)) from exc
+        if found is not None:
+            raise errors.InvalidTxnStateError(
+                f"the offsets' partition was not added to the transaction ({found}): call "
+                "AddOffsetsToTxn first")
+        return guard
 
     def init_producer_id(self, version, body, context):
         cls, _ = response_types(INIT_PRODUCER_ID, version)
@@ -205,7 +235,7 @@ class TxnHandlers:
         offsets = {TopicPartition(t.name, int(p.partition_index)):
                    OffsetAndMetadata(int(p.committed_offset), p.committed_metadata or "")
                    for t in body.topics for p in t.partitions}
-        exc = failure(self._txn_offset_commit, body.group_id,
+        exc = failure(self._txn_offset_commit, body.transactional_id, body.group_id,
                       int(body.producer_id), int(body.producer_epoch),
                       getattr(body, "member_id", ""), int(getattr(body, "generation_id", -1)),
                       getattr(body, "group_instance_id", None), offsets,
