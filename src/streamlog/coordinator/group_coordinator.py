@@ -621,8 +621,9 @@ class GroupCoordinator:
         """Store offsets inside the producer's open transaction (Kafka's TxnOffsetCommit):
         the same member and generation checks as offset_commit, except that a producer
         without a member (generation -1, no member id: TxnOffsetCommit before version 3)
-        may commit while the group has members, as Kafka's doTxnCommitOffsets allows; the
-        offsets stay pending until the transaction's marker reaches the group's partition
+        may commit while the group has members, and a member may commit while the group
+        completes a rebalance, as Kafka's validateOffsetCommit allows; the offsets stay
+        pending until the transaction's marker reaches the group's partition
         (complete_transaction). verification: the guard of a wire request that had its
         transaction verified (server/txn_handlers.py)."""
         self._check_writable()
@@ -651,7 +652,14 @@ class GroupCoordinator:
 
     def _check_committer(self, group_id, member_id, generation, group_instance_id,
                          transactional=False):
-        """May this member (generation -1: no member) commit the group's offsets now?"""
+        """May this member (generation -1: no member) commit the group's offsets now?
+
+        Kafka's validateOffsetCommit (ClassicGroup.java, GroupCoordinator.scala): generation
+        -1 commits freely to an Empty group; otherwise a request naming a generation, a
+        member id or an instance id must come from a current member of the current
+        generation (so generation -1 with a member's id is ILLEGAL_GENERATION), and one
+        naming none of them may commit only to an Empty group, or transactionally
+        (TxnOffsetCommit before version 3 names none)."""
         self._check_open()
         group = self._groups.get(group_id)
         if group is None:
@@ -660,18 +668,22 @@ class GroupCoordinator:
                     f"group {group_id!r} has no generation {generation}: it does not exist")
             group = self._groups[group_id] = Group(group_id,
                                                    empty_since=self._broker.clock_ms())
-        elif generation < 0:
-            if group.state != EMPTY and not (transactional and not member_id):
-                raise UnknownMemberIdError(
-                    f"group {group_id!r} has active members, so only its members may commit "
-                    "(with their generation); stop them first")
-        else:
-            member = self._member(group, member_id, group_instance_id)
-            self._check_generation(group, generation)
-            if group.state == COMPLETING_REBALANCE:
-                raise RebalanceInProgressError(
-                    f"group {group_id!r} is completing a rebalance; poll() to finish it")
-            self._touch(member)
+        if generation < 0 and group.state == EMPTY:
+            return   # an admin's, or a consumer's outside group management
+        if generation < 0 and not member_id and group_instance_id is None:
+            if transactional:
+                return   # TxnOffsetCommit before version 3 names no member
+            raise UnknownMemberIdError(
+                f"group {group_id!r} has active members, so only its members may commit "
+                "(with their generation); stop them first")
+        member = self._member(group, member_id, group_instance_id)
+        self._check_generation(group, generation)
+        if transactional:
+            return   # Kafka checks neither the group's state nor the member's session here
+        if group.state == COMPLETING_REBALANCE:
+            raise RebalanceInProgressError(
+                f"group {group_id!r} is completing a rebalance; poll() to finish it")
+        self._touch(member)
 
     def offset_problems(self, offsets):
         """{TopicPartition: error} for each offset offset_commit would refuse (Kafka's
@@ -849,9 +861,17 @@ class GroupCoordinator:
         return group
 
     def _member(self, group, member_id, group_instance_id):
+        """The member, after Kafka's validateMember (ClassicGroup.java): an instance id
+        must be the group's and map to member_id (FENCED_INSTANCE_ID: another consumer took
+        it over), and member_id must be a member."""
         if group_instance_id is not None:
             current = group.static_members.get(group_instance_id)
-            if current is not None and current != member_id:
+            if current is None:
+                raise UnknownMemberIdError(
+                    f"group {group.group_id!r} has no member with group_instance_id "
+                    f"{group_instance_id!r} (it left, or was removed after missing its "
+                    "session timeout); join again")
+            if current != member_id:
                 raise self._fenced(group, group_instance_id)
         member = group.members.get(member_id)
         if member is None:

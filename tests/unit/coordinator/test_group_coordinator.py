@@ -179,6 +179,59 @@ def test_stale_generations_and_unknown_members_are_refused(coordinator):
     assert coordinator.offset_fetch("g")[TP0][:2] == (5, "meta")
 
 
+def txn_commit(coordinator, member_id, generation, instance=None, group="g"):
+    coordinator.txn_offset_commit(group, 1000, 0, member_id, generation, instance,
+                                  {TP0: OffsetAndMetadata(3)})
+
+
+def test_a_transactional_commit_follows_kafkas_member_checks_but_not_the_groups_state(
+        coordinator):
+    # Kafka: ClassicGroup.java:823-862 (validateOffsetCommit), the same rules as
+    # GroupCoordinator.scala:1018-1054. A member may commit transactionally while the group
+    # is CompletingRebalance (REBALANCE_IN_PROGRESS is for OffsetCommit only, line 855);
+    # generation -1 with a member's id is checked as a member's, then ILLEGAL_GENERATION.
+    a = Client(coordinator)
+    a.joined(a.join())
+    assert state(coordinator) == COMPLETING_REBALANCE
+    txn_commit(coordinator, a.member_id, a.generation)
+    with pytest.raises(RebalanceInProgressError):
+        a.commit({TP0: OffsetAndMetadata(1)})
+    for commit in (lambda *args: txn_commit(coordinator, *args),
+                   lambda *args: coordinator.offset_commit("g", *args, {TP0: 1})):
+        with pytest.raises(IllegalGenerationError):
+            commit(a.member_id, -1, None)
+        with pytest.raises(UnknownMemberIdError):
+            commit("nobody", -1, None)
+    txn_commit(coordinator, "", -1)   # no member named (TxnOffsetCommit before v3): allowed
+    with pytest.raises(UnknownMemberIdError):
+        coordinator.offset_commit("g", "", -1, None, {TP0: 1})
+    result(a.sync({a.member_id: [TP0, TP1]}))
+    a.commit({TP0: OffsetAndMetadata(1)})
+    coordinator.leave_group("g", a.member_id)
+    txn_commit(coordinator, a.member_id, -1)   # generation -1 to an Empty group: anyone
+
+
+def test_an_instance_id_must_be_the_groups_and_the_members(coordinator):
+    # Kafka's validateMember (ClassicGroup.java:791-811), used by OffsetCommit,
+    # TxnOffsetCommit, Heartbeat, SyncGroup and JoinGroup alike: an instance id the group
+    # does not know is UNKNOWN_MEMBER_ID, one that maps to another member id
+    # FENCED_INSTANCE_ID.
+    a = Client(coordinator, instance="app-1")
+    join_alone(a)
+    for call in (lambda m, g, i: txn_commit(coordinator, m, g, i),
+                 lambda m, g, i: coordinator.offset_commit("g", m, g, i, {TP0: 1}),
+                 lambda m, g, i: coordinator.heartbeat("g", m, g, i)):
+        with pytest.raises(UnknownMemberIdError):
+            call(a.member_id, a.generation, "app-9")
+        with pytest.raises(FencedInstanceIdError):
+            call("other", a.generation, "app-1")
+        call(a.member_id, a.generation, "app-1")
+    with pytest.raises(UnknownMemberIdError):
+        txn_commit(coordinator, "", -1, "app-9")
+    with pytest.raises(FencedInstanceIdError):
+        txn_commit(coordinator, "", -1, "app-1")
+
+
 def test_leaving_rebalances_the_rest_and_the_last_leaves_an_empty_group(coordinator):
     a, b = Client(coordinator), Client(coordinator)
     form_group(a, b)

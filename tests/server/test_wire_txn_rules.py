@@ -1,0 +1,151 @@
+"""Kafka's rules for TxnOffsetCommit's member checks and for InitProducerId carrying the
+client's producer id and epoch, checked with raw requests (real clients do not let a test
+shape these): what each request is answered, code for code, against Kafka's source
+(paths relative to the apache/kafka repository)."""
+import datetime
+import socket
+
+import pytest
+from kio.schema.add_offsets_to_txn.v3.request import AddOffsetsToTxnRequest
+from kio.schema.errors import ErrorCode
+from kio.schema.init_producer_id.v4.request import InitProducerIdRequest
+from kio.schema.join_group.v5.request import JoinGroupRequest, JoinGroupRequestProtocol
+from kio.schema.offset_commit.v8.request import (OffsetCommitRequest,
+                                                 OffsetCommitRequestPartition,
+                                                 OffsetCommitRequestTopic)
+from kio.schema.sync_group.v3.request import SyncGroupRequest, SyncGroupRequestAssignment
+from kio.schema.txn_offset_commit.v3.request import (TxnOffsetCommitRequest,
+                                                     TxnOffsetCommitRequestPartition,
+                                                     TxnOffsetCommitRequestTopic)
+from kio.static.primitive import i16, i32, i32Timedelta, i64
+
+import streamlog
+
+from support.wire import call
+
+SECONDS_30 = i32Timedelta.parse(datetime.timedelta(seconds=30))
+TXN_TIMEOUT = i32Timedelta.parse(datetime.timedelta(seconds=60))
+
+
+@pytest.fixture
+def db(tmp_path):
+    database = streamlog.open(str(tmp_path / "db"))
+    database.create_topic("t", partitions=1)
+    yield database
+    database.close()
+
+
+@pytest.fixture
+def sock(server):
+    with socket.create_connection((server.host, server.port)) as s:
+        yield s
+
+
+def init_producer_id(sock, producer_id=-1, epoch=-1, transactional_id="tx"):
+    answer = call(sock, InitProducerIdRequest(
+        transactional_id=transactional_id, transaction_timeout=TXN_TIMEOUT,
+        producer_id=i64(producer_id), producer_epoch=i16(epoch)))
+    return answer.error_code, int(answer.producer_id), int(answer.producer_epoch)
+
+
+# --- TxnOffsetCommit: the group's member checks --------------------------------------------
+
+def join(sock, instance_id=None):
+    """A member joins group g alone: (member id, generation); the group is then
+    CompletingRebalance until sync()."""
+    def request(member_id):
+        return call(sock, JoinGroupRequest(
+            group_id="g", session_timeout=SECONDS_30, rebalance_timeout=SECONDS_30,
+            member_id=member_id, group_instance_id=instance_id, protocol_type="consumer",
+            protocols=(JoinGroupRequestProtocol(name="range", metadata=b""),)))
+    answer = request("")
+    if answer.error_code == ErrorCode.member_id_required:   # a dynamic member (KIP-394)
+        answer = request(answer.member_id)
+    assert answer.error_code == ErrorCode.none
+    return answer.member_id, int(answer.generation_id)
+
+
+def sync(sock, member_id, generation, instance_id=None):
+    answer = call(sock, SyncGroupRequest(
+        group_id="g", generation_id=i32(generation), member_id=member_id,
+        group_instance_id=instance_id,
+        assignments=(SyncGroupRequestAssignment(member_id=member_id, assignment=b""),)))
+    assert answer.error_code == ErrorCode.none
+
+
+@pytest.fixture
+def producer(sock):
+    """A transactional producer whose transaction holds group g's offsets partition."""
+    code, pid, epoch = init_producer_id(sock)
+    assert code == ErrorCode.none
+    answer = call(sock, AddOffsetsToTxnRequest(transactional_id="tx", producer_id=i64(pid),
+                                               producer_epoch=i16(epoch), group_id="g"))
+    assert answer.error_code == ErrorCode.none
+    return pid, epoch
+
+
+def txn_commit(sock, producer, generation, member_id, instance_id=None):
+    pid, epoch = producer
+    answer = call(sock, TxnOffsetCommitRequest(
+        transactional_id="tx", group_id="g", producer_id=i64(pid), producer_epoch=i16(epoch),
+        generation_id=i32(generation), member_id=member_id, group_instance_id=instance_id,
+        topics=(TxnOffsetCommitRequestTopic(name="t", partitions=(
+            TxnOffsetCommitRequestPartition(partition_index=i32(0), committed_offset=i64(5),
+                                            committed_leader_epoch=i32(-1),
+                                            committed_metadata=""),)),)))
+    return answer.topics[0].partitions[0].error_code
+
+
+def commit(sock, generation, member_id, instance_id=None):
+    answer = call(sock, OffsetCommitRequest(
+        group_id="g", generation_id_or_member_epoch=i32(generation), member_id=member_id,
+        group_instance_id=instance_id, topics=(OffsetCommitRequestTopic(name="t", partitions=(
+            OffsetCommitRequestPartition(partition_index=i32(0), committed_offset=i64(5),
+                                         committed_leader_epoch=i32(-1),
+                                         committed_metadata=""),)),)))
+    return answer.topics[0].partitions[0].error_code
+
+
+def test_a_members_transactional_commit_is_not_refused_while_the_group_completes_a_rebalance(
+        db, sock, producer):
+    # ClassicGroup.java:855 (validateOffsetCommit): REBALANCE_IN_PROGRESS only
+    # `if (!isTransactional && isInState(COMPLETING_REBALANCE))`; GroupCoordinator.scala:1018
+    # (the older coordinator's validateOffsetCommit) checks no state for TxnOffsetCommit.
+    member_id, generation = join(sock)
+    assert db.describe_group("g").state == "CompletingRebalance"
+    assert txn_commit(sock, producer, generation, member_id) == ErrorCode.none
+    assert commit(sock, generation, member_id) == ErrorCode.rebalance_in_progress
+
+
+def test_generation_minus_one_with_a_members_id_is_an_illegal_generation(db, sock, producer):
+    # ClassicGroup.java:841-847: a request naming a member id (or an instance id) is checked
+    # as a member's (validateMember), then `generationId != this.generationId` answers
+    # ILLEGAL_GENERATION; an unknown member id is UNKNOWN_MEMBER_ID first. Only a request
+    # naming no member (TxnOffsetCommit before v3) may commit transactionally to a group
+    # with members (ClassicGroup.java:847-853).
+    member_id, generation = join(sock)
+    sync(sock, member_id, generation)
+    assert txn_commit(sock, producer, -1, member_id) == ErrorCode.illegal_generation
+    assert commit(sock, -1, member_id) == ErrorCode.illegal_generation
+    assert txn_commit(sock, producer, -1, "nobody") == ErrorCode.unknown_member_id
+    assert commit(sock, -1, "nobody") == ErrorCode.unknown_member_id
+    assert txn_commit(sock, producer, -1, "") == ErrorCode.none
+    assert commit(sock, -1, "") == ErrorCode.unknown_member_id
+
+
+def test_an_instance_id_the_group_does_not_know_is_an_unknown_member(db, sock, producer):
+    # ClassicGroup.java:797-799 (validateMember): `existingMemberId == null` ->
+    # UNKNOWN_MEMBER_ID, even for a current member id and generation; an instance id that
+    # maps to another member id -> FENCED_INSTANCE_ID (ClassicGroup.java:800-805).
+    member_id, generation = join(sock, instance_id="app-1")
+    sync(sock, member_id, generation, instance_id="app-1")
+    assert txn_commit(sock, producer, generation, member_id, "app-9") == \
+        ErrorCode.unknown_member_id
+    assert commit(sock, generation, member_id, "app-9") == ErrorCode.unknown_member_id
+    assert txn_commit(sock, producer, -1, "", "app-9") == ErrorCode.unknown_member_id
+    assert txn_commit(sock, producer, generation, "other", "app-1") == \
+        ErrorCode.fenced_instance_id
+    assert commit(sock, generation, "other", "app-1") == ErrorCode.fenced_instance_id
+    assert txn_commit(sock, producer, -1, "", "app-1") == ErrorCode.fenced_instance_id
+    assert txn_commit(sock, producer, generation, member_id, "app-1") == ErrorCode.none
+    assert commit(sock, generation, member_id, "app-1") == ErrorCode.none
