@@ -8,6 +8,7 @@ import pytest
 import streamlog
 from streamlog import TopicPartition
 from streamlog.coordinator.transaction import TxnState
+from streamlog.coordinator import transaction_coordinator
 from streamlog.coordinator.transaction_coordinator import find_transaction_coordinator
 from streamlog.errors import (InvalidConfigurationError, InvalidTransactionTimeoutError,
                               InvalidTxnStateError, ProducerFencedError)
@@ -151,6 +152,68 @@ def test_a_failed_batch_makes_the_transaction_abortable_then_sequences_restart(d
     p.send("t", value=b"ok", partition=0)
     p.commit_transaction()
     assert committed_view(db) == [b"ok"]
+
+
+def test_the_epoch_bump_after_a_failed_transaction_cannot_fence_a_newer_instance(
+        db, monkeypatch):
+    # Kafka's client bumps its epoch after an abortable error with InitProducerId naming
+    # the producer id and epoch it holds (KIP-360); the coordinator fences it if another
+    # instance bumped meanwhile (TransactionMetadata.scala:283-298, PRODUCER_FENCED). A
+    # bump naming nothing would fence the newer instance instead.
+    a = producer(db)
+    a.begin_transaction()
+    coordinator = find_transaction_coordinator(db._broker)
+    monkeypatch.setattr(coordinator, "add_partitions", lambda *_: (_ for _ in ()).throw(
+        streamlog.errors.KafkaStorageError("injected")))
+    with pytest.raises(streamlog.errors.KafkaStorageError):
+        a.send("t", value=b"lost", partition=0)   # no partition joined: nothing to end
+        a.flush()
+    monkeypatch.undo()
+    b = producer(db)
+    with pytest.raises(ProducerFencedError):
+        a.abort_transaction()
+    b.begin_transaction()
+    b.send("t", value=b"b", partition=0)
+    b.commit_transaction()
+    assert committed_view(db) == [b"b"]
+
+
+def test_a_kip_360_bump_at_an_exhausted_epoch_moves_to_a_new_producer_id_once(
+        db, monkeypatch):
+    # TransactionCoordinator.scala:243-252: at an exhausted epoch (isEpochExhausted:
+    # >= Short.MaxValue - 1, TransactionMetadata.scala:166) a new producer id, epoch 0,
+    # remembering the old epoch (prepareProducerIdRotation, recordLastEpoch); its retry
+    # names the previous producer id (isValidProducerId, case 3) and gets the same answer.
+    monkeypatch.setattr(transaction_coordinator, "MAX_EPOCH", 5)   # exhausted at 4
+    coordinator = find_transaction_coordinator(db._broker)
+    pid, epoch = coordinator.init_producer_id("tx", 60_000)
+    while epoch < 4:
+        pid, epoch = coordinator.init_producer_id("tx", 60_000, (pid, epoch))
+    new_pid, new_epoch = coordinator.init_producer_id("tx", 60_000, (pid, 4))
+    assert new_pid != pid and new_epoch == 0
+    assert coordinator.init_producer_id("tx", 60_000, (pid, 4)) == (new_pid, 0)
+    with pytest.raises(ProducerFencedError):
+        coordinator.init_producer_id("tx", 60_000, (pid, 3))
+
+
+def test_the_last_epoch_is_not_in_the_record_so_a_reopen_forgets_it(tmp_path):
+    # Kafka's TransactionLogValue has no lastProducerEpoch: TransactionLog.scala:127 loads
+    # it as -1, so a retry after the coordinator reloaded is fenced (the comment at
+    # TransactionMetadata.scala:291-293 accepts this "rare case"). The record stays Kafka's
+    # version 0 value.
+    root = str(tmp_path / "db")
+    with streamlog.open(root) as db:
+        coordinator = find_transaction_coordinator(db._broker)
+        pid, epoch = coordinator.init_producer_id("tx", 60_000)
+        assert coordinator.init_producer_id("tx", 60_000, (pid, epoch)) == (pid, epoch + 1)
+        assert coordinator.init_producer_id("tx", 60_000, (pid, epoch)) == (pid, epoch + 1)
+    with streamlog.open(root) as db:
+        coordinator = find_transaction_coordinator(db._broker)
+        assert coordinator.describe("tx").last_producer_epoch == -1
+        with pytest.raises(ProducerFencedError):
+            coordinator.init_producer_id("tx", 60_000, (pid, epoch))
+        assert coordinator.init_producer_id("tx", 60_000, (pid, epoch + 1)) == \
+            (pid, epoch + 2)
 
 
 STOPPED_WRITER = """

@@ -20,6 +20,8 @@ from kio.schema.txn_offset_commit.v3.request import (TxnOffsetCommitRequest,
 from kio.static.primitive import i16, i32, i32Timedelta, i64
 
 import streamlog
+from streamlog.coordinator.transaction import TxnState
+from streamlog.coordinator.transaction_coordinator import find_transaction_coordinator
 
 from support.wire import call
 
@@ -149,3 +151,62 @@ def test_an_instance_id_the_group_does_not_know_is_an_unknown_member(db, sock, p
     assert txn_commit(sock, producer, -1, "", "app-1") == ErrorCode.fenced_instance_id
     assert txn_commit(sock, producer, generation, member_id, "app-1") == ErrorCode.none
     assert commit(sock, generation, member_id, "app-1") == ErrorCode.none
+
+
+# --- InitProducerId naming the producer id and epoch the client holds (KIP-360) -------------
+
+def test_a_bump_naming_the_epoch_it_holds_answers_its_retry_without_bumping_again(db, sock):
+    # TransactionMetadata.scala:283-294 (prepareIncrementProducerEpoch): the expected epoch
+    # is the current one -> bumped, and the current one becomes lastProducerEpoch; the
+    # expected epoch is lastProducerEpoch -> "a retry of a successful call, so just return
+    # the current epoch without bumping"; any other -> PRODUCER_FENCED (line 295-298).
+    code, pid, epoch = init_producer_id(sock)
+    assert (code, epoch) == (ErrorCode.none, 0)
+    assert init_producer_id(sock, pid, 0) == (ErrorCode.none, pid, 1)
+    assert init_producer_id(sock, pid, 0) == (ErrorCode.none, pid, 1)   # the lost answer
+    assert init_producer_id(sock, pid, 1) == (ErrorCode.none, pid, 2)
+    assert init_producer_id(sock, pid, 0) == (ErrorCode.producer_fenced, -1, -1)
+    assert init_producer_id(sock, pid, 50) == (ErrorCode.producer_fenced, -1, -1)
+    # A new instance (nothing named) bumps with lastProducerEpoch -1 (line 277-279): the
+    # epoch before it is fenced, not taken for a retry.
+    assert init_producer_id(sock) == (ErrorCode.none, pid, 3)
+    assert init_producer_id(sock, pid, 2) == (ErrorCode.producer_fenced, -1, -1)
+
+
+def test_a_producer_id_that_is_not_the_transactional_ids_is_fenced(db, sock):
+    # TransactionCoordinator.scala:216-228 (isValidProducerId): another producer id than
+    # the transactional id's is PRODUCER_FENCED, INVALID_PRODUCER_EPOCH before version 4
+    # (KafkaApis.handleInitProducerIdRequest); an id not known yet takes any.
+    code, pid, _ = init_producer_id(sock, 77, 3, transactional_id="new")
+    assert code == ErrorCode.none and pid != 77
+    assert init_producer_id(sock, pid + 1000, 0, transactional_id="new") == \
+        (ErrorCode.producer_fenced, -1, -1)
+    from kio.schema.init_producer_id.v3.request import InitProducerIdRequest as V3
+    answer = call(sock, V3(transactional_id="new", transaction_timeout=TXN_TIMEOUT,
+                           producer_id=i64(pid + 1000), producer_epoch=i16(0)))
+    assert answer.error_code == ErrorCode.invalid_producer_epoch
+
+
+def test_a_half_named_producer_is_an_invalid_request_and_an_idempotent_one_gets_a_new_id(
+        db, sock):
+    # KafkaApis.handleInitProducerIdRequest: a producer id without an epoch, or the other
+    # way round, is INVALID_REQUEST; without a transactional id the coordinator "blindly
+    # accepts" and hands out a new producer id, epoch 0 (TransactionCoordinator.scala:116).
+    assert init_producer_id(sock, 5, -1)[0] == ErrorCode.invalid_request
+    assert init_producer_id(sock, -1, 5)[0] == ErrorCode.invalid_request
+    code, pid, epoch = init_producer_id(sock, transactional_id=None)
+    code, new_pid, epoch = init_producer_id(sock, pid, epoch, transactional_id=None)
+    assert (code, epoch) == (ErrorCode.none, 0) and new_pid != pid
+
+
+def test_a_bump_naming_its_epoch_while_its_transaction_is_open_fences_it(db, sock):
+    # TransactionCoordinator.scala:266-271: an Ongoing transaction is aborted with a bumped
+    # epoch (prepareFenceProducerEpoch: lastProducerEpoch -1); the client's epoch is then
+    # neither the current nor the last one: PRODUCER_FENCED.
+    code, pid, epoch = init_producer_id(sock)
+    answer = call(sock, AddOffsetsToTxnRequest(transactional_id="tx", producer_id=i64(pid),
+                                               producer_epoch=i16(epoch), group_id="g"))
+    assert answer.error_code == ErrorCode.none
+    assert init_producer_id(sock, pid, epoch) == (ErrorCode.producer_fenced, -1, -1)
+    meta = find_transaction_coordinator(db._broker).describe("tx")
+    assert (meta.state, meta.producer_epoch) == (TxnState.COMPLETE_ABORT, epoch + 1)

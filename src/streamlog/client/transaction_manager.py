@@ -148,6 +148,10 @@ class TransactionManager:
             self._partitions.clear()
             self.state, self._error = READY, None
             if failed:
+                # The epoch bump names the epoch it bumps (KIP-360, as Kafka's client): a
+                # producer another instance fenced meanwhile is told so, and cannot fence
+                # that instance in turn.
                 self.producer = self._calling(self._coordinator.init_producer_id,
-                                              self.transactional_id, self.timeout_ms)
+                                              self.transactional_id, self.timeout_ms,
+                                              (pid, epoch))
             return failed

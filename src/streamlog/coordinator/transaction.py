@@ -65,6 +65,13 @@ class TransactionMetadata:
     partitions: frozenset = field(default_factory=frozenset)  # TopicPartitions in the txn
     last_update_ms: int = -1
     start_ms: int = -1   # when the open transaction began (-1: none)
+    # Not in the record (TransactionLogValue version 0 has no field for them), so kept in
+    # memory only, as Kafka's TransactionLog.readTxnRecordValue loads lastProducerEpoch
+    # as -1: the producer id before the last InitProducerId, and the epoch a KIP-360
+    # InitProducerId bumped from (-1: none). Lost when the database reopens or another
+    # broker takes the id over: a retry of a bump whose answer was lost is then fenced.
+    previous_producer_id: int = field(default=-1, compare=False)
+    last_producer_epoch: int = field(default=-1, compare=False)
 
     def prepare(self, state, now_ms, **changes):
         """The metadata after a transition to `state` (not applied: see the module doc)."""

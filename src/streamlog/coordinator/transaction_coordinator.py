@@ -6,12 +6,16 @@ markers before it returns, so the PrepareCommit/PrepareAbort states last only
 as long as that call, or until the next open if the process stopped in
 between (the open finishes them: `_finish_pending`).
 
-    init_producer_id(id, timeout)   new id: a producer id, epoch 0. Known id:
-                                    the epoch is bumped (a new producer id past
+    init_producer_id(id, timeout[, (pid, epoch)])
+                                    new id: a producer id, epoch 0. Known id:
+                                    the epoch is bumped (a new producer id at
                                     epoch 32766); an Ongoing transaction of the
                                     previous instance is aborted first with a
                                     bumped epoch (PrepareEpochFence), which
-                                    fences that instance everywhere.
+                                    fences that instance everywhere. A caller
+                                    naming its producer id and epoch (KIP-360)
+                                    is fenced unless they are the current ones,
+                                    or the last ones (a retry: no new bump).
     add_partitions(id, pid, epoch, tps) / add_offsets(..., group)
                                     Ongoing, with the partitions added.
     end_txn(id, pid, epoch, commit) PrepareCommit/PrepareAbort written, a marker
@@ -46,7 +50,7 @@ from .transaction_log import TRANSACTION_STATE_TOPIC, TransactionLog
 log = logging.getLogger("streamlog.transactions")
 
 SERVICE = "transaction-coordinator"
-MAX_EPOCH = 2**15 - 1  # int16: an epoch at MAX_EPOCH - 1 moves to a new producer id
+MAX_EPOCH = 2**15 - 1  # int16: an epoch at MAX_EPOCH - 1 is exhausted: a new producer id
 
 
 def find_transaction_coordinator(broker):
@@ -74,8 +78,12 @@ class TransactionCoordinator:
 
     # --- requests ------------------------------------------------------------------------
 
-    def init_producer_id(self, transactional_id, timeout_ms):
-        """(producer id, epoch) for the producer that now owns transactional_id."""
+    def init_producer_id(self, transactional_id, timeout_ms, expected=None):
+        """(producer id, epoch) for the producer that now owns transactional_id.
+
+        expected: the (producer id, epoch) the caller holds, or None (KIP-360: a producer
+        bumping its own epoch after an error names them, so that a fenced one cannot
+        fence its successor); checked as Kafka's prepareInitProducerIdTransit does."""
         if not isinstance(transactional_id, str) or not transactional_id:
             raise InvalidRequestError("a transactional id is a non-empty string")
         maximum = self._config.transaction_max_timeout_ms
@@ -92,19 +100,58 @@ class TransactionCoordinator:
                 pid, _ = self._broker.init_producer_id()
                 meta = TransactionMetadata(transactional_id, pid, -1, timeout_ms, S.EMPTY)
             else:
+                self._check_expected_producer_id(meta, expected)
                 if meta.state in PREPARING or meta.state == S.PREPARE_EPOCH_FENCE:
                     self._complete(meta)   # a stop cut it short; finish it first
                     meta = self._log.transactions[transactional_id]
                 if meta.state == S.ONGOING:
+                    # Kafka answers CONCURRENT_TRANSACTIONS after this fence and bumps at
+                    # the client's retry; here the bump follows at once (a KIP-360 caller
+                    # is then fenced: its epoch is neither the current nor the last).
                     meta = self._fence_and_abort(meta, "a new instance called "
                                                        "init_transactions()")
-            pid, epoch = meta.producer_id, meta.producer_epoch + 1
-            if epoch >= MAX_EPOCH - 1:
-                pid, epoch = self._broker.init_producer_id()[0], 0
+            pid, epoch, last_epoch = self._next_producer(meta, expected)
             meta = meta.prepare(S.EMPTY, now, producer_id=pid, producer_epoch=epoch,
-                                timeout_ms=timeout_ms)
+                                timeout_ms=timeout_ms, last_producer_epoch=last_epoch,
+                                previous_producer_id=meta.producer_id)
             self._log.write(meta, now)
             return meta.producer_id, meta.producer_epoch
+
+    @staticmethod
+    def _check_expected_producer_id(meta, expected):
+        """Kafka's isValidProducerId (TransactionCoordinator.scala:216-228): the caller's
+        producer id must be the transactional id's, or the one it had before a new
+        producer id replaced an exhausted epoch (a retry of that InitProducerId)."""
+        if expected is None or meta.producer_epoch < 0:
+            return
+        producer_id, epoch = expected
+        if producer_id == meta.producer_id or (
+                producer_id == meta.previous_producer_id and epoch >= MAX_EPOCH - 1):
+            return
+        raise ProducerFencedError(
+            f"producer id {producer_id} is not transactional id {meta.transactional_id!r}'s "
+            f"({meta.producer_id}): another instance replaced it; close this producer")
+
+    def _next_producer(self, meta, expected):
+        """(producer id, epoch, last epoch) after InitProducerId: Kafka's
+        prepareIncrementProducerEpoch and prepareProducerIdRotation (TransactionMetadata
+        .scala:269-319; TransactionCoordinator.scala:243-262). The epoch goes up by one,
+        and a new producer id with epoch 0 replaces an exhausted epoch. A caller naming
+        its epoch (KIP-360) must hold the current one, or the last one, which means it
+        retries a bump whose answer it lost: it gets the current epoch, bumped no more."""
+        current, last = meta.producer_epoch, meta.last_producer_epoch
+        if expected is not None and current >= 0 and expected[1] != current:
+            if expected[1] != last:
+                raise ProducerFencedError(
+                    f"epoch {expected[1]} of transactional id {meta.transactional_id!r} is "
+                    f"fenced: its epoch is {current}; close this producer")
+            return meta.producer_id, current, last
+        # A bump remembers the epoch it came from only when the caller named it: a new
+        # instance (no epoch named) must make the last epoch's retries fenced.
+        bumped_from = current if expected is not None else -1
+        if current >= MAX_EPOCH - 1:
+            return self._broker.init_producer_id()[0], 0, bumped_from
+        return meta.producer_id, current + 1, bumped_from
 
     def add_partitions(self, transactional_id, producer_id, epoch, partitions):
         """Make partitions part of the open transaction (Ongoing from now)."""
@@ -206,7 +253,8 @@ class TransactionCoordinator:
         log.info("transaction %r: aborting the open transaction of epoch %d (%s)",
                  meta.transactional_id, meta.producer_epoch, why)
         now = self._broker.clock_ms()
-        meta = meta.prepare(S.PREPARE_EPOCH_FENCE, now, producer_epoch=meta.producer_epoch + 1)
+        meta = meta.prepare(S.PREPARE_EPOCH_FENCE, now, producer_epoch=meta.producer_epoch + 1,
+                            last_producer_epoch=-1)   # Kafka's prepareFenceProducerEpoch
         self._log.write(meta, now)
         meta = meta.prepare(S.PREPARE_ABORT, now)
         self._log.write(meta, now)

@@ -175,31 +175,35 @@ class TxnHandlers:
         cls, _ = response_types(INIT_PRODUCER_ID, version)
         producer_id, epoch, exc = -1, -1, None
         try:
+            expected = self._expected_producer(body)
             if body.transactional_id is None:
+                # Kafka's handleInitProducerId: without a transactional id, a new producer
+                # id whatever the client holds.
                 producer_id, epoch = self.broker.init_producer_id()
             else:
-                self._check_known_epoch(body)
                 producer_id, epoch = self._coordinating(body.transactional_id).init_producer_id(
                     body.transactional_id,
-                    int(body.transaction_timeout.total_seconds() * 1000))
+                    int(body.transaction_timeout.total_seconds() * 1000), expected)
         except errors.StreamlogError as exc_:
             exc = exc_
         return build(cls, throttle_time=NO_THROTTLE,
                      error_code=_code(exc, INIT_PRODUCER_ID, version),
                      producer_id=i64(producer_id), producer_epoch=i16(epoch))
 
-    def _check_known_epoch(self, body):
-        """InitProducerId 3 on may name the producer id and epoch the client holds (KIP-360):
-        an epoch older than the id's current one belongs to a fenced instance."""
-        producer_id = getattr(body, "producer_id", -1)
-        if producer_id < 0:
-            return
-        current = self._coordinating(body.transactional_id).describe(body.transactional_id)
-        if current is not None and current.producer_id == producer_id and \
-                body.producer_epoch < current.producer_epoch:
-            raise errors.ProducerFencedError(
-                f"transactional id {body.transactional_id!r} has epoch "
-                f"{current.producer_epoch}; epoch {body.producer_epoch} is fenced")
+    @staticmethod
+    def _expected_producer(body):
+        """The (producer id, epoch) the client holds, named from version 3 on (KIP-360),
+        or None: both -1, or neither, else INVALID_REQUEST (Kafka's KafkaApis
+        handleInitProducerIdRequest)."""
+        producer_id = int(getattr(body, "producer_id", -1))
+        epoch = int(getattr(body, "producer_epoch", -1))
+        if producer_id == -1 and epoch == -1:
+            return None
+        if producer_id == -1 or epoch == -1:
+            raise errors.InvalidRequestError(
+                f"InitProducerId names producer id {producer_id} with epoch {epoch}: both "
+                "or neither must be -1")
+        return producer_id, epoch
 
     def add_partitions_to_txn(self, version, body, context):
         cls, types = response_types(ADD_PARTITIONS_TO_TXN, version)
