@@ -221,6 +221,11 @@ class IllegalGenerationError(StreamlogError):
     """A request carried a generation that is no longer current."""
 
 
+class NoSuchGroupGenerationError(IllegalGenerationError):
+    """A request carried a generation of a group that does not exist (OffsetCommit 9 on
+    answers it GROUP_ID_NOT_FOUND, older versions ILLEGAL_GENERATION, as Kafka's)."""
+
+
 class UnknownMemberIdError(StreamlogError):
     """The member is not (or no longer) part of the group."""
 

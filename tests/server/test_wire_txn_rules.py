@@ -3,7 +3,6 @@ client's producer id and epoch, checked with raw requests (real clients do not l
 shape these): what each request is answered, code for code, against Kafka's source
 (paths relative to the apache/kafka repository)."""
 import datetime
-import socket
 
 import pytest
 from kio.schema.add_offsets_to_txn.v3.request import AddOffsetsToTxnRequest
@@ -35,12 +34,6 @@ def db(tmp_path):
     database.create_topic("t", partitions=1)
     yield database
     database.close()
-
-
-@pytest.fixture
-def sock(server):
-    with socket.create_connection((server.host, server.port)) as s:
-        yield s
 
 
 def init_producer_id(sock, producer_id=-1, epoch=-1, transactional_id="tx"):
@@ -117,6 +110,21 @@ def test_a_members_transactional_commit_is_not_refused_while_the_group_completes
     assert db.describe_group("g").state == "CompletingRebalance"
     assert txn_commit(sock, producer, generation, member_id) == ErrorCode.none
     assert commit(sock, generation, member_id) == ErrorCode.rebalance_in_progress
+
+
+def test_a_generation_for_a_group_that_does_not_exist_is_group_id_not_found_from_v9(db, sock):
+    # group-coordinator/.../OffsetMetadataManager.java:310-327 (validateOffsetCommit): no
+    # such group and a generation >= 0 is GROUP_ID_NOT_FOUND from OffsetCommit 9 on,
+    # ILLEGAL_GENERATION before it (kept for older clients).
+    from kio.schema.offset_commit.v9 import request as v9
+    assert commit(sock, 3, "m") == ErrorCode.illegal_generation           # version 8
+    answer = call(sock, v9.OffsetCommitRequest(
+        group_id="g", generation_id_or_member_epoch=i32(3), member_id="m",
+        group_instance_id=None, topics=(v9.OffsetCommitRequestTopic(name="t", partitions=(
+            v9.OffsetCommitRequestPartition(partition_index=i32(0), committed_offset=i64(5),
+                                            committed_leader_epoch=i32(-1),
+                                            committed_metadata=""),)),)))
+    assert answer.topics[0].partitions[0].error_code == ErrorCode.group_id_not_found
 
 
 def test_generation_minus_one_with_a_members_id_is_an_illegal_generation(db, sock, producer):

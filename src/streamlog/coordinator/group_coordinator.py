@@ -37,7 +37,8 @@ from ..errors import (FencedInstanceIdError, GroupIdNotFoundError, IllegalGenera
                       NotCoordinatorError,
                       InconsistentGroupProtocolError, InvalidGroupIdError, InvalidRequestError,
                       InvalidSessionTimeoutError, LogClosedError, MemberIdRequiredError,
-                      NonEmptyGroupError, OffsetMetadataTooLargeError, ReadOnlyError,
+                      NonEmptyGroupError, NoSuchGroupGenerationError,
+                      OffsetMetadataTooLargeError, ReadOnlyError,
                       RebalanceInProgressError, TimerClosedError, UnknownMemberIdError,
                       UnknownTopicOrPartitionError)
 from ..storage.producer_state import UNVERIFIED
@@ -664,7 +665,7 @@ class GroupCoordinator:
         group = self._groups.get(group_id)
         if group is None:
             if generation >= 0:
-                raise IllegalGenerationError(
+                raise NoSuchGroupGenerationError(
                     f"group {group_id!r} has no generation {generation}: it does not exist")
             group = self._groups[group_id] = Group(group_id,
                                                    empty_since=self._broker.clock_ms())

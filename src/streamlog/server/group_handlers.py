@@ -233,6 +233,9 @@ class GroupHandlers:
         exc = failure(self.coordinator.offset_commit, body.group_id, body.member_id or "",
                       int(generation), getattr(body, "group_instance_id", None), valid) \
             if valid or not offsets else None
+        if isinstance(exc, errors.NoSuchGroupGenerationError) and version >= 9:
+            # Kafka's OffsetMetadataManager.validateOffsetCommit, from version 9 on.
+            exc = errors.GroupIdNotFoundError(str(exc))
         return build(cls, throttle_time=NO_THROTTLE, topics=tuple(
             build(types.OffsetCommitResponseTopic, name=topic.name, partitions=tuple(
                 build(types.OffsetCommitResponsePartition, partition_index=p.partition_index,
