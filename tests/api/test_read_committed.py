@@ -138,6 +138,36 @@ def test_the_lso_never_falls_below_the_log_start(db):
     consumer.close()
 
 
+def test_a_view_open_before_delete_records_keeps_its_lso_at_the_new_log_start(db, tmp_path):
+    # As above, seen from a read-only view opened before the DeleteRecords, which moves the
+    # start inside the first segment (no file goes): the view's LSO was the open
+    # transaction's start, 2, below the log start, and its EARLIEST 0.
+    broker = db._broker
+    plain = db.producer(linger_ms=0)
+    with streamlog.open(str(tmp_path / "db"), readonly=True) as view:
+        for value in (b"p0", b"p1"):
+            plain.send("t", value=value, partition=0).result()
+        a = Txn(broker, A)
+        a.send(b"a0", b"a1")                          # 2-3, open
+        for value in (b"p4", b"p5", b"p6"):
+            plain.send("t", value=value, partition=0).result()
+        consumer = view.consumer(isolation_level="read_committed", auto_offset_reset="none")
+        consumer.assign([TP])
+        consumer.seek_to_end([TP])
+        assert consumer.position(TP) == 2
+        broker.delete_records({TP: 5})
+        partition = view.describe_topic("t").partitions[0]
+        assert partition.segments == 1
+        assert (partition.log_start_offset, partition.last_stable_offset) == (5, 5)
+        assert consumer.beginning_offsets([TP]) == {TP: 5}
+        consumer.seek_to_end([TP])
+        assert consumer.position(TP) == 5
+        assert consumer.poll(timeout=0.05) == []
+        a.end(commit=True)                            # marker at 7
+        assert read(view, "read_committed") == [(5, b"p5"), (6, b"p6")]
+        consumer.close()
+
+
 def test_a_producer_aborting_twice_and_committing_in_between(db):
     broker = db._broker
     a = Txn(broker, A)

@@ -177,3 +177,49 @@ def test_a_topic_the_writer_is_creating_is_empty_to_a_reader_not_an_error(db_pat
             if got:
                 break
         assert got == [b"first"]
+
+
+def test_records_the_writer_deleted_inside_the_first_segment_leave_an_open_view(db_path):
+    """DeleteRecords inside the first segment removes no file: a view opened before it kept
+    serving the deleted records and answered 0 for EARLIEST (it read the writer's log start
+    checkpoint only when retention removed a segment, and the writer checkpointed the new
+    start only at its next periodic checkpoint, 60 s later). Once delete_records returns, the
+    view reads below the new start as the writer does: OffsetOutOfRangeError."""
+    with streamlog.open(db_path) as db, streamlog.open(db_path, readonly=True) as ro:
+        db.create_topic("t")
+        producer = db.producer(linger_ms=0)
+        for i in range(RECORDS):
+            producer.send("t", value=b"%03d" % i).result()
+        caught_up = ro.consumer(auto_offset_reset="none")
+        caught_up.assign([TP])
+        caught_up.seek(TP, 0)
+        got = []
+        while len(got) < RECORDS:
+            records = caught_up.poll(timeout=5.0)
+            assert records, f"stopped at {len(got)} of {RECORDS}"
+            got.extend(r.offset for r in records)
+        assert got == list(range(RECORDS))
+
+        assert db._broker.delete_records({TP: 25}) == {TP: 25}
+        # First a read below the view's end (no refresh: nothing new to look for), then the
+        # calls that refresh the view.
+        behind = ro.consumer(auto_offset_reset="none")
+        behind.assign([TP])
+        for offset in (10, 0, 24):
+            behind.seek(TP, offset)
+            with pytest.raises(streamlog.OffsetOutOfRangeError):
+                behind.poll(timeout=0.2)
+        partition = ro.describe_topic("t").partitions[0]
+        assert (partition.segments, partition.log_start_offset) == (1, 25)
+        assert behind.beginning_offsets([TP]) == {TP: 25}
+        behind.seek_to_beginning([TP])
+        assert behind.poll(timeout=5.0)[0].offset == 25
+
+        producer.send("t", value=b"more").result()     # the caught-up reader goes on
+        assert [r.offset for r in caught_up.poll(timeout=5.0)] == [RECORDS]
+        caught_up.seek(TP, 0)
+        with pytest.raises(streamlog.OffsetOutOfRangeError):
+            caught_up.poll(timeout=0.2)
+        earliest = ro.consumer(auto_offset_reset="earliest")
+        earliest.assign([TP])
+        assert earliest.poll(timeout=5.0)[0].offset == 25

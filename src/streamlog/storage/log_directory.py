@@ -25,7 +25,9 @@ directory again and reading each log's end.
 Log start offsets: a log's retention writes its new log start into the
 checkpoint before it removes a segment (_RootEntry), so at the next
 open a first segment above the checkpointed start is known to be lost, not
-deleted (log_loader.load_log).
+deleted (log_loader.load_log); DeleteRecords writes it before it returns, so
+the records it deleted stay deleted after a crash. Read-only views look at the
+file at each refresh and read it again when its stat changed.
 
 Recovery points: a checkpoint writes each log's checkpoint_recovery_point();
 a log cut below its entry (a follower's truncation, or an unclean open that cut
@@ -42,6 +44,7 @@ import os
 import shutil
 import stat
 import threading
+import time
 import uuid
 
 from ..errors import InconsistentTopicIdError, KafkaStorageError, UnknownTopicOrPartitionError
@@ -54,6 +57,10 @@ from .partition_log import PartitionLog, wall_clock_ms
 from .producer_state import DEFAULT_PRODUCER_ID_EXPIRATION_MS
 
 log = logging.getLogger("streamlog.storage")
+
+# A checkpoint file whose mtime is this close to now may be replaced again within the same
+# clock tick, under the same size and a reused inode: read again rather than trusted.
+_RACY_NS = 50_000_000
 
 
 class LogDirectory:
@@ -100,6 +107,7 @@ class LogDirectory:
             self._remove_deleted_dirs()
         self._recovery_points = self._read_checkpoint(self._recovery_file)
         self._log_starts = self._read_checkpoint(self._start_file)
+        self._log_starts_seen = None   # read-only: (stat key, offsets) (_current_log_starts)
         self._cleaner_file = OffsetCheckpointFile(
             os.path.join(self.root, files.CLEANER_OFFSET_CHECKPOINT))
         try:
@@ -345,10 +353,30 @@ class LogDirectory:
             self._start_file.write(self._log_starts)
 
     def _read_log_start(self, tp):
+        return self._current_log_starts().get(tp)
+
+    def _current_log_starts(self):
+        """Read-only: {tp: log start} as the writer's checkpoint holds it now. Every refresh
+        of a view's log looks (PartitionLog._writer_log_start), so the file is read again only
+        when its stat changed: the writer replaces it whole (a new inode, mtime, often size).
+        A file changed within _RACY_NS of the look is not trusted to stay told apart by its
+        stat (mtimes move in clock ticks, a freed inode comes back): it is read again next
+        time too, as git treats a racily clean index entry."""
         try:
-            return self._start_file.read().get(tp)
+            status = os.stat(self._start_file.path)
+        except OSError:
+            return {}   # none yet (read() says the same), or unreadable: no start known
+        key = (status.st_ino, status.st_mtime_ns, status.st_size)
+        seen = self._log_starts_seen
+        if seen is not None and seen[0] == key:
+            return seen[1]
+        try:
+            offsets = self._start_file.read()   # replaced since the stat: a later stat differs
         except CorruptCheckpointError:
-            return None
+            return {}
+        racy = abs(time.time_ns() - status.st_mtime_ns) < _RACY_NS
+        self._log_starts_seen = None if racy else (key, offsets)
+        return offsets
 
     def flush_all(self):
         for partition_log in list(self.logs.values()):

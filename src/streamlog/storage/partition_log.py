@@ -105,7 +105,9 @@ class PartitionLog:
         """log_start_offset: the checkpointed log start, None if unknown (see load_log).
         log_start_checkpoint: where the log start is kept durably (read() -> offset or None,
         write(offset)); retention writes it before removing a segment, so a missing first
-        segment can be told from a deleted one. None: nowhere (a log on its own).
+        segment can be told from a deleted one, and DeleteRecords before it returns. A
+        read-only view reads it at each refresh (cheaply: see _writer_log_start). None:
+        nowhere (a log on its own).
         root_entry: the log's place in its root (None: a log on its own):
         lower_recovery_point(offset), which a truncation calls at once (invariant 3), and
         sync_name(), which the first flush calls: a new directory's name in the root must
@@ -707,8 +709,10 @@ class PartitionLog:
         """
         if self._closed:
             raise LogClosedError(f"partition log {self.name} is closed")
-        if self.readonly and fetch_offset >= self._next_offset:
-            self.refresh()  # caught up with what we know: look for more
+        if self.readonly and (fetch_offset >= self._next_offset or self._log_start_moved()):
+            # Caught up with what we know: look for more. Or the writer's DeleteRecords moved
+            # the log start: the records below it must not be served from here either.
+            self.refresh()
         segments = self._segments
         try:
             return self._read(fetch_offset, max_bytes, max_offset, min_one_batch, buffer,
@@ -975,14 +979,22 @@ class PartitionLog:
         return len(due)
 
     def increase_log_start_offset(self, new_start):
-        """Move the log start offset up (delete records); whole segments go at the next retention pass."""
+        """Move the log start offset up (DeleteRecords, or a follower taking its leader's);
+        whole segments go at the next retention pass. A start that moves is in the log start
+        checkpoint (fsynced) before this returns: records it deleted never come back after a
+        crash, and read-only views stop serving them at their next read."""
         with self._lock:
             self._check_writable()
             if new_start > self.high_watermark:
                 raise OffsetOutOfRangeError(
                     f"cannot move the log start of {self.name} to {new_start}, past its high "
                     f"watermark {self.high_watermark}", self.name, new_start)
-            self.log_start_offset = max(self.log_start_offset, new_start)
+            if new_start > self.log_start_offset:
+                # In memory first, as retention does: a periodic checkpoint in between
+                # writes the new start too, never the old one after it.
+                self.log_start_offset = new_start
+                if self._log_start_checkpoint is not None:
+                    self._log_start_checkpoint.write(new_start)
             if self.epochs is not None:
                 self.epochs.truncate_from_start(self.log_start_offset)
             return self.log_start_offset
@@ -1128,18 +1140,24 @@ class PartitionLog:
     def _writer_log_start(self, removed):
         """Read-only: the log start the writer has moved to, as far as this view can prove it.
 
-        A segment that left this view went by the writer's retention, which checkpointed the
-        new start first; a segment absent since the open says nothing (see load_log). The
-        checkpoint is read only when a segment left or the view starts below its first
-        segment: a caught-up reader refreshes on every poll, and the file lists every
-        partition of the database."""
+        The writer checkpoints its new start before retention removes a segment and before
+        DeleteRecords returns; a segment that left this view went by that retention, while
+        one absent since the open says nothing (see load_log). The checkpoint is looked at on
+        every refresh: a caught-up reader refreshes on every poll, and the file lists every
+        partition of the database, so it is read again only when its stat changed
+        (LogDirectory._current_log_starts)."""
         checkpointed = None
-        if self._log_start_checkpoint is not None and (
-                removed or self.log_start_offset < self._segments[0].base_offset):
+        if self._log_start_checkpoint is not None:
             checkpointed = self._log_start_checkpoint.read()
         if removed:
             return max(self._segments[0].base_offset, checkpointed or 0)
         return checkpointed or 0
+
+    def _log_start_moved(self):
+        """Read-only: whether the writer checkpointed a log start above this view's (a stat of
+        the checkpoint file, when it did not change since it was last read)."""
+        checkpoint = self._log_start_checkpoint
+        return checkpoint is not None and (checkpoint.read() or 0) > self.log_start_offset
 
     def _scan_tail(self, segments):
         """Next offset after the last whole batch, scanning only what is new since last time."""

@@ -87,7 +87,7 @@ class RecordingCheckpoint:
         return self.value
 
     def write(self, offset):
-        self.writes.append((offset, os.path.exists(self.watched)))
+        self.writes.append((offset, self.watched is not None and os.path.exists(self.watched)))
         self.value = offset
 
 
@@ -129,8 +129,9 @@ def test_retention_checkpoints_the_new_start_before_it_removes_a_segment(log_dir
                        log_start_offset=0, log_start_checkpoint=checkpoint)
     log.increase_log_start_offset(bases[2])
     assert log.delete_old_segments() == 2
-    # Written once, with the first segment's file still in place.
-    assert checkpoint.writes == [(bases[2], True)]
+    # Written by the DeleteRecords, then by retention, with the first segment's file still
+    # in place.
+    assert checkpoint.writes == [(bases[2], True)] * 2
     # A stop right after the rename (no close; the next open removes the .deleted files):
     # the start it finds in the checkpoint is the one it needs, no hole.
     reopened = PartitionLog(log_dir, config(**SETTINGS), log_start_offset=checkpoint.value)
@@ -175,6 +176,54 @@ def test_a_log_directory_checkpoints_retention_before_the_segments_go(tmp_path):
     assert read_all(reopened)[0][0] == bases[1]
     again.close()
     log.close(flush=False)
+
+
+def test_a_view_reads_the_log_start_checkpoint_again_only_when_it_changed(tmp_path,
+                                                                          monkeypatch):
+    """A view looks at the writer's log start checkpoint at each refresh and read below its
+    end (DeleteRecords moves the start with no segment leaving): a stat, and a read of the
+    file (which lists every partition) only when it was replaced since, or so recently that
+    its stat may not tell the next replacement apart (LogDirectory._current_log_starts)."""
+    from streamlog.errors import OffsetOutOfRangeError
+    from streamlog.storage import log_directory
+    from streamlog.storage.checkpoint import OffsetCheckpointFile
+    from streamlog.structs import TopicPartition
+    root, tp = str(tmp_path / "root"), TopicPartition("topic", 0)
+    writer = log_directory.LogDirectory(root)
+    log = writer.open_log(tp, config(**SETTINGS))
+    for i in range(40):
+        log.append(make_batch(i, 5))
+    writer.checkpoint()
+    path = os.path.join(root, files.LOG_START_OFFSET_CHECKPOINT)
+    reads = []
+    real_read = OffsetCheckpointFile.read
+
+    def counted(self):
+        reads.extend([self.path] if self.path == path else [])
+        return real_read(self)
+    monkeypatch.setattr(OffsetCheckpointFile, "read", counted)
+    monkeypatch.setattr(log_directory, "_RACY_NS", 0, raising=False)   # no write is "just now"
+    view = log_directory.LogDirectory(root, readonly=True).open_log(tp, config(**SETTINGS))
+    reads.clear()
+    for _ in range(5):
+        view.refresh()
+        assert read_all(view)[0][0] == 0
+    assert len(reads) == 1            # read once, then a stat at each look
+    log.increase_log_start_offset(7)  # inside the first segment: no file goes
+    with pytest.raises(OffsetOutOfRangeError):
+        view.read(0)
+    assert view.log_start_offset == 7 and view.read(7).batches[0].base_offset == 5
+    assert len(reads) == 2
+    monkeypatch.setattr(log_directory, "_RACY_NS", 1 << 62, raising=False)   # every write is "just now"
+    log.increase_log_start_offset(8)
+    for _ in range(3):
+        view.refresh()
+    assert view.log_start_offset == 8 and len(reads) == 5   # not trusted while racy
+    monkeypatch.setattr(log_directory, "_RACY_NS", 0, raising=False)
+    for _ in range(3):
+        view.refresh()
+    assert len(reads) == 6
+    log.close()
 
 
 def batch_positions(path):
