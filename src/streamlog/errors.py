@@ -184,6 +184,11 @@ class InvalidTransactionTimeoutError(StreamlogError):
     """transaction.timeout.ms is above the database's transaction.max.timeout.ms."""
 
 
+class TransactionalIdAuthorizationError(StreamlogError):
+    """Transactional records without the transactional id that may write them (Kafka's
+    TRANSACTIONAL_ID_AUTHORIZATION_FAILED)."""
+
+
 class TransactionAbortableError(StreamlogError):
     """The producer's transaction cannot go on but need not fence it: abort it and begin
     another (Kafka's TRANSACTION_ABORTABLE, KIP-890)."""

@@ -75,21 +75,28 @@ class Txn:
                  for p in t.results_by_partition]
         assert codes == [ErrorCode.none] * len(tps)
 
+    def batch(self, tp, value=b"v", pid=None, epoch=None, transactional=True, seq=None):
+        return bytes(build_batch([value], timestamp=1, is_transactional=transactional,
+                                 producer_id=self.pid if pid is None else pid,
+                                 producer_epoch=self.epoch if epoch is None else epoch,
+                                 base_sequence=self.seq.get(tp, 0) if seq is None else seq))
+
+    def produce_many(self, records_by_tp, version=9, transactional_id="mine"):
+        """One Produce of {tp: records}; the error code of each partition, in order."""
+        kio = produce_v11 if version == 11 else produce_v9
+        answer = call(self.sock, kio.ProduceRequest(
+            transactional_id=self.id if transactional_id == "mine" else transactional_id,
+            acks=i16(-1), timeout=SECONDS, topic_data=tuple(
+                kio.TopicProduceData(name=tp.topic, partition_data=(
+                    kio.PartitionProduceData(index=i32(tp.partition), records=records),))
+                for tp, records in records_by_tp.items())))
+        return [p.error_code for t in answer.responses for p in t.partition_responses]
+
     def produce(self, tp, value=b"v", version=9, pid=None, epoch=None):
         """The partition's error code; the sequence moves on only when it was taken."""
-        kio = produce_v11 if version == 11 else produce_v9
-        seq = self.seq.get(tp, 0)
-        batch = bytes(build_batch([value], timestamp=1, is_transactional=True,
-                                  producer_id=self.pid if pid is None else pid,
-                                  producer_epoch=self.epoch if epoch is None else epoch,
-                                  base_sequence=seq))
-        answer = call(self.sock, kio.ProduceRequest(
-            transactional_id=self.id, acks=i16(-1), timeout=SECONDS, topic_data=(
-                kio.TopicProduceData(name=tp.topic, partition_data=(
-                    kio.PartitionProduceData(index=i32(tp.partition), records=batch),)),)))
-        code = answer.responses[0].partition_responses[0].error_code
+        code, = self.produce_many({tp: self.batch(tp, value, pid, epoch)}, version)
         if code == ErrorCode.none:
-            self.seq[tp] = seq + 1
+            self.seq[tp] = self.seq.get(tp, 0) + 1
         return code
 
     def add_offsets(self, group):
@@ -160,6 +167,34 @@ def test_a_producer_the_coordinator_does_not_know_or_has_fenced_is_refused(db, s
     # PRODUCER_FENCED from the coordinator is answered INVALID_PRODUCER_EPOCH on Produce.
     assert txn.produce(T1) == ErrorCode.invalid_producer_epoch
     assert db._broker.partition_log(T1).log_end_offset == 0
+    assert stable(db, T0) and stable(db, T1)
+
+
+def test_no_transactional_batch_slips_past_the_check(db, sock, monkeypatch):
+    txn = Txn(sock)
+    txn.add(T0)
+    # KafkaApis.handleProduceRequest: transactional records without a transactional id
+    # fail the whole request, TRANSACTIONAL_ID_AUTHORIZATION_FAILED.
+    assert txn.produce_many({T1: txn.batch(T1)}, transactional_id=None) == \
+        [ErrorCode.transactional_id_authorization_failed]
+    # A transactional batch behind a plain one is checked as well.
+    mixed = txn.batch(T1, transactional=False, seq=0) + txn.batch(T1, seq=1)
+    assert txn.produce_many({T1: mixed}) == [ErrorCode.invalid_txn_state]
+    # ReplicaManager.handleProduceAppend: two producers in one request fail all of it.
+    other = Txn(sock, "other")
+    assert txn.produce_many({T0: txn.batch(T0), T1: other.batch(T1)}) == \
+        [ErrorCode.invalid_producer_id_mapping] * 2
+    # ReplicaManager.maybeStartTransactionVerificationForPartition: a partition whose guard
+    # cannot be taken answers that error, and is not appended unchecked.
+    def not_leader(tp, producer_id):
+        raise streamlog.errors.NotLeaderOrFollowerError(f"{tp} is led elsewhere now")
+    monkeypatch.setattr(db._broker, "start_txn_verification", not_leader)
+    assert txn.produce(T1) == ErrorCode.not_leader_or_follower
+    monkeypatch.undo()
+    assert db._broker.partition_log(T0).log_end_offset == 0
+    assert db._broker.partition_log(T1).log_end_offset == 0
+    assert txn.produce(T0) == ErrorCode.none
+    txn.end(commit=True)
     assert stable(db, T0) and stable(db, T1)
 
 

@@ -50,6 +50,7 @@ _ERROR_CODES = [
     (errors.InvalidTransactionTimeoutError, ErrorCode.invalid_transaction_timeout),
     (errors.ConcurrentTransactionsError, ErrorCode.concurrent_transactions),
     (errors.TransactionAbortableError, ErrorCode.transaction_abortable),
+    (errors.TransactionalIdAuthorizationError, ErrorCode.transactional_id_authorization_failed),
     (errors.TransactionCoordinatorFencedError, ErrorCode.transaction_coordinator_fenced),
     # consumer groups
     (errors.RebalanceInProgressError, ErrorCode.rebalance_in_progress),

@@ -19,7 +19,6 @@ from kio.static.primitive import i8, i16, i32, i64
 from .. import errors
 from ..broker.broker import EARLIEST_TIMESTAMP
 from ..broker.metadata import overrides_after, validate_partitions, validate_topic_name
-from ..storage.producer_state import UNVERIFIED
 from ..structs import TopicPartition
 from .error_codes import error_code, error_message, failure
 from .group_handlers import GroupHandlers
@@ -198,7 +197,10 @@ class Handlers:
             return _each_partition_error(cls, types, body, ErrorCode.invalid_required_acks)
         waits = []
         answers = []
-        verified = self._txn.verify_produce(version, body) if body.transactional_id else {}
+        try:
+            verified = self._txn.verify_produce(version, body)
+        except errors.StreamlogError as exc:
+            return _each_partition_error(cls, types, body, error_code(exc))
         for topic in body.topic_data:
             parts = []
             for partition in topic.partition_data:
@@ -210,7 +212,9 @@ class Handlers:
                     if injected is not None:
                         raise injected
                     self._check_not_internal(tp.topic, "append to")
-                    verification = verified.get(tp, UNVERIFIED)
+                    # None for a partition without transactional batches: a client's
+                    # transactional batch is only ever taken verified.
+                    verification = verified.get(tp)
                     if isinstance(verification, errors.StreamlogError):
                         raise verification
                     info = self.broker.produce(tp, partition.records or b"", acks=body.acks,

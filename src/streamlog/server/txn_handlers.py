@@ -14,13 +14,16 @@ end (its partition's LSO would be stuck for good).
 A fenced producer is answered PRODUCER_FENCED, or INVALID_PRODUCER_EPOCH at the versions
 that predate that code (KIP-588), as Kafka's KafkaApis does.
 """
+import struct
+
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i16, i32, i64
 
 from .. import errors
+from ..errors import StreamlogError
 from ..coordinator.group_coordinator import find_coordinator
 from ..coordinator.transaction_coordinator import find_transaction_coordinator
-from ..storage.record_batch import RECORD_BATCH_OVERHEAD, RecordBatch
+from ..storage.record_batch import iter_batches
 from ..structs import OffsetAndMetadata, TopicPartition
 from .error_codes import error_code, failure
 from .protocol import NO_THROTTLE, build, response_types
@@ -39,12 +42,13 @@ def _code(exc, api_key, version):
     return code
 
 
-def _first_batch(records):
-    """The header of the first batch of a Produce's records, or None when there is none
-    whole (the append then refuses the records)."""
-    if records is None or len(records) < RECORD_BATCH_OVERHEAD:
+def _first_transactional(records):
+    """The header of the first transactional batch of a Produce's records, or None (none
+    there, or records that do not parse: the append refuses those)."""
+    try:
+        return next((b for b in iter_batches(records or b"") if b.is_transactional), None)
+    except (StreamlogError, struct.error, ValueError):
         return None
-    return RecordBatch(records)
 
 
 def _produce_error(exc, version):
@@ -100,33 +104,43 @@ class TxnHandlers:
 
     def verify_produce(self, version, body):
         """{tp: what Produce passes its append as `verification` (a guard, or None when the
-        transaction is open on tp already), or the error to answer for tp} for the
-        partitions of a Produce with a transactional id whose batches are transactional
-        (Kafka's ReplicaManager.handleProduceAppend with transaction verification)."""
-        out, needed, producer = {}, {}, None
+        transaction is open on tp already), or the error to answer for tp} for every
+        partition of a Produce that carries transactional batches (Kafka's
+        ReplicaManager.handleProduceAppend with transaction verification). Raises what
+        refuses the whole request, before anything is appended: transactional batches
+        without a transactional id (Kafka's KafkaApis.handleProduceRequest), or of two
+        producers (ReplicaManager: InvalidPidMappingException)."""
+        batches = {}
         for topic in body.topic_data:
             for partition in topic.partition_data:
-                tp = TopicPartition(topic.name, partition.index)
-                batch = _first_batch(partition.records)
-                if batch is None or not batch.is_transactional:
-                    continue
-                if producer not in (None, (batch.producer_id, batch.producer_epoch)):
-                    out[tp] = errors.InvalidProducerIdMappingError(
-                        "transactional records of one request carry two producer ids")
-                    continue
-                producer = (batch.producer_id, batch.producer_epoch)
-                try:
-                    guard = self.broker.start_txn_verification(tp, batch.producer_id)
-                except errors.StreamlogError:
-                    continue   # the append answers it (an unknown partition, no leader)
-                if guard is None:
-                    out[tp] = None
-                else:
-                    needed[tp] = guard
+                batch = _first_transactional(partition.records)
+                if batch is not None:
+                    batches[TopicPartition(topic.name, partition.index)] = batch
+        if not batches:
+            return {}
+        if body.transactional_id is None:
+            raise errors.TransactionalIdAuthorizationError(
+                "transactional records need the request's transactional id")
+        producers = {(b.producer_id, b.producer_epoch) for b in batches.values()}
+        if len(producers) > 1:
+            raise errors.InvalidProducerIdMappingError(
+                "transactional records of one request carry more than one producer id")
+        (producer_id, epoch), = producers
+        out, needed = {}, {}
+        for tp in batches:
+            try:
+                guard = self.broker.start_txn_verification(tp, producer_id)
+            except errors.StreamlogError as exc:
+                out[tp] = exc   # an unknown partition, or one not led here (Kafka's answer)
+                continue
+            if guard is None:
+                out[tp] = None
+            else:
+                needed[tp] = guard
         if needed:
             try:
                 found = self._coordinator_of(body.transactional_id).verify_partitions(
-                    body.transactional_id, *producer, list(needed))
+                    body.transactional_id, producer_id, epoch, list(needed))
             except errors.StreamlogError as exc:
                 found = dict.fromkeys(needed, exc)
             for tp, guard in needed.items():

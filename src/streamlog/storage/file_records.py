@@ -67,6 +67,9 @@ class FileRecords:
         self._closed = False
         self._map = None  # read-only mapping for view(); replaced as the file grows
         self._mapped = False  # a view may be alive (invariant 3: no ftruncate under it)
+        # The size at this object's last fdatasync (None: none yet, or the file was cut
+        # since): a flush with nothing appended since has nothing to wait for.
+        self._synced_size = None
         if lazy:
             try:
                 self.size = os.stat(path).st_size
@@ -133,10 +136,18 @@ class FileRecords:
         return position
 
     def flush(self):
+        """fdatasync the file, unless nothing was appended since this object last did (a
+        roll's snapshot and every flush sync each segment above the recovery point, which
+        only a flush moves: without this, a log never flushed would sync them all again at
+        every roll)."""
+        size = self.size   # before: an append during the fdatasync may not be covered
+        if size == self._synced_size:
+            return
         try:
             os.fdatasync(self._fd)
         except OSError as exc:
             raise KafkaStorageError(f"cannot fsync {self.path}: {exc}") from exc
+        self._synced_size = size
 
     def truncate_to(self, size):
         """Cut the file to `size` bytes; returns how many bytes were removed.
@@ -150,6 +161,7 @@ class FileRecords:
             self._map = None
             os.ftruncate(self._fd, size)
             self.size = size
+            self._synced_size = None   # the cut itself is not on the disk yet
         return removed
 
     def cut_to(self, size):
@@ -190,6 +202,7 @@ class FileRecords:
         self._mapped = False
         os.close(old)
         removed, self.size = self.size - size, size
+        self._synced_size = size   # the copy was fsynced before it took the name
         return removed
 
     def refresh_size(self):

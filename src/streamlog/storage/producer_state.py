@@ -428,6 +428,7 @@ class ProducerState:
         and replaying from them would skip the batches between), and corrupt ones."""
         self.snapshot_offsets = sorted(snapshot_offsets)
         self.producers = {}
+        self.verifications = {}   # taken against a state this replaces
         self.ongoing = {}   # a rebuild from the log start must not keep a truncated tail's
         for offset in [o for o in self.snapshot_offsets if o > end_offset or o < start_offset]:
             self._delete_snapshot(offset)
@@ -470,6 +471,7 @@ class ProducerState:
             self._delete_snapshot(offset)
         self.producers = {}
         self.ongoing = {}
+        self.verifications = {}
 
     def _delete_snapshot(self, offset):
         try:

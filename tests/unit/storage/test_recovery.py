@@ -559,3 +559,23 @@ def test_a_clean_log_whose_tail_was_cut_opens_as_unclean_and_keeps_no_stale_txn_
     assert again.first_offset == marker.first_offset
     assert reopened.last_stable_offset == reopened.log_end_offset
     assert [e.first_offset for e in reopened.txn_indexes.entries()] == [data.first_offset]
+
+
+def test_a_rolls_snapshot_syncs_only_what_is_not_synced_yet(tmp_path, monkeypatch):
+    # The roll above fsyncs the log files the recovery point does not cover, and only a
+    # flush moves that point: with acks=1 traffic (no flush), every roll used to sync every
+    # segment since the last flush again, so roll k cost k fsyncs under the append lock.
+    log = PartitionLog(str(tmp_path / "t-0"), config(segment_bytes=600))
+    syncs = []
+    real = os.fdatasync
+    monkeypatch.setattr(os, "fdatasync", lambda fd: (syncs.append(fd), real(fd))[1])
+    per_roll, seq = [], 0
+    while len(log.segments) < 40:
+        before, segments = len(syncs), len(log.segments)
+        log.append(idempotent(seq, seq, records=3))
+        seq += 3
+        if len(log.segments) > segments:
+            per_roll.append(len(syncs) - before)
+    assert log.recovery_point == 0            # nothing flushed
+    assert max(per_roll[5:]) <= max(per_roll[:5]) == 1
+    log.close()
