@@ -226,6 +226,35 @@ def test_linger_expiry_sends_without_flush(db):
     assert future.result(timeout=10).offset == 0  # the wheel sealed it after ~20 ms
 
 
+def test_slow_appends_do_not_make_every_send_idle(db, monkeypatch):
+    # linger_ms=0: a send after a quiet spell goes out at once, one in a burst joins a
+    # batch. The quiet was counted from the previous send's start, so an append slower
+    # than that spell (one waiting on an fdatasync of the same file) made every next send
+    # "idle": a batch per record, appended at once, each append slow again. An idempotent
+    # acks="all" producer sat there at 10,000 rec/s instead of ~250,000.
+    db.create_topic("t")
+    broker = db._broker
+    produce, appends = broker.produce, []
+
+    def slow_produce(*args, **kwargs):
+        appends.append(1)
+        time.sleep(0.0005)               # far longer than the quiet that counts as idle
+        return produce(*args, **kwargs)
+    monkeypatch.setattr(broker, "produce", slow_produce)
+    producer = db.producer(acks="all")
+    for i in range(400):
+        producer.send("t", value=b"%d" % i, partition=0)
+    producer.flush()
+    assert len(appends) <= 100, f"{len(appends)} appends for 400 records sent in a burst"
+    consumer = db.consumer(auto_offset_reset="earliest")
+    consumer.assign([TopicPartition("t", 0)])
+    got = []
+    while len(got) < 400:
+        got += [r.value for r in consumer.poll(timeout=5)]
+    assert got == [b"%d" % i for i in range(400)]
+    consumer.close()
+
+
 def test_full_buffer_memory_sends_lingering_batches_at_once(db):
     db.create_topic("t")
     producer = db.producer(linger_ms=60_000, batch_size=10**6, buffer_memory=2000)
