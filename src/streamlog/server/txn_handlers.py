@@ -20,7 +20,6 @@ from kio.schema.errors import ErrorCode
 from kio.static.primitive import i16, i32, i64
 
 from .. import errors
-from ..errors import StreamlogError
 from ..coordinator.group_coordinator import find_coordinator
 from ..coordinator.transaction_coordinator import find_transaction_coordinator
 from ..storage.record_batch import iter_batches
@@ -47,7 +46,7 @@ def _first_transactional(records):
     there, or records that do not parse: the append refuses those)."""
     try:
         return next((b for b in iter_batches(records or b"") if b.is_transactional), None)
-    except (StreamlogError, struct.error, ValueError):
+    except (errors.StreamlogError, struct.error, ValueError):
         return None
 
 
@@ -67,6 +66,23 @@ def _produce_error(exc, version):
             getattr(exc, "retriable", False):
         return errors.NotEnoughReplicasError(
             f"unable to verify that the partition was added to the transaction: {exc}")
+    return exc
+
+
+def _offsets_error(exc):
+    """A failed verification as TxnOffsetCommit answers it (AddPartitionsToTxnManager, then
+    GroupMetadataManager.maybeConvertOffsetCommitError): a fence as INVALID_PRODUCER_EPOCH;
+    a partition not in the transaction as INVALID_TXN_STATE (the versions served predate
+    TRANSACTION_ABORTABLE); a coordinator it could not reach (a cut link here) as
+    COORDINATOR_LOAD_IN_PROGRESS, which clients retry."""
+    if isinstance(exc, errors.ProducerFencedError):
+        return errors.InvalidProducerEpochError(str(exc))
+    if isinstance(exc, errors.TransactionAbortableError):
+        return errors.InvalidTxnStateError(
+            f"the offsets' partition was not added to the transaction ({exc}): call "
+            "AddOffsetsToTxn first")
+    if error_code(exc) == ErrorCode.unknown_server_error and getattr(exc, "retriable", False):
+        return errors.CoordinatorLoadInProgressError(str(exc))
     return exc
 
 
@@ -126,12 +142,22 @@ class TxnHandlers:
             raise errors.InvalidProducerIdMappingError(
                 "transactional records of one request carry more than one producer id")
         (producer_id, epoch), = producers
+        return self._verify(body.transactional_id, producer_id, epoch, batches,
+                            lambda exc: _produce_error(exc, version))
+
+    def _verify(self, transactional_id, producer_id, epoch, partitions, refusal):
+        """{tp: the guard its append carries (None: a transaction of the producer is open on
+        tp already), or why tp may not be appended to}: each partition's guard taken first,
+        then the coordinator asked about the partitions that need one (Kafka's
+        maybeStartTransactionVerificationForPartitions). A guard that cannot be taken (an
+        unknown partition, one not led here) is answered as it is; the coordinator's
+        refusals go through refusal(exc), each API's translation."""
         out, needed = {}, {}
-        for tp in batches:
+        for tp in partitions:
             try:
                 guard = self.broker.start_txn_verification(tp, producer_id)
             except errors.StreamlogError as exc:
-                out[tp] = exc   # an unknown partition, or one not led here (Kafka's answer)
+                out[tp] = exc
                 continue
             if guard is None:
                 out[tp] = None
@@ -139,12 +165,12 @@ class TxnHandlers:
                 needed[tp] = guard
         if needed:
             try:
-                found = self._coordinator_of(body.transactional_id).verify_partitions(
-                    body.transactional_id, producer_id, epoch, list(needed))
+                found = self._coordinator_of(transactional_id).verify_partitions(
+                    transactional_id, producer_id, epoch, list(needed))
             except errors.StreamlogError as exc:
                 found = dict.fromkeys(needed, exc)
             for tp, guard in needed.items():
-                out[tp] = guard if found[tp] is None else _produce_error(found[tp], version)
+                out[tp] = guard if found[tp] is None else refusal(found[tp])
         return out
 
     def _call(self, method, transactional_id, *args):
@@ -164,26 +190,11 @@ class TxnHandlers:
         coordinator says tp is in the transaction (Kafka's GroupCoordinator.
         handleTxnCommitOffsets verifies it as a Produce's): without AddOffsetsToTxn first,
         the offsets would open a transaction no marker ends, pending for good."""
-        guard = self.broker.start_txn_verification(tp, producer_id)
-        if guard is None:
-            return None
-        try:
-            found = self._coordinator_of(transactional_id).verify_partitions(
-                transactional_id, producer_id, epoch, [tp])[tp]
-        except errors.ProducerFencedError as exc:
-            raise errors.InvalidProducerEpochError(str(exc)) from exc
-        except errors.StreamlogError as exc:
-            if error_code(exc) != ErrorCode.unknown_server_error or \
-                    not getattr(exc, "retriable", False):
-                raise
-            # Kafka's maybeConvertOffsetCommitError: a coordinator it could not reach (a
-            # cut link here) is answered COORDINATOR_LOAD_IN_PROGRESS, which clients retry.
-            raise errors.CoordinatorLoadInProgressError(str(exc)) from exc
-        if found is not None:
-            raise errors.InvalidTxnStateError(
-                f"the offsets' partition was not added to the transaction ({found}): call "
-                "AddOffsetsToTxn first")
-        return guard
+        verification = self._verify(transactional_id, producer_id, epoch, [tp],
+                                    _offsets_error)[tp]
+        if isinstance(verification, errors.StreamlogError):
+            raise verification
+        return verification
 
     def init_producer_id(self, version, body, context):
         cls, _ = response_types(INIT_PRODUCER_ID, version)
