@@ -108,18 +108,24 @@ def test_time_lookups_under_read_committed_stop_at_the_lso(db):
     uncommitted.close()
 
 
+def open_transaction_among_plain_records(db):
+    """p0 p1 (plain), a0 a1 (A's transaction at 2-3, left open), p4 p5 p6 (plain); A's Txn."""
+    plain = db.producer(linger_ms=0)
+    for value in (b"p0", b"p1"):
+        plain.send("t", value=value, partition=0).result()
+    a = Txn(db._broker, A)
+    a.send(b"a0", b"a1")
+    for value in (b"p4", b"p5", b"p6"):
+        plain.send("t", value=value, partition=0).result()
+    return a
+
+
 def test_the_lso_never_falls_below_the_log_start(db):
     # DeleteRecords may remove the start of a transaction still open: the LSO is then the
     # log start (Kafka's maybeIncrementFirstUnstableOffset), so a read_committed consumer
     # at the end waits there, and reads what follows once the transaction commits.
     broker = db._broker
-    plain = db.producer(linger_ms=0)
-    for value in (b"p0", b"p1"):
-        plain.send("t", value=value, partition=0).result()
-    a = Txn(broker, A)
-    a.send(b"a0", b"a1")                          # 2-3, open
-    for value in (b"p4", b"p5", b"p6"):
-        plain.send("t", value=value, partition=0).result()
+    a = open_transaction_among_plain_records(db)
     broker.delete_records({TP: 5})   # the wire server's DeleteRecords
     assert db.describe_topic("t").partitions[0].last_stable_offset == 5
     consumer = db.consumer(isolation_level="read_committed", auto_offset_reset="none")
@@ -143,14 +149,8 @@ def test_a_view_open_before_delete_records_keeps_its_lso_at_the_new_log_start(db
     # start inside the first segment (no file goes): the view's LSO was the open
     # transaction's start, 2, below the log start, and its EARLIEST 0.
     broker = db._broker
-    plain = db.producer(linger_ms=0)
     with streamlog.open(str(tmp_path / "db"), readonly=True) as view:
-        for value in (b"p0", b"p1"):
-            plain.send("t", value=value, partition=0).result()
-        a = Txn(broker, A)
-        a.send(b"a0", b"a1")                          # 2-3, open
-        for value in (b"p4", b"p5", b"p6"):
-            plain.send("t", value=value, partition=0).result()
+        a = open_transaction_among_plain_records(db)
         consumer = view.consumer(isolation_level="read_committed", auto_offset_reset="none")
         consumer.assign([TP])
         consumer.seek_to_end([TP])
