@@ -9,7 +9,7 @@ import pytest
 
 import streamlog
 from streamlog import TopicPartition
-from streamlog.errors import InvalidRecordError
+from streamlog.errors import InvalidRecordError, KafkaStorageError
 from streamlog.storage import files
 from streamlog.storage.record_batch import CONTROL_COMMIT, build_batch, build_control_batch
 from streamlog.storage.txn_index import AbortedTxn, encode_entry
@@ -343,6 +343,37 @@ def test_a_read_only_view_that_retention_overtook_agrees_with_the_writer(db, tmp
         assert [v for _, v in expected] == [b"p"] * 4
         assert read(view, "read_committed", tp) == expected
         assert view_log.last_stable_offset == writer.last_stable_offset
+
+
+def test_a_view_whose_following_was_cut_short_does_not_run_past_an_open_transaction(
+        db, tmp_path, monkeypatch):
+    # Retention removing a segment while a view follows the writer's new batches cuts the
+    # following short (a KafkaStorageError from the read). The high watermark then moves
+    # to the log end: a transaction that opened in the batches not followed must still
+    # hold the view's LSO at its start, as it holds the writer's (KAFKA_REFERENCE §6.3).
+    broker = db._broker
+    plain = db.producer()
+    plain.send("t", value=b"p0", partition=0).result()
+    with streamlog.open(str(tmp_path / "db"), readonly=True) as view:
+        view_log = view._broker.partition_log(TP)
+        assert read(view, "read_committed") == [(0, b"p0")]
+        a = Txn(broker, A)
+        a.send(b"a0")                                          # A open at 1
+        plain.send("t", value=b"p1", partition=0).result()
+        follow = view_log._batches_between
+        calls = []
+
+        def cut_short_once(offset, end, **kwargs):
+            calls.append(offset)
+            if len(calls) == 1:
+                raise KafkaStorageError("a segment file vanished under the read")
+            yield from follow(offset, end, **kwargs)
+        monkeypatch.setattr(view_log, "_batches_between", cut_short_once)
+        assert read(view, "read_committed") == [(0, b"p0")]
+        assert len(calls) >= 2                                 # it was cut short, then again
+        assert view_log.last_stable_offset == broker.partition_log(TP).last_stable_offset == 1
+        a.end(commit=True)
+        assert read(view, "read_committed") == [(0, b"p0"), (1, b"a0"), (2, b"p1")]
 
 
 def test_a_read_only_view_does_not_run_past_a_transaction_whose_start_it_never_saw(db,

@@ -227,10 +227,16 @@ class PartitionLog:
             # newest snapshot and .txnindex files, as a view opened now would. (Batches
             # below a log start that DeleteRecords moved are still read while on disk.)
             self._start_following()
-        else:
-            self._follow(end)
+        elif not self._follow(end):
+            # Cut short: retention removed a segment under this view while it read. The
+            # batches it did not follow may hold a transaction's start, and the high
+            # watermark moves past them next: it starts again from the writer's newest
+            # snapshot and .txnindex files, as when retention overtook it.
+            self._start_following()
 
     def _follow(self, end):
+        """Replay the writer's batches from where this view stopped up to end; False when
+        an error cut it short."""
         state = self.producer_state
         try:
             # Before the high watermark moves: a reader must never see the new high
@@ -242,7 +248,8 @@ class PartitionLog:
                 if aborted is not None:
                     self.txn_indexes.remember(AbortedTxn(*aborted))
         except (KafkaStorageError, _MissingOffsets, OffsetOutOfRangeError):
-            pass   # retention removed it under this view: the next refresh goes on
+            return False   # retention removed it under this view (or damage: see _read)
+        return True
 
     def _load_producer_state(self, snapshot_offsets, clean_shutdown):
         """The newest snapshot, then the batches after it (KAFKA_REFERENCE §5). No snapshot
