@@ -189,6 +189,10 @@ class TransactionalIdAuthorizationError(StreamlogError):
     TRANSACTIONAL_ID_AUTHORIZATION_FAILED)."""
 
 
+class TransactionalIdNotFoundError(StreamlogError):
+    """A transactional id its coordinator does not know (DescribeTransactions)."""
+
+
 class TransactionAbortableError(StreamlogError):
     """The producer's transaction cannot go on but need not fence it: abort it and begin
     another (Kafka's TRANSACTION_ABORTABLE, KIP-890)."""

@@ -299,3 +299,39 @@ def test_a_coordinator_load_that_failed_is_tried_again(tmp_path, monkeypatch):
         new_pid, new_epoch = until_served(
             lambda: coordinator_of(cluster, "tx-f").init_producer_id("tx-f", 60_000))
         assert (new_pid, new_epoch) == (pid, epoch + 2)   # it knew the open transaction
+
+
+def test_the_transaction_admin_apis_answer_from_each_ids_coordinator_and_each_replica(cluster):
+    # KIP-664 on a cluster, as kafka-transactions.sh asks: ListTransactions lists an id on
+    # its coordinator only (TransactionStateManager.listTransactionStates walks the
+    # partitions it leads), DescribeTransactions is routed there, and DescribeProducers is
+    # answered by any replica of the partition, NOT_LEADER_OR_FOLLOWER elsewhere
+    # (Partition.activeProducerState, ReplicaManager.getPartitionOrError).
+    kafka = pytest.importorskip("kafka")
+    cluster.create_topic("out", 3, 2)
+    producer = confluent_kafka.Producer({"bootstrap.servers": cluster.bootstrap_servers,
+                                         "transactional.id": "admin-tx"})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    producer.produce("out", value=b"x", partition=0)
+    producer.flush(30)
+    admin = kafka.KafkaAdminClient(bootstrap_servers=cluster.bootstrap_servers)
+    try:
+        listed = admin.list_transactions()
+        coordinator = cluster.coordinator_for("admin-tx", TRANSACTION)
+        assert {broker: [t.transactional_id for t in txns] for broker, txns in listed.items()} \
+            == {b: (["admin-tx"] if b == coordinator else []) for b in cluster.broker_ids}
+        described = admin.describe_transactions(["admin-tx"])["admin-tx"]
+        assert (described.coordinator_id, described.state.value) == (coordinator, "Ongoing")
+        state = cluster.partition_state("out", 0)
+        tp = kafka.TopicPartition("out", 0)
+        for broker in cluster.broker_ids:
+            if broker in state.replicas:
+                (entry,) = admin.describe_producers([tp], broker_id=broker)[tp].active_producers
+                assert entry.current_transaction_start_offset == 0
+            else:
+                with pytest.raises(kafka.errors.NotLeaderForPartitionError):
+                    admin.describe_producers([tp], broker_id=broker)
+        producer.commit_transaction(30)
+    finally:
+        admin.close()

@@ -37,8 +37,14 @@ class TxnState(IntEnum):
     DEAD = 6
     PREPARE_EPOCH_FENCE = 7
 
+    @property
+    def wire_name(self):
+        """The name DescribeTransactions and ListTransactions answer ("PrepareCommit")."""
+        return "".join(word.capitalize() for word in self.name.split("_"))
+
 
 S = TxnState
+STATE_NAMED = {state.wire_name: state for state in TxnState}
 VALID_PREVIOUS = {
     S.EMPTY: {S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT},
     S.ONGOING: {S.ONGOING, S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT},

@@ -25,6 +25,9 @@ between (the open finishes them: `_finish_pending`).
                                     cleanup.interval.ms, an Ongoing transaction
                                     older than its timeout is aborted as a fence
                                     (epoch bumped), as Kafka's.
+    describe_transaction(id) / list_transactions(filters)
+                                    what DescribeTransactions and ListTransactions
+                                    answer: the ids coordinated here.
 
 Each transition is written to `__transaction_state` and fsynced before it is
 applied (transaction.py). Requests carrying another producer id than the
@@ -41,10 +44,11 @@ from ..errors import (ConcurrentTransactionsError, InvalidProducerIdMappingError
                       InvalidRequestError, InvalidTransactionTimeoutError, InvalidTxnStateError,
                       LogClosedError, NotCoordinatorError, ProducerFencedError, ReadOnlyError,
                       StreamlogError, TimerClosedError, TransactionAbortableError,
-                      TransactionCoordinatorFencedError, UnknownTopicOrPartitionError)
+                      TransactionalIdNotFoundError, TransactionCoordinatorFencedError,
+                      UnknownTopicOrPartitionError)
 from .group_coordinator import find_coordinator
 from .offsets import OFFSETS_TOPIC
-from .transaction import COMPLETED, PREPARING, S, TransactionMetadata
+from .transaction import COMPLETED, PREPARING, STATE_NAMED, S, TransactionMetadata
 from .transaction_log import TRANSACTION_STATE_TOPIC, TransactionLog
 
 log = logging.getLogger("streamlog.transactions")
@@ -206,6 +210,41 @@ class TransactionCoordinator:
         """The id's TransactionMetadata, or None."""
         with self._lock:
             return self._log.transactions.get(transactional_id)
+
+    def describe_transaction(self, transactional_id):
+        """The id's TransactionMetadata, where this broker coordinates it (Kafka's
+        handleDescribeTransactions): an id it does not know, or one expiring (Dead), is
+        TransactionalIdNotFoundError."""
+        if not transactional_id:
+            raise InvalidRequestError("a transactional id is a non-empty string")
+        with self._lock:
+            self._check_open()
+            self._log.check_leads(transactional_id)
+            meta = self._log.transactions.get(transactional_id)
+            if meta is None or meta.state == S.DEAD:
+                raise TransactionalIdNotFoundError(
+                    f"transactional id {transactional_id!r} is not known here")
+            return meta
+
+    def list_transactions(self, producer_ids=(), state_names=(), min_duration_ms=-1):
+        """([metadata of each id this broker coordinates that passes the filters], [the state
+        names that name no state]), as Kafka's listTransactionStates: an empty filter passes
+        every id; min_duration_ms >= 0 passes the transactions open longer than it; Dead
+        ids are never listed. CoordinatorLoadInProgressError while a partition of the
+        transaction log this broker leads is loading."""
+        states = {STATE_NAMED[name] for name in state_names if name in STATE_NAMED}
+        unknown = [name for name in state_names if name not in STATE_NAMED]
+        producer_ids = set(producer_ids)
+        with self._lock:
+            self._check_open()
+            self._log.check_none_loading()
+            now = self._broker.clock_ms()
+            listed = [meta for meta in self._log.transactions.values()
+                      if meta.state != S.DEAD and self._log.leads(meta.transactional_id)
+                      and (not producer_ids or meta.producer_id in producer_ids)
+                      and (not state_names or meta.state in states)
+                      and (min_duration_ms < 0 or now - meta.start_ms > min_duration_ms)]
+        return listed, unknown
 
     # --- internals --------------------------------------------------------------------------
 

@@ -179,6 +179,17 @@ class TransactionLog:
         if replicas is not None:
             replicas.check_loaded(self.partition_of(transactional_id))
 
+    def check_none_loading(self):
+        """CoordinatorLoadInProgressError while a partition this broker leads is not loaded
+        yet: a listing of the ids coordinated here would miss its ids (Kafka's
+        listTransactionStates answers so while any partition loads)."""
+        replicas = self._broker.replicas
+        info = None if replicas is None else self._broker.topics().get(TRANSACTION_STATE_TOPIC)
+        for partition in range(0 if info is None else info.partitions):
+            tp = TopicPartition(TRANSACTION_STATE_TOPIC, partition)
+            if replicas.leads(tp):
+                replicas.check_loaded(tp)
+
     def coordinator_epoch(self, transactional_id):
         """The coordinator epoch of the id's markers: 0 on a database on its own."""
         return self._coordinator_epochs.get(self.partition_of(transactional_id).partition, 0)

@@ -51,6 +51,7 @@ _ERROR_CODES = [
     (errors.ConcurrentTransactionsError, ErrorCode.concurrent_transactions),
     (errors.TransactionAbortableError, ErrorCode.transaction_abortable),
     (errors.TransactionalIdAuthorizationError, ErrorCode.transactional_id_authorization_failed),
+    (errors.TransactionalIdNotFoundError, ErrorCode.transactional_id_not_found),
     (errors.TransactionCoordinatorFencedError, ErrorCode.transaction_coordinator_fenced),
     # consumer groups
     (errors.RebalanceInProgressError, ErrorCode.rebalance_in_progress),

@@ -69,6 +69,9 @@ SUPPORTED = {
     25: (0, 3),   # AddOffsetsToTxn
     26: (0, 4),   # EndTxn (5: KIP-890 epoch bump per transaction)
     28: (0, 3),   # TxnOffsetCommit
+    61: (0, 0),   # DescribeProducers
+    65: (0, 0),   # DescribeTransactions
+    66: (0, 1),   # ListTransactions (2 filters ids by a RE2/J pattern, KIP-1152)
 }
 
 

@@ -1,5 +1,6 @@
 """The producer id and transaction APIs on the wire: InitProducerId, AddPartitionsToTxn,
-AddOffsetsToTxn, TxnOffsetCommit and EndTxn, as calls to the database's transaction
+AddOffsetsToTxn, TxnOffsetCommit and EndTxn, and the admin APIs that look at them
+(DescribeProducers, DescribeTransactions, ListTransactions), as calls to the database's transaction
 coordinator and group coordinator (the same transactional ids, epochs and markers the
 in-process producers use: a transactional id used over the wire fences an in-process
 producer of the same id, and the other way round).
@@ -14,13 +15,15 @@ end (its partition's LSO would be stuck for good).
 A fenced producer is answered PRODUCER_FENCED, or INVALID_PRODUCER_EPOCH at the versions
 that predate that code (KIP-588), as Kafka's KafkaApis does.
 """
+import datetime
 import struct
 
 from kio.schema.errors import ErrorCode
-from kio.static.primitive import i16, i32, i64
+from kio.static.primitive import i16, i32, i32Timedelta, i64
 
 from .. import errors
 from ..coordinator.group_coordinator import find_coordinator
+from ..broker.metadata import validate_topic_name
 from ..coordinator.transaction_coordinator import find_transaction_coordinator
 from ..storage.record_batch import iter_batches
 from ..structs import OffsetAndMetadata, TopicPartition
@@ -29,6 +32,7 @@ from .protocol import NO_THROTTLE, build, response_types
 
 INIT_PRODUCER_ID, ADD_PARTITIONS_TO_TXN, ADD_OFFSETS_TO_TXN, END_TXN = 22, 24, 25, 26
 TXN_OFFSET_COMMIT = 28
+DESCRIBE_PRODUCERS, DESCRIBE_TRANSACTIONS, LIST_TRANSACTIONS = 61, 65, 66
 # The first version of each API whose clients know PRODUCER_FENCED (KIP-588).
 _FENCED_FROM = {INIT_PRODUCER_ID: 4, ADD_PARTITIONS_TO_TXN: 2, ADD_OFFSETS_TO_TXN: 2,
                 END_TXN: 2, TXN_OFFSET_COMMIT: 3}
@@ -95,7 +99,10 @@ class TxnHandlers:
         return {INIT_PRODUCER_ID: self.init_producer_id,
                 ADD_PARTITIONS_TO_TXN: self.add_partitions_to_txn,
                 ADD_OFFSETS_TO_TXN: self.add_offsets_to_txn, END_TXN: self.end_txn,
-                TXN_OFFSET_COMMIT: self.txn_offset_commit}
+                TXN_OFFSET_COMMIT: self.txn_offset_commit,
+                DESCRIBE_PRODUCERS: self.describe_producers,
+                DESCRIBE_TRANSACTIONS: self.describe_transactions,
+                LIST_TRANSACTIONS: self.list_transactions}
 
     @property
     def transactions(self):
@@ -281,3 +288,99 @@ class TxnHandlers:
         exc = failure(self._call, "end_txn", body.transactional_id,
                       int(body.producer_id), int(body.producer_epoch), bool(body.committed))
         return build(cls, throttle_time=NO_THROTTLE, error_code=_code(exc, END_TXN, version))
+
+    # --- the transaction admin APIs (KIP-664: what `kafka-transactions.sh` asks) -----------
+
+    def describe_producers(self, version, body, context):
+        """Each partition's producers as its log keeps them (Kafka's KafkaApis.
+        handleDescribeProducersRequest and Partition.activeProducerState): any replica
+        answers; a broker holding none answers NOT_LEADER_OR_FOLLOWER."""
+        cls, types = response_types(DESCRIBE_PRODUCERS, version)
+        topics = []
+        for topic in body.topics:
+            parts = []
+            for index in topic.partition_indexes:
+                producers, exc = [], None
+                try:
+                    validate_topic_name(topic.name, allow_internal=True)
+                    producers = self._hosted_log(TopicPartition(topic.name, int(index))) \
+                        .active_producers()
+                except errors.StreamlogError as exc_:
+                    exc = exc_
+                parts.append(build(
+                    types.PartitionResponse, partition_index=index, error_code=error_code(exc),
+                    error_message=None if exc is None else str(exc),
+                    active_producers=tuple(build(
+                        types.ProducerState, producer_id=i64(pid), producer_epoch=i32(epoch),
+                        last_sequence=i32(seq), last_timestamp=i64(timestamp),
+                        coordinator_epoch=i32(coordinator_epoch),
+                        current_txn_start_offset=i64(first))
+                        for pid, epoch, seq, timestamp, coordinator_epoch, first in producers)))
+            topics.append(build(types.TopicResponse, name=topic.name, partitions=tuple(parts)))
+        return build(cls, throttle_time=NO_THROTTLE, topics=tuple(topics))
+
+    def _hosted_log(self, tp):
+        """tp's log where this broker holds a replica of it."""
+        replicas = self.broker.replicas
+        log = self.broker.partition_log(tp)   # UNKNOWN_TOPIC_OR_PARTITION when it is none
+        if replicas is not None and not replicas.manages(tp):
+            raise errors.NotLeaderOrFollowerError(f"broker {replicas.node_id} holds no replica "
+                                                  f"of {tp}")
+        return log
+
+    def describe_transactions(self, version, body, context):
+        """Each transactional id's state, from its coordinator (Kafka's
+        handleDescribeTransactions): NOT_COORDINATOR where another broker coordinates it,
+        TRANSACTIONAL_ID_NOT_FOUND for an id it does not know."""
+        cls, types = response_types(DESCRIBE_TRANSACTIONS, version)
+        states = []
+        for transactional_id in body.transactional_ids:
+            meta, exc = None, None
+            try:
+                meta = self._coordinating(transactional_id).describe_transaction(
+                    transactional_id)
+            except errors.StreamlogError as exc_:
+                exc = exc_
+            by_topic = {}
+            for tp in sorted(meta.partitions) if meta is not None else ():
+                by_topic.setdefault(tp.topic, []).append(i32(tp.partition))
+            states.append(build(
+                types.TransactionState, error_code=error_code(exc),
+                transactional_id=transactional_id,
+                transaction_state="" if meta is None else meta.state.wire_name,
+                transaction_timeout=_millis(0 if meta is None else meta.timeout_ms),
+                transaction_start_time=_instant(-1 if meta is None else meta.start_ms),
+                producer_id=i64(-1 if meta is None else meta.producer_id),
+                producer_epoch=i16(-1 if meta is None else meta.producer_epoch),
+                topics=tuple(build(types.TopicData, topic=topic, partitions=tuple(parts))
+                             for topic, parts in by_topic.items())))
+        return build(cls, throttle_time=NO_THROTTLE, transaction_states=tuple(states))
+
+    def list_transactions(self, version, body, context):
+        """The transactional ids this broker coordinates, filtered by state, producer id and
+        (version 1 on) how long the transaction has been open (Kafka's
+        listTransactionStates); state names it does not know come back in
+        unknown_state_filters."""
+        cls, types = response_types(LIST_TRANSACTIONS, version)
+        listed, unknown, exc = [], [], None
+        try:
+            listed, unknown = self.transactions.list_transactions(
+                [int(p) for p in body.producer_id_filters], list(body.state_filters),
+                int(getattr(body, "duration_filter", -1)))
+        except errors.StreamlogError as exc_:
+            exc = exc_
+        return build(cls, throttle_time=NO_THROTTLE, error_code=error_code(exc),
+                     unknown_state_filters=tuple(unknown),
+                     transaction_states=tuple(build(
+                         types.TransactionState, transactional_id=meta.transactional_id,
+                         producer_id=i64(meta.producer_id),
+                         transaction_state=meta.state.wire_name) for meta in listed))
+
+
+def _millis(ms):
+    return i32Timedelta.parse(datetime.timedelta(milliseconds=ms))
+
+
+def _instant(ms):
+    """A wire timestamp (datetime_i64) of ms since the epoch; -1 stays -1."""
+    return datetime.datetime.fromtimestamp(ms / 1000, datetime.timezone.utc)

@@ -420,6 +420,14 @@ class PartitionLog:
                                      else timestamp_ms)
         return self.append(marker, origin=COORDINATOR)
 
+    def active_producers(self):
+        """[(producer id, epoch, last sequence, last timestamp, coordinator epoch, first
+        offset of its open transaction or -1)] of the producers this log keeps state of
+        (Kafka's DescribeProducers answer)."""
+        with self._lock:
+            return [(e.producer_id, e.epoch, e.last_seq, e.last_timestamp, e.coordinator_epoch,
+                     e.txn_first_offset) for e in self.producer_state.producers.values()]
+
     @property
     def last_stable_offset(self):
         """The LSO: the first offset of the oldest open transaction, bounded by the high

@@ -1,0 +1,124 @@
+"""The transaction admin APIs (KIP-664), through kafka-python's KafkaAdminClient as
+`kafka-transactions.sh` uses them: ListTransactions, DescribeTransactions and
+DescribeProducers answer what the coordinator and the partitions' logs hold, field for
+field as Kafka's KafkaApis, TransactionCoordinator.handleDescribeTransactions,
+TransactionStateManager.listTransactionStates and Partition.activeProducerState do (paths
+relative to the apache/kafka repository's core/src/main/scala/kafka)."""
+import kafka
+import kafka.errors as kerrors
+import pytest
+from kafka.structs import TopicPartition as KafkaTopicPartition
+
+import streamlog
+from streamlog import TopicPartition
+from streamlog.coordinator.transaction_coordinator import find_transaction_coordinator
+
+from support.wire import call
+
+
+@pytest.fixture
+def db(tmp_path):
+    database = streamlog.open(str(tmp_path / "db"))
+    database.create_topic("t", partitions=2)
+    yield database
+    database.close()
+
+
+@pytest.fixture
+def admin(server):
+    client = kafka.KafkaAdminClient(bootstrap_servers=server.bootstrap_servers)
+    yield client
+    client.close()
+
+
+def open_transaction(db, transactional_id, partition=0):
+    """A producer of transactional_id with a transaction open on t/partition."""
+    producer = db.producer(transactional_id=transactional_id)
+    producer.init_transactions()
+    producer.begin_transaction()
+    producer.send("t", value=b"v", partition=partition)
+    producer.flush()
+    return producer
+
+
+def test_list_and_describe_show_each_transactional_id_as_its_coordinator_holds_it(db, admin):
+    ongoing = open_transaction(db, "open-one", partition=1)
+    done = db.producer(transactional_id="done-one")
+    done.init_transactions()
+    done.begin_transaction()
+    done.send("t", value=b"w", partition=0)
+    done.commit_transaction()
+    coordinator = find_transaction_coordinator(db._broker)
+    open_meta = coordinator.describe("open-one")
+
+    (listing,) = admin.list_transactions().values()
+    assert sorted((t.transactional_id, t.producer_id, t.state.value) for t in listing) == sorted([
+        ("open-one", open_meta.producer_id, "Ongoing"),
+        ("done-one", coordinator.describe("done-one").producer_id, "CompleteCommit")])
+    # Filters: an empty one passes every id (listTransactionStates).
+    (listing,) = admin.list_transactions(state_filters=["Ongoing"]).values()
+    assert [t.transactional_id for t in listing] == ["open-one"]
+    (listing,) = admin.list_transactions(producer_id_filters=[open_meta.producer_id]).values()
+    assert [t.transactional_id for t in listing] == ["open-one"]
+    # Version 1's duration filter: only transactions open longer than it.
+    (listing,) = admin.list_transactions(state_filters=["Ongoing"],
+                                         duration_filter_ms=3_600_000).values()
+    assert listing == []
+
+    described = admin.describe_transactions(["open-one", "done-one"])
+    one = described["open-one"]
+    assert (one.state.value, one.producer_id, one.producer_epoch) == \
+        ("Ongoing", open_meta.producer_id, open_meta.producer_epoch)
+    assert one.transaction_timeout_ms == 60_000
+    assert one.transaction_start_time_ms == open_meta.start_ms > 0
+    assert one.topic_partitions == {KafkaTopicPartition("t", 1)}
+    assert described["done-one"].state.value == "CompleteCommit"
+    ongoing.abort_transaction()
+    assert admin.describe_transactions(["open-one"])["open-one"].state.value == "CompleteAbort"
+
+
+def test_an_unknown_transactional_id_is_not_found(db, admin):
+    # handleDescribeTransactions: TRANSACTIONAL_ID_NOT_FOUND for an id the coordinator lacks.
+    open_transaction(db, "known")
+    with pytest.raises(kerrors.TransactionalIdNotFoundError):
+        admin.describe_transactions(["nobody"])
+
+
+def test_unknown_state_filters_come_back_and_match_nothing(db, server):
+    # listTransactionStates: a name that is no state is returned in unknownStateFilters, and
+    # a non-empty filter with no known state lists nothing.
+    from kio.schema.list_transactions.v1.request import ListTransactionsRequest
+    import socket
+    open_transaction(db, "known")
+    with socket.create_connection((server.host, server.port)) as sock:
+        answer = call(sock, ListTransactionsRequest(state_filters=("Sleeping",),
+                                                    producer_id_filters=()))
+    assert answer.unknown_state_filters == ("Sleeping",)
+    assert answer.transaction_states == ()
+
+
+def test_describe_producers_shows_each_producers_sequence_and_open_transaction(db, admin):
+    plain = db.producer(acks="all")             # idempotent: a producer id of its own
+    for _ in range(3):
+        plain.send("t", value=b"p", partition=0).result()
+    txn = open_transaction(db, "writer", partition=0)   # its batch at offset 3
+    log = db._broker.partition_log(TopicPartition("t", 0))
+    entries = {pid: (epoch, seq, first) for pid, epoch, seq, _, _, first in
+               log.active_producers()}
+    answer = admin.describe_producers([KafkaTopicPartition("t", 0)])
+    producers = answer[KafkaTopicPartition("t", 0)].active_producers
+    assert {p.producer_id: (p.producer_epoch, p.last_sequence,
+                            p.current_transaction_start_offset) for p in producers} == entries
+    assert sorted(first for _, _, first in entries.values()) == [-1, 3]
+    assert sorted(seq for _, seq, _ in entries.values()) == [0, 2]
+    assert all(p.last_timestamp > 0 for p in producers)
+    txn.commit_transaction()
+    producers = admin.describe_producers([KafkaTopicPartition("t", 0)])[
+        KafkaTopicPartition("t", 0)].active_producers
+    assert [p.current_transaction_start_offset for p in producers] == [-1, -1]
+
+
+def test_describe_producers_of_an_unknown_partition(db, admin):
+    # KafkaApis.handleDescribeProducersRequest: UNKNOWN_TOPIC_OR_PARTITION.
+    with pytest.raises(kerrors.UnknownTopicOrPartitionError):
+        admin.describe_producers([KafkaTopicPartition("t", 7)], broker_id=0)
