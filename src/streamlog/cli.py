@@ -641,10 +641,10 @@ def build_parser():
                                    "writer's lock. What is served: docs/SERVER.md.")
     p.add_argument("--path", required=True, help=path_help)
     p.add_argument("--host", default="127.0.0.1", help="the address to listen on (loopback)")
-    p.add_argument("--port", type=int, default=9092,
+    p.add_argument("--port", type=_port, default=9092,
                    help="the port (default 9092; 0: any); with --brokers N, broker i listens "
                         "on PORT+i")
-    p.add_argument("--brokers", type=int, default=1,
+    p.add_argument("--brokers", type=_positive, default=1,
                    help="run N replicated brokers in one process, PATH holding the cluster "
                         "(docs/CLUSTER.md); default 1: the database at PATH alone")
     p.set_defaults(func=cmd_serve)
@@ -694,6 +694,22 @@ def _cli_message(exc, args):
     if isinstance(exc, ReadOnlyError):
         return f"{exc} (the read-only commands are: {_READ_ONLY_COMMANDS})"
     return str(exc)
+
+
+def _port(text):
+    """argparse type: a TCP port, 0..65535 (0: any free one)."""
+    port = int(text)
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"a port is 0..65535 (0: any free one), got {port}")
+    return port
+
+
+def _positive(text):
+    """argparse type: an integer of at least 1."""
+    number = int(text)
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {number}")
+    return number
 
 
 def main(argv=None):

@@ -43,3 +43,35 @@ def test_serve_listens_prints_its_address_and_stops_on_sigterm(tmp_path):
             assert records
             values += [r.value for r in records]
         assert sorted(values) == sorted(b"v%d" % i for i in range(10))
+
+
+@pytest.mark.parametrize("argument, why", [
+    (["--port", "99999"], "a port is 0..65535"),
+    (["--port", "-1"], "a port is 0..65535"),
+    (["--brokers", "0"], "must be at least 1"),
+])
+def test_serve_refuses_a_port_or_broker_count_out_of_range_with_a_usage_error(tmp_path,
+                                                                              argument, why):
+    child = subprocess.run([sys.executable, "-m", "streamlog.cli", "serve", "--path",
+                            str(tmp_path / "db"), *argument], capture_output=True, text=True,
+                           timeout=60)
+    assert child.returncode == 2
+    assert why in child.stderr and "Traceback" not in child.stderr
+
+
+def test_a_server_that_cannot_bind_raises_to_its_caller_instead_of_waiting(tmp_path):
+    # A port above 65535 makes the listener thread's bind raise OverflowError, not OSError:
+    # serve() waited for that thread's start for good, the traceback printed by the thread.
+    import threading
+    outcome = []
+    with streamlog.open(str(tmp_path / "db")) as db:
+        def serve():
+            try:
+                db.serve(port=70000)
+            except streamlog.StreamlogError as exc:
+                outcome.append(exc)
+        thread = threading.Thread(target=serve, daemon=True)
+        thread.start()
+        thread.join(timeout=30)
+        assert not thread.is_alive(), "serve() is still waiting for its listener"
+    assert len(outcome) == 1 and "cannot listen on 127.0.0.1:70000" in str(outcome[0])

@@ -59,7 +59,10 @@ class KafkaServer:
             try:
                 self._server = self._loop.run_until_complete(
                     asyncio.start_server(self._serve_connection, host, port))
-            except OSError as exc:
+            except Exception as exc:   # any: the caller waits on `started`
+                # OSError (a port taken), but also OverflowError (a port above 65535), a
+                # host that does not parse...: each raised to the caller, never a thread's
+                # traceback with the caller waiting for good.
                 failure.append(exc)
                 started.set()
                 return
