@@ -335,3 +335,46 @@ def test_the_transaction_admin_apis_answer_from_each_ids_coordinator_and_each_re
         producer.commit_transaction(30)
     finally:
         admin.close()
+
+
+@pytest.mark.parametrize("down", ["stop", "kill"])
+def test_a_restarted_replica_keeps_the_lso_below_a_marker_the_high_watermark_lacks(tmp_path,
+                                                                                  down):
+    """A transaction is stable only once the high watermark passes its marker (Kafka's
+    ProducerStateManager.firstUnstableOffset counts its unreplicatedTxns). A replica that
+    restarts with the marker in its log above its high watermark must keep that rule: here
+    it is elected while the only other in-sync replica still lacks the marker, and had it
+    taken the transaction for stable, read_committed readers would get its records, and
+    the next leader (without the marker) would show it open again, the LSO gone back."""
+    with Cluster(3, path=str(tmp_path / "c"), replica_lag_time_max_ms=60_000,
+                 config={"min.insync.replicas": 2}) as cluster:
+        cluster.create_topic("t", 1, 3)
+        tp = TopicPartition("t", 0)
+        leader, restarted, lagging = cluster.partition_state("t", 0).replicas
+        pid = cluster.replica_manager(leader).allocate_producer_ids()[0]
+        send_transactional(cluster, tp, b"t0", pid, 0, 0)
+        send_transactional(cluster, tp, b"t1", pid, 0, 1)
+        cluster.wait_in_sync("t")
+        cluster.isolate(lagging)   # stays in the ISR (60 s), copying nothing more
+        cluster.broker(leader).write_txn_markers_here([(tp, pid, 0, 0, True)])
+        wait_until(lambda: cluster.partition_state("t", 0).replica_states[restarted]
+                   .log_end_offset == 3, "the marker to reach one follower")
+        assert cluster.broker(leader).partition_log(tp).high_watermark == 2
+        if down == "kill":
+            cluster.broker(restarted).partition_log(tp).flush()   # the marker survives
+        getattr(cluster, down)(restarted)
+        cluster.restart(restarted)
+        wait_until(lambda: restarted in cluster.partition_state("t", 0).isr and
+                   cluster.partition_state("t", 0).replica_states[restarted]
+                   .high_watermark == 2, "the restarted follower to rejoin the ISR")
+        cluster.stop(leader)
+        wait_until(lambda: cluster.leader("t", 0) == restarted, "the restarted one to lead")
+        new = cluster.broker(restarted)
+        assert new.partition_log(tp).high_watermark == 2   # the marker at 2 is not passed
+        assert new.partition_log(tp).last_stable_offset == 0
+        assert new.list_offsets({tp: -1}, read_committed=True)[tp] == (0, -1)
+        assert not new.fetch({tp: 0}, read_committed=True)[tp].batches
+        cluster.kill(restarted)
+        cluster.heal(lagging)
+        wait_until(lambda: cluster.leader("t", 0) == lagging, "the lagging one to lead")
+        assert cluster.broker(lagging).partition_log(tp).last_stable_offset == 0   # open

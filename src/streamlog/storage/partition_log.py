@@ -168,7 +168,8 @@ class PartitionLog:
         # `_unreplicated` the (first offset, marker offset) of transactions whose marker the
         # high watermark has not passed yet: they keep the LSO down (Kafka's
         # unreplicatedTxns), so a read_committed reader never sees a transaction's records
-        # without its marker being as safe as they are.
+        # without its marker being as safe as they are. start_replication reads them back
+        # from the log above the high watermark it starts from.
         self.replicated = False
         self.epochs = None
         self.leader_epoch = None
@@ -562,6 +563,34 @@ class PartitionLog:
             self.replicated = True
             self.high_watermark = min(max(high_watermark, self.log_start_offset),
                                       self._next_offset)
+            self._unreplicated = self._transactions_ended_from(self.high_watermark)
+
+    def _transactions_ended_from(self, offset):
+        """(first offset, marker offset) of each transaction whose marker lies at or above
+        offset, read back from the log: a replica reopened with its high watermark below
+        markers it holds must not count their transactions stable before the high watermark
+        passes them, as the appends that wrote them did not (the `_unreplicated` rule). A
+        clean close left no replay to learn them from; an unclean one replays only what
+        follows the newest snapshot. The log above the high watermark is read for markers;
+        only if it holds one is it read again from the newest snapshot at or below the
+        first, whose open transactions say where those that end later began."""
+        markers = [b.base_offset for b in self._batches_between(
+            offset, self._next_offset, below_high_watermark=False)
+            if b.is_control and b.producer_id >= 0]
+        if not markers:
+            return []
+        opened = ProducerState(self.directory, self.producer_state.expiration_ms)
+        start = opened.load_readonly(self.producer_state.snapshot_offsets, markers[0])
+        if start is None:
+            start = opened.map_end_offset = self.log_start_offset
+        ended = []
+        for batch in self._batches_between(max(start, self._bases[0]), self._next_offset,
+                                           below_high_watermark=False, below_log_start=True):
+            first = opened.ongoing.get(batch.producer_id) if batch.is_control else None
+            opened.follow(batch)
+            if first is not None and batch.base_offset >= offset:
+                ended.append((first, batch.base_offset))
+        return ended
 
     def become_leader(self, epoch):
         """Batches this log gives offsets to carry `epoch` from now on; the epoch begins at
