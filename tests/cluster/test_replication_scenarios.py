@@ -257,3 +257,35 @@ def test_kip_101_two_leaders_in_turn_and_a_hard_crash_end_with_identical_logs(cl
         [(0, b"m1"), (1, b"m3")]
     epochs_a = LeaderEpochCache(cluster.broker(a).partition_log(tp).directory).entries
     assert epochs_a == cluster.broker(b).partition_log(tp).epochs.entries
+
+
+def test_the_high_watermark_waits_for_a_caught_up_follower_outside_the_isr(tmp_path):
+    # Partition.maybeIncrementLeaderHW (shouldWaitForReplicaToJoinIsr): a live follower
+    # outside the ISR that is caught up (replica.lag.time.max.ms, as the ISR counts it)
+    # holds the high watermark back, so its next fetch reaches it and it joins. Were the
+    # high watermark the other replicas' log end, appends between its fetches would keep
+    # it ahead of the follower, which would not come back into the ISR under load.
+    with Cluster(3, path=str(tmp_path / "c"), replica_lag_time_max_ms=3000) as cluster:
+        cluster.create_topic("t", 1, 3)
+        tp = TopicPartition("t", 0)
+        leader, other, returning = cluster.partition_state("t", 0).replicas
+        cluster.produce("t", 0, values(b"a", 10))
+        cluster.wait_in_sync("t")
+        cluster.isolate(returning)   # its own fetcher is cut: the test fetches for it
+        wait_until(lambda: returning not in cluster.partition_state("t", 0).isr,
+                   "the cut follower to leave the ISR")
+        manager = cluster.replica_manager(leader)
+        epoch = cluster.partition_state("t", 0).leader_epoch
+
+        def fetch_as_returning(offset):
+            assert manager.replica_fetch(returning, {tp: (offset, epoch)})[tp].error is None
+        fetch_as_returning(5)                      # behind the log end, 10
+        cluster.produce("t", 0, values(b"b", 5))   # the other follower copies: HW 15
+        fetch_as_returning(10)   # at the log end of its previous fetch: caught up, below HW
+        assert returning not in cluster.partition_state("t", 0).isr
+        cluster.produce("t", 0, values(b"c", 5), acks=1)
+        wait_until(lambda: manager._replicas[tp].followers[other].leo == 20,
+                   "the other follower to copy offsets 15..19")
+        assert cluster.partition_state("t", 0).high_watermark == 15   # waits at 15
+        fetch_as_returning(15)   # at the high watermark: back in the ISR
+        assert returning in cluster.partition_state("t", 0).isr

@@ -28,6 +28,11 @@ replica and another leads. Kafka's rules, as kept here:
     computed over the committed ISR alone until the controller answers, it could pass
     records the joining follower lacks, and that follower, once in the ISR, could be
     elected without them.
+  - It also waits for a live follower outside the ISR that is caught up, as the ISR
+    rule above counts it (Partition.maybeIncrementLeaderHW, shouldWaitForReplicaToJoinIsr):
+    otherwise, under a steady stream of appends, the high watermark, at the other
+    replicas' log end, stays ahead of such a follower's fetch offset, and it seldom or
+    never reaches it to join the ISR again.
   - A replica that becomes a follower truncates, before it fetches, to where its log and
     the leader's part: OffsetsForLeaderEpoch for its latest epoch (KIP-101, KIP-279);
     with no epoch known, to its high watermark.
@@ -120,7 +125,9 @@ class ReplicaManager:
                  replica_lag_time_max_ms=DEFAULT_REPLICA_LAG_TIME_MAX_MS):
         """controller: what this broker asks of the controller --
         alter_partition(node_id, tp, leader_epoch, partition_epoch, isr) -> PartitionState
-        or None when refused (stale), and allocate_producer_ids(node_id) -> range."""
+        or None when refused (stale), allocate_producer_ids(node_id) -> range -- and
+        knows of it: alive, the ids of the brokers in the cluster now (Kafka's unfenced
+        brokers of the metadata cache)."""
         self.broker = broker
         self.node_id = node_id
         self.controller = controller
@@ -419,16 +426,17 @@ class ReplicaManager:
             callback(error)
 
     def _maybe_advance_high_watermark(self, replica):
-        """HW = min LEO over the ISR, only upwards, never while the ISR is below the
-        minimum (see the module doc). Under self._lock."""
+        """HW = min LEO over the ISR and the caught-up followers outside it, only upwards,
+        never while the ISR is below the minimum (see the module doc). Under self._lock."""
         state = replica.state
         if state.leader != self.node_id:
             return
         if len(state.isr) < min(replica.log.config.min_insync_replicas, len(state.replicas)):
             return
         partition_log = replica.log
-        candidate = partition_log.log_end_offset
-        for replica_id in replica.maximal_isr():
+        leader_leo = candidate = partition_log.log_end_offset
+        isr = replica.maximal_isr()
+        for replica_id in isr:
             if replica_id == self.node_id:
                 continue
             follower = replica.followers.get(replica_id)
@@ -436,10 +444,23 @@ class ReplicaManager:
             if leo < 0:
                 return   # a follower of this epoch that has not fetched yet
             candidate = min(candidate, leo)
+        now = self.clock_ms()
+        for replica_id, follower in replica.followers.items():
+            if replica_id not in isr and follower.leo >= 0 and \
+                    self._joining(follower, leader_leo, now) and \
+                    replica_id in self.controller.alive:
+                candidate = min(candidate, follower.leo)
         if candidate > partition_log.high_watermark and partition_log.set_high_watermark(
                 candidate):
             self._complete_waiters(replica)
             self.broker.fetch_purgatory.check_and_complete(replica.tp)
+
+    def _joining(self, follower, leader_leo, now):
+        """Whether a follower outside the ISR is caught up (Kafka's isCaughtUp): the high
+        watermark waits for it, so that it can reach the high watermark and join (see the
+        module doc)."""
+        return follower.leo >= leader_leo or \
+            now - follower.last_caught_up_ms <= self.replica_lag_time_max_ms
 
     def replica_fetch(self, replica_id, partitions, max_bytes=1 << 20, max_wait_ms=0):
         """A follower's fetch: partitions = {tp: (fetch offset, its leader epoch)}. Records
