@@ -304,6 +304,14 @@ class LeaderNotAvailableError(StreamlogError):
     retriable = True
 
 
+class OffsetNotAvailableError(StreamlogError):
+    """A leader elected moments ago whose high watermark has not reached the start of its
+    leader epoch yet: the offsets it would answer are older than the partition's; a
+    client asks again (ListOffsets)."""
+
+    retriable = True
+
+
 class NotEnoughReplicasError(StreamlogError):
     """acks=all with fewer in-sync replicas than min.insync.replicas: nothing was written."""
 

@@ -14,6 +14,11 @@ from kio.schema.describe_cluster.v0.request import DescribeClusterRequest
 from kio.schema.errors import ErrorCode
 from kio.schema.find_coordinator.v3.request import FindCoordinatorRequest
 from kio.schema.heartbeat.v4.request import HeartbeatRequest
+from kio.schema.list_offsets.v4.request import ListOffsetsPartition as ListOffsetsPartitionV4
+from kio.schema.list_offsets.v4.request import ListOffsetsRequest as ListOffsetsRequestV4
+from kio.schema.list_offsets.v4.request import ListOffsetsTopic as ListOffsetsTopicV4
+from kio.schema.list_offsets.v7.request import (ListOffsetsPartition, ListOffsetsRequest,
+                                                ListOffsetsTopic)
 from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
 from kio.schema.offset_for_leader_epoch.v4.request import (OffsetForLeaderEpochRequest,
                                                            OffsetForLeaderPartition,
@@ -21,7 +26,7 @@ from kio.schema.offset_for_leader_epoch.v4.request import (OffsetForLeaderEpochR
 from kio.schema.produce.v9.request import (PartitionProduceData, ProduceRequest,
                                            TopicProduceData)
 from kio.schema.types import BrokerId
-from kio.static.primitive import i8, i16, i32, i32Timedelta
+from kio.static.primitive import i8, i16, i32, i32Timedelta, i64
 from streamlog.cluster.cluster import Cluster
 from streamlog.storage import record_batch
 from streamlog.structs import TopicPartition
@@ -333,3 +338,49 @@ def test_a_coordinator_asked_for_while_its_topic_is_created_is_not_available_yet
         release.set()
         first.join(30)
     assert cluster.coordinator_for("group-c") in cluster.broker_ids
+
+
+def list_offsets(sock, topic, timestamps, v4=False):
+    """ListOffsets (v7, or v4) of partition 0 for each timestamp: [(error code, offset)]."""
+    request, topic_cls, partition_cls = (ListOffsetsRequestV4, ListOffsetsTopicV4,
+                                         ListOffsetsPartitionV4) if v4 else \
+        (ListOffsetsRequest, ListOffsetsTopic, ListOffsetsPartition)
+    answers = []
+    for timestamp in timestamps:
+        answer = call(sock, request(replica_id=BrokerId(-1), isolation_level=i8(0), topics=(
+            topic_cls(name=topic, partitions=(partition_cls(partition_index=i32(0),
+                                                            timestamp=i64(timestamp)),)),)))
+        part = answer.topics[0].partitions[0]
+        answers.append((part.error_code, part.offset))
+    return answers
+
+
+def test_a_new_leader_whose_high_watermark_lags_its_epoch_start_answers_offset_not_available(
+        tmp_path):
+    # KIP-207 (Partition.fetchOffsetForTimestamp): until the high watermark of a new leader
+    # reaches the start offset of its epoch, ListOffsets for the latest offset (or a
+    # timestamp found at or past the high watermark) is OFFSET_NOT_AVAILABLE, v5 and later
+    # (LEADER_NOT_AVAILABLE before): the old leader's high watermark was ahead, and clients
+    # may already have read up to it. The earliest offset is answered.
+    with Cluster(3, path=str(tmp_path / "c"), replica_lag_time_max_ms=60_000) as cluster:
+        cluster.create_topic("t", 1, 3)
+        old, new, lagging = cluster.partition_state("t", 0).replicas
+        cluster.produce("t", 0, [b"a"] * 5)
+        cluster.wait_in_sync("t")
+        cluster.isolate(lagging)   # stays in the ISR (60 s): the high watermark waits for it
+        cluster.produce("t", 0, [b"b"] * 5, acks=1)
+        wait_until(lambda: cluster.partition_state("t", 0).replica_states[new]
+                   .log_end_offset == 10, "the new leader to copy offsets 5..9")
+        cluster.stop(old)
+        assert cluster.leader("t", 0) == new
+        assert cluster.partition_state("t", 0).high_watermark == 5   # its epoch starts at 10
+        with connect(cluster, new) as sock:
+            assert list_offsets(sock, "t", [-1, -2, 0]) == [
+                (ErrorCode.offset_not_available, -1), (ErrorCode.none, 0),
+                (ErrorCode.none, 0)]
+            assert list_offsets(sock, "t", [-1], v4=True) == [
+                (ErrorCode.leader_not_available, -1)]
+            cluster.heal(lagging)
+            wait_until(lambda: cluster.partition_state("t", 0).high_watermark == 10,
+                       "the high watermark to reach the epoch start")
+            assert list_offsets(sock, "t", [-1]) == [(ErrorCode.none, 10)]

@@ -54,8 +54,8 @@ from typing import NamedTuple
 from ..errors import (CoordinatorLoadInProgressError, FencedLeaderEpochError,
                       LeaderNotAvailableError, NotCoordinatorError,
                       NotEnoughReplicasAfterAppendError, NotEnoughReplicasError,
-                      NotLeaderOrFollowerError, RequestTimedOutError, StreamlogError,
-                      UnknownLeaderEpochError)
+                      NotLeaderOrFollowerError, OffsetNotAvailableError,
+                      RequestTimedOutError, StreamlogError, UnknownLeaderEpochError)
 from ..storage.checkpoint import CorruptCheckpointError, OffsetCheckpointFile
 from ..storage.producer_state import UNVERIFIED
 
@@ -343,6 +343,19 @@ class ReplicaManager:
             raise NotLeaderOrFollowerError(
                 f"broker {self.node_id} follows {tp}; broker {state.leader} leads it")
         return replica
+
+    def check_offsets_available(self, tp):
+        """A ListOffsets of tp that answers from the high watermark (all but the earliest
+        offset): OffsetNotAvailableError while this new leader's high watermark is below
+        the start of its epoch (Kafka's Partition.fetchOffsetForTimestamp, KIP-207). It then
+        still lags the previous leader's, which clients may have read up to already: an
+        answer from it would be an end offset older than the partition's."""
+        replica = self.leader_replica(tp)
+        if replica.log.high_watermark < replica.epoch_start_offset:
+            raise OffsetNotAvailableError(
+                f"{tp}: the high watermark {replica.log.high_watermark} of leader epoch "
+                f"{replica.state.leader_epoch} has not reached the epoch's start offset "
+                f"{replica.epoch_start_offset} yet")
 
     def check_readable(self, tp):
         """A consumer's fetch or ListOffsets of tp: only its leader answers (KIP-392's

@@ -15,6 +15,7 @@ _ERROR_CODES = [
     # replication
     (errors.NotLeaderOrFollowerError, ErrorCode.not_leader_or_follower),
     (errors.LeaderNotAvailableError, ErrorCode.leader_not_available),
+    (errors.OffsetNotAvailableError, ErrorCode.offset_not_available),
     (errors.NotEnoughReplicasAfterAppendError, ErrorCode.not_enough_replicas_after_append),
     (errors.NotEnoughReplicasError, ErrorCode.not_enough_replicas),
     (errors.FencedLeaderEpochError, ErrorCode.fenced_leader_epoch),

@@ -17,7 +17,7 @@ from kio.schema.errors import ErrorCode
 from kio.static.primitive import i8, i16, i32, i64
 
 from .. import errors
-from ..broker.broker import EARLIEST_TIMESTAMP
+from ..broker.broker import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from ..broker.metadata import overrides_after, validate_partitions, validate_topic_name
 from ..structs import TopicPartition
 from .error_codes import error_code, error_message, failure
@@ -127,6 +127,20 @@ class Handlers:
         replicas = self.broker.replicas
         if replicas is not None and replicas.manages(tp):
             replicas.check_readable(tp)
+
+    def _check_offsets_available(self, tp, version):
+        """In a cluster, a ListOffsets answer bounded by the high watermark of a leader
+        that has not reached its epoch's start yet is OFFSET_NOT_AVAILABLE (v5+; older
+        versions, LEADER_NOT_AVAILABLE), as Kafka's ReplicaManager.fetchOffset answers."""
+        replicas = self.broker.replicas
+        if replicas is None or not replicas.manages(tp):
+            return
+        try:
+            replicas.check_offsets_available(tp)
+        except errors.OffsetNotAvailableError as exc:
+            if version >= 5:
+                raise
+            raise errors.LeaderNotAvailableError(str(exc)) from None
 
     def handle(self, header, body, connection):
         """The response entity to one decoded request on a Connection."""
@@ -349,6 +363,10 @@ class Handlers:
                     self._check_leader(tp)
                     found = self.broker.list_offsets({tp: partition.timestamp},
                                                      read_committed)[tp]
+                    if partition.timestamp != EARLIEST_TIMESTAMP and (
+                            partition.timestamp == LATEST_TIMESTAMP or found is None):
+                        # What the high watermark bounds (None: at or past it).
+                        self._check_offsets_available(tp, version)
                     if found is not None:
                         offset, timestamp = found
                         if partition.timestamp == EARLIEST_TIMESTAMP:
