@@ -58,6 +58,13 @@ class InvalidRecordError(StreamlogError):
     """A batch handed to the log is malformed (not data corruption on disk)."""
 
 
+class CorruptInputBatchError(InvalidRecordError):
+    """A batch handed to the log fails its CRC: its bytes were damaged before they arrived
+    (Kafka's CORRUPT_MESSAGE). Sending the batch again can succeed, so producers retry it."""
+
+    retriable = True
+
+
 class OffsetOutOfRangeError(StreamlogError):
     """A fetch asked for an offset below the log start or above the log end."""
 

@@ -41,8 +41,9 @@ def db(tmp_path):
     database.close()
 
 
-def produce(topic, acks=1):
-    batch = bytes(record_batch.build_batch([b"forged"], timestamp=1))
+def produce(topic, acks=1, batch=None):
+    if batch is None:
+        batch = bytes(record_batch.build_batch([b"forged"], timestamp=1))
     return ProduceRequest(transactional_id=None, acks=i16(acks), timeout=SECONDS, topic_data=(
         TopicProduceData(name=topic, partition_data=(
             PartitionProduceData(index=i32(0), records=batch),)),))
@@ -188,3 +189,19 @@ def test_a_partition_that_fails_its_fetch_gets_empty_records_never_null(db, sock
     parts = answer.responses[0].partitions
     assert [(p.error_code, p.records) for p in parts] == [
         (ErrorCode.none, b""), (ErrorCode.unknown_topic_or_partition, b"")]
+
+
+def test_a_batch_damaged_on_its_way_is_corrupt_message_which_producers_retry(db, sock):
+    # Kafka's UnifiedLog.analyzeAndValidateRecords: a batch whose CRC does not match is a
+    # CorruptRecordException (CORRUPT_MESSAGE, retriable: the producer sends it again);
+    # INVALID_RECORD would fail the send for good. A bad header is the sender's error
+    # (ProduceRequest.validateRecords: magic other than 2 is INVALID_RECORD).
+    damaged = bytearray(record_batch.build_batch([b"x"], timestamp=1))
+    damaged[-1] ^= 1
+    answer = call(sock, produce("t", batch=bytes(damaged)))
+    assert answer.responses[0].partition_responses[0].error_code == ErrorCode.corrupt_message
+    old_magic = bytearray(record_batch.build_batch([b"x"], timestamp=1))
+    old_magic[16] = 1
+    answer = call(sock, produce("t", batch=bytes(old_magic)))
+    assert answer.responses[0].partition_responses[0].error_code == ErrorCode.invalid_record
+    assert db.describe_topic("t").partitions[0].high_watermark == 0

@@ -34,6 +34,7 @@ _ERROR_CODES = [
     (errors.OffsetOutOfRangeError, ErrorCode.offset_out_of_range),
     (errors.RecordBatchTooLargeError, ErrorCode.record_list_too_large),
     (errors.RecordTooLargeError, ErrorCode.message_too_large),
+    (errors.CorruptInputBatchError, ErrorCode.corrupt_message),
     (errors.InvalidRecordError, ErrorCode.invalid_record),
     (errors.CorruptRecordError, ErrorCode.corrupt_message),
     (errors.UnsupportedCompressionTypeError, ErrorCode.unsupported_compression_type),

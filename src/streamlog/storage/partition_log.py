@@ -38,9 +38,10 @@ import threading
 import time
 from typing import NamedTuple
 
-from ..errors import (CorruptRecordError, InvalidRecordError, KafkaStorageError, LogClosedError,
-                      NotLeaderOrFollowerError, OffsetOutOfRangeError, ReadOnlyError,
-                      RecordBatchTooLargeError, RecordTooLargeError)
+from ..errors import (CorruptInputBatchError, CorruptRecordError, InvalidRecordError,
+                      KafkaStorageError, LogClosedError, NotLeaderOrFollowerError,
+                      OffsetOutOfRangeError, ReadOnlyError, RecordBatchTooLargeError,
+                      RecordTooLargeError)
 from . import files
 from .durable import fsync_dir
 from .file_records import IncompleteBatch
@@ -466,9 +467,15 @@ class PartitionLog:
         for batch in iter_batches(view, 0, len(view)):
             size = batch.size_in_bytes
             try:
-                batch.ensure_valid()
+                batch.check_header()
             except CorruptRecordError as exc:
                 raise InvalidRecordError(f"rejected a batch for {self.name}: {exc.reason}") from None
+            if batch.compute_checksum() != batch.crc:
+                # A sound header with a wrong CRC: damaged on its way here, so the sender may
+                # try again (Kafka answers CORRUPT_MESSAGE, retriable, not INVALID_RECORD).
+                raise CorruptInputBatchError(
+                    f"rejected a batch for {self.name}: it fails its CRC (stored "
+                    f"{batch.crc:#010x}); it was damaged before it arrived")
             if size > self.config.segment_bytes:
                 raise RecordBatchTooLargeError(
                     f"a {size}-byte batch can never fit {self.name}'s {self.config.segment_bytes}"
