@@ -134,6 +134,11 @@ class InvalidPartitionsError(StreamlogError):
     """A partition count is invalid (zero, negative, or a decrease)."""
 
 
+class PolicyViolationError(StreamlogError):
+    """A request the topic's configuration forbids (Kafka's POLICY_VIOLATION): deleting
+    records of a topic whose cleanup.policy lacks "delete"."""
+
+
 class InvalidConfigurationError(StreamlogError):
     """A topic or client configuration key or value is invalid."""
 

@@ -205,3 +205,23 @@ def test_a_batch_damaged_on_its_way_is_corrupt_message_which_producers_retry(db,
     answer = call(sock, produce("t", batch=bytes(old_magic)))
     assert answer.responses[0].partition_responses[0].error_code == ErrorCode.invalid_record
     assert db.describe_topic("t").partitions[0].high_watermark == 0
+
+
+def test_delete_records_of_a_topic_without_the_delete_policy_is_a_policy_violation(db, sock):
+    # Kafka's Partition.deleteRecordsOnLeader: records are deleted only where cleanup.policy
+    # holds "delete" (POLICY_VIOLATION otherwise, the records kept); compact,delete allows it.
+    db.create_topic("keyed", partitions=1, config={"cleanup.policy": "compact"})
+    db.create_topic("both", partitions=1, config={"cleanup.policy": "compact,delete"})
+    producer = db.producer()
+    for topic in ("keyed", "both"):
+        for key in (b"a", b"b", b"c"):
+            producer.send(topic, b"v", key=key)
+    producer.flush()
+    answer = call(sock, DeleteRecordsRequest(timeout=SECONDS, topics=tuple(
+        DeleteRecordsTopic(name=topic, partitions=(
+            DeleteRecordsPartition(partition_index=i32(0), offset=i64(2)),))
+        for topic in ("keyed", "both"))))
+    assert [(t.name, t.partitions[0].error_code, t.partitions[0].low_watermark)
+            for t in answer.topics] == [("keyed", ErrorCode.policy_violation, -1),
+                                        ("both", ErrorCode.none, 2)]
+    assert db.describe_topic("keyed").partitions[0].log_start_offset == 0

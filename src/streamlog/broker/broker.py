@@ -34,7 +34,7 @@ import time
 from typing import NamedTuple
 
 from ..errors import (InvalidConfigurationError, KafkaStorageError, LogClosedError,
-                      OffsetOutOfRangeError, ReadOnlyError, StreamlogError,
+                      OffsetOutOfRangeError, PolicyViolationError, ReadOnlyError, StreamlogError,
                       UnknownTopicOrPartitionError)
 from ..storage import files, partition_metadata
 from ..storage.cleaner_manager import log_to_clean
@@ -390,11 +390,18 @@ class Broker:
     def delete_records(self, offsets):
         """{tp: offset} -> {tp: new log start} (Kafka's DeleteRecords): records below each
         offset (-1: the high watermark) become unreadable; their segments go at the next
-        retention pass. OffsetOutOfRangeError past the high watermark."""
+        retention pass. OffsetOutOfRangeError past the high watermark; PolicyViolationError
+        where cleanup.policy lacks "delete" (Kafka's rule: a compacted log keeps each key's
+        last record, which moving its start would drop)."""
         self._check_writable()
         out = {}
         for tp, offset in offsets.items():
             partition_log = self.partition_log(tp)
+            if not partition_log.config.delete:
+                raise PolicyViolationError(
+                    f"cannot delete records of {tp}: its cleanup.policy is "
+                    f"{','.join(partition_log.config.cleanup_policy)}; records are deleted "
+                    "only where it holds delete (compact,delete)")
             target = partition_log.high_watermark if offset == -1 else offset
             if target < 0:
                 raise OffsetOutOfRangeError(f"cannot delete records of {tp} below offset "

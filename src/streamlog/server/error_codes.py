@@ -31,6 +31,7 @@ _ERROR_CODES = [
     (errors.InvalidPartitionsError, ErrorCode.invalid_partitions),
     (errors.InvalidConfigurationError, ErrorCode.invalid_config),
     (errors.ReadOnlyError, ErrorCode.policy_violation),
+    (errors.PolicyViolationError, ErrorCode.policy_violation),
     (errors.OffsetOutOfRangeError, ErrorCode.offset_out_of_range),
     (errors.RecordBatchTooLargeError, ErrorCode.record_list_too_large),
     (errors.RecordTooLargeError, ErrorCode.message_too_large),
