@@ -384,3 +384,29 @@ def test_a_new_leader_whose_high_watermark_lags_its_epoch_start_answers_offset_n
             wait_until(lambda: cluster.partition_state("t", 0).high_watermark == 10,
                        "the high watermark to reach the epoch start")
             assert list_offsets(sock, "t", [-1]) == [(ErrorCode.none, 10)]
+
+
+def test_a_fetch_naming_a_partition_led_elsewhere_answers_at_once(cluster):
+    # Kafka's ReplicaManager.fetchMessages: a read error (NOT_LEADER_OR_FOLLOWER) on any
+    # partition answers the fetch at once; a consumer learns its leader moved without
+    # waiting out max_wait on the partitions this broker still leads.
+    import time
+
+    from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
+    from kio.static.primitive import i64
+    cluster.create_topic("t", 3, 3)   # a follower of the partitions it does not lead
+    here = cluster.leader("t", 0)
+    elsewhere = [p for p in range(3) if cluster.leader("t", p) != here]
+    assert elsewhere
+    with connect(cluster, here) as sock:
+        started = time.monotonic()
+        answer = call(sock, FetchRequest(
+            max_wait=i32Timedelta.parse(datetime.timedelta(seconds=5)), min_bytes=i32(1),
+            topics=(FetchTopic(topic="t", partitions=tuple(
+                FetchPartition(partition=i32(p), fetch_offset=i64(0),
+                               partition_max_bytes=i32(1 << 20)) for p in range(3))),),
+            forgotten_topics_data=()))
+    assert time.monotonic() - started < 2.5, "the fetch waited out its max_wait"
+    errors = {p.partition_index: p.error_code for p in answer.responses[0].partitions}
+    assert errors[0] == ErrorCode.none
+    assert all(errors[p] == ErrorCode.not_leader_or_follower for p in elsewhere)

@@ -225,3 +225,23 @@ def test_delete_records_of_a_topic_without_the_delete_policy_is_a_policy_violati
             for t in answer.topics] == [("keyed", ErrorCode.policy_violation, -1),
                                         ("both", ErrorCode.none, 2)]
     assert db.describe_topic("keyed").partitions[0].log_start_offset == 0
+
+
+def test_a_fetch_with_a_partition_that_fails_answers_at_once_without_its_long_poll(db, server,
+                                                                                  sock):
+    # Kafka's ReplicaManager.fetchMessages answers at once when reading any partition gave
+    # an error (errorReadingData): a consumer whose partition's leader moved learns of it
+    # now, not after max_wait, even while its other partitions have nothing new.
+    from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
+    db.create_topic("two", partitions=2)
+    server.faults.error("Fetch", "NOT_LEADER_OR_FOLLOWER", topic="two", partition=1)
+    started = time.monotonic()
+    answer = call(sock, FetchRequest(
+        max_wait=i32Timedelta.parse(datetime.timedelta(seconds=5)), min_bytes=i32(1),
+        topics=(FetchTopic(topic="two", partitions=tuple(
+            FetchPartition(partition=i32(p), fetch_offset=i64(0),
+                           partition_max_bytes=i32(1 << 20)) for p in (0, 1))),),
+        forgotten_topics_data=()))
+    assert time.monotonic() - started < 2.5, "the fetch waited out its max_wait"
+    assert [p.error_code for p in answer.responses[0].partitions] == [
+        ErrorCode.none, ErrorCode.not_leader_or_follower]

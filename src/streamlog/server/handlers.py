@@ -305,11 +305,15 @@ class Handlers:
                     results[tp] = exc
         known = [tp for tp in positions
                  if tp not in results and self.broker.has_partition(tp)]
+        # A partition whose read failed (not its leader here, an injected error) ends the
+        # long poll, as Kafka's ReplicaManager answers at once on any read error; one that
+        # does not exist does not (Kafka's KafkaApis answers it beside the others' wait).
+        max_wait_ms = 0 if results else int(body.max_wait.total_seconds() * 1000)
         if known:
             try:
                 results.update(self.broker.fetch(
                     {tp: positions[tp] for tp in known},
-                    max_wait_ms=int(body.max_wait.total_seconds() * 1000),
+                    max_wait_ms=max_wait_ms,
                     min_bytes=body.min_bytes, max_bytes=body.max_bytes,
                     partition_max_bytes=partition_max or (1 << 20),
                     wakeup_key=context.connection,   # woken when the connection closes,
