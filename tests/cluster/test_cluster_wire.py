@@ -6,12 +6,16 @@ not coordinate the group. Each rule is Kafka's (KafkaApis, ReplicaManager, Metad
 import datetime
 import socket
 import threading
+import time
 
 import pytest
 
 from kio.schema.create_topics.v7.request import CreatableTopic, CreateTopicsRequest
+from kio.schema.delete_records.v2.request import (DeleteRecordsPartition, DeleteRecordsRequest,
+                                                  DeleteRecordsTopic)
 from kio.schema.describe_cluster.v0.request import DescribeClusterRequest
 from kio.schema.errors import ErrorCode
+from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
 from kio.schema.find_coordinator.v3.request import FindCoordinatorRequest
 from kio.schema.heartbeat.v4.request import HeartbeatRequest
 from kio.schema.list_offsets.v4.request import ListOffsetsPartition as ListOffsetsPartitionV4
@@ -386,27 +390,56 @@ def test_a_new_leader_whose_high_watermark_lags_its_epoch_start_answers_offset_n
             assert list_offsets(sock, "t", [-1]) == [(ErrorCode.none, 10)]
 
 
+def fetch(topic, partitions, max_wait_s=5):
+    return FetchRequest(
+        max_wait=i32Timedelta.parse(datetime.timedelta(seconds=max_wait_s)), min_bytes=i32(1),
+        topics=(FetchTopic(topic=topic, partitions=tuple(
+            FetchPartition(partition=i32(p), fetch_offset=i64(0),
+                           partition_max_bytes=i32(1 << 20)) for p in partitions)),),
+        forgotten_topics_data=())
+
+
 def test_a_fetch_naming_a_partition_led_elsewhere_answers_at_once(cluster):
     # Kafka's ReplicaManager.fetchMessages: a read error (NOT_LEADER_OR_FOLLOWER) on any
     # partition answers the fetch at once; a consumer learns its leader moved without
     # waiting out max_wait on the partitions this broker still leads.
-    import time
-
-    from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
-    from kio.static.primitive import i64
     cluster.create_topic("t", 3, 3)   # a follower of the partitions it does not lead
     here = cluster.leader("t", 0)
     elsewhere = [p for p in range(3) if cluster.leader("t", p) != here]
     assert elsewhere
     with connect(cluster, here) as sock:
         started = time.monotonic()
-        answer = call(sock, FetchRequest(
-            max_wait=i32Timedelta.parse(datetime.timedelta(seconds=5)), min_bytes=i32(1),
-            topics=(FetchTopic(topic="t", partitions=tuple(
-                FetchPartition(partition=i32(p), fetch_offset=i64(0),
-                               partition_max_bytes=i32(1 << 20)) for p in range(3))),),
-            forgotten_topics_data=()))
+        answer = call(sock, fetch("t", range(3)))
     assert time.monotonic() - started < 2.5, "the fetch waited out its max_wait"
     errors = {p.partition_index: p.error_code for p in answer.responses[0].partitions}
     assert errors[0] == ErrorCode.none
     assert all(errors[p] == ErrorCode.not_leader_or_follower for p in elsewhere)
+
+
+def test_a_broker_without_a_replica_of_a_partition_serves_none_of_its_reads(cluster):
+    # Kafka's ReplicaManager.getPartitionOrError: a partition the cluster has but this
+    # broker holds no replica of is NOT_LEADER_OR_FOLLOWER (the client looks up its
+    # leader), never answered from a copy nothing replicates to: its ListOffsets would say
+    # the partition is empty, its DeleteRecords would succeed and delete nothing.
+    cluster.create_topic("t", 1, 1)
+    leader = cluster.leader("t", 0)
+    stranger = next(b for b in cluster.broker_ids if b != leader)
+    with connect(cluster, leader) as sock:
+        answer = call(sock, produce("t", 0, acks=1))
+        assert answer.responses[0].partition_responses[0].error_code == ErrorCode.none
+    with connect(cluster, stranger) as sock:
+        answer = call(sock, ListOffsetsRequest(
+            replica_id=BrokerId(-1), isolation_level=i8(0), topics=(ListOffsetsTopic(
+                name="t", partitions=(ListOffsetsPartition(
+                    partition_index=i32(0), current_leader_epoch=i32(-1),
+                    timestamp=i64(-1)),)),)))
+        assert answer.topics[0].partitions[0].error_code == ErrorCode.not_leader_or_follower
+        answer = call(sock, DeleteRecordsRequest(timeout=SECONDS, topics=(DeleteRecordsTopic(
+            name="t", partitions=(
+                DeleteRecordsPartition(partition_index=i32(0), offset=i64(-1)),)),)))
+        assert answer.topics[0].partitions[0].error_code == ErrorCode.not_leader_or_follower
+        answer = call(sock, fetch("t", [0], max_wait_s=0))
+        assert answer.responses[0].partitions[0].error_code == \
+            ErrorCode.not_leader_or_follower
+    leader_log = cluster.broker(leader).partition_log(TopicPartition("t", 0))
+    assert (leader_log.log_start_offset, leader_log.high_watermark) == (0, 1)

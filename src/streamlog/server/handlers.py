@@ -123,10 +123,19 @@ class Handlers:
         return self.broker.ensure_topic(name) if allow_create else self.broker.topic(name)
 
     def _check_leader(self, tp):
-        """In a cluster, only tp's leader serves its produce, fetch and offsets."""
+        """In a cluster, only tp's leader serves its produce, fetch and offsets. Every broker
+        has every partition's log, but only its replicas' logs are written: a broker with
+        no replica of a replicated topic's partition answers NOT_LEADER_OR_FOLLOWER, as
+        Kafka's ReplicaManager.getPartitionOrError does, rather than read its empty copy.
+        The internal topics are each broker's own (not replicated)."""
         replicas = self.broker.replicas
-        if replicas is not None and replicas.manages(tp):
-            replicas.check_readable(tp)
+        if replicas is None:
+            return
+        if not replicas.manages(tp):
+            info = self.broker.topics().get(tp.topic)
+            if info is None or info.internal or not 0 <= tp.partition < info.partitions:
+                return   # the broker's own: internal, or unknown (answered as such)
+        replicas.check_readable(tp)
 
     def _check_offsets_available(self, tp, version):
         """In a cluster, a ListOffsets answer bounded by the high watermark of a leader
