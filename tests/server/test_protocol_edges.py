@@ -245,3 +245,35 @@ def test_a_fetch_with_a_partition_that_fails_answers_at_once_without_its_long_po
     assert time.monotonic() - started < 2.5, "the fetch waited out its max_wait"
     assert [p.error_code for p in answer.responses[0].partitions] == [
         ErrorCode.none, ErrorCode.not_leader_or_follower]
+
+
+def test_a_topic_named_twice_in_an_admin_request_is_refused_once_and_left_alone(db, sock):
+    # Kafka's ControllerApis.createTopics / deleteTopics and KafkaApis'
+    # handleCreatePartitionsRequest: a name given more than once gets one INVALID_REQUEST
+    # result and nothing is done to it; the other names are served. (The responses are
+    # keyed by name: librdkafka refuses a whole answer naming a topic twice.)
+    from kio.schema.create_partitions.v3.request import (CreatePartitionsRequest,
+                                                         CreatePartitionsTopic)
+    from kio.schema.delete_topics.v5.request import DeleteTopicsRequest
+
+    def creatable(name, partitions):
+        return CreatableTopic(name=name, num_partitions=i32(partitions),
+                              replication_factor=i16(1), assignments=(), configs=())
+    answer = call(sock, CreateTopicsRequest(timeout=SECONDS, validate_only=False, topics=(
+        creatable("twice", 1), creatable("once", 1), creatable("twice", 2))))
+    assert sorted((t.name, t.error_code) for t in answer.topics) == [
+        ("once", ErrorCode.none), ("twice", ErrorCode.invalid_request)]
+    assert "twice" not in db.topics() and "once" in db.topics()
+
+    answer = call(sock, CreatePartitionsRequest(timeout=SECONDS, validate_only=False, topics=(
+        CreatePartitionsTopic(name="t", count=i32(2), assignments=None),
+        CreatePartitionsTopic(name="once", count=i32(2), assignments=None),
+        CreatePartitionsTopic(name="t", count=i32(3), assignments=None))))
+    assert sorted((r.name, r.error_code) for r in answer.results) == [
+        ("once", ErrorCode.none), ("t", ErrorCode.invalid_request)]
+    assert len(db.describe_topic("t").partitions) == 1
+
+    answer = call(sock, DeleteTopicsRequest(timeout=SECONDS, topic_names=("t", "once", "t")))
+    assert sorted((r.name, r.error_code) for r in answer.responses) == [
+        ("once", ErrorCode.none), ("t", ErrorCode.invalid_request)]
+    assert "t" in db.topics() and "once" not in db.topics()

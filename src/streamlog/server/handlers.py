@@ -443,19 +443,25 @@ class Handlers:
 
     def create_topics(self, version, body, context):
         cls, types = response_types(CREATE_TOPICS, version)
-        results = []
+
+        def refused(name, code, message):
+            return build(types.CreatableTopicResult, name=name, topic_id=uuid.UUID(int=0),
+                         error_code=code, error_message=message,
+                         topic_config_error_code=ErrorCode.none, num_partitions=i32(-1),
+                         replication_factor=i16(-1), configs=())
+        twice = _named_twice(t.name for t in body.topics)
+        results = [refused(name, ErrorCode.invalid_request, _TWICE) for name in twice]
         for topic in body.topics:
+            if topic.name in twice:
+                continue
             info, exc = None, None
             view = self._view
             try:
                 if view is None and topic.replication_factor not in (-1, 1):
-                    results.append(build(
-                        types.CreatableTopicResult, name=topic.name, topic_id=uuid.UUID(int=0),
-                        error_code=ErrorCode.invalid_replication_factor,
-                        error_message=f"replication factor {topic.replication_factor}: this "
-                                      "database is one broker, one replica",
-                        topic_config_error_code=ErrorCode.none, num_partitions=i32(-1),
-                        replication_factor=i16(-1), configs=()))
+                    results.append(refused(
+                        topic.name, ErrorCode.invalid_replication_factor,
+                        f"replication factor {topic.replication_factor}: this database is "
+                        "one broker, one replica"))
                     continue
                 if topic.assignments:
                     raise errors.InvalidRequestError("replica assignments are not served: "
@@ -503,8 +509,13 @@ class Handlers:
 
     def delete_topics(self, version, body, context):
         cls, types = response_types(DELETE_TOPICS, version)
-        results = []
+        twice = _named_twice(body.topic_names)
+        results = [build(types.DeletableTopicResult, name=name,
+                         error_code=ErrorCode.invalid_request, error_message=_TWICE)
+                   for name in twice]
         for name in body.topic_names:
+            if name in twice:
+                continue
             delete = self.broker.delete_topic
             info = self.broker.topics().get(name)
             if self._view is not None and info is not None and not info.internal:
@@ -518,8 +529,13 @@ class Handlers:
 
     def create_partitions(self, version, body, context):
         cls, types = response_types(CREATE_PARTITIONS, version)
-        results = []
+        twice = _named_twice(t.name for t in body.topics)
+        results = [build(types.CreatePartitionsTopicResult, name=name,
+                         error_code=ErrorCode.invalid_request, error_message=_TWICE)
+                   for name in twice]
         for topic in body.topics:
+            if topic.name in twice:
+                continue
             exc = None
             try:
                 if topic.assignments:
@@ -665,6 +681,21 @@ class Handlers:
 
 # IncrementalAlterConfigs operations (Kafka's AlterConfigOp.OpType).
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
+
+
+_TWICE = "the topic is named more than once in the request"
+
+
+def _named_twice(names):
+    """The topic names given more than once, in order. Kafka's CreateTopics, DeleteTopics
+    and CreatePartitions answer each of them once, INVALID_REQUEST, and act on none of them
+    (their responses are keyed by topic name)."""
+    seen, twice = set(), {}
+    for name in names:
+        if name in seen:
+            twice[name] = None
+        seen.add(name)
+    return list(twice)
 
 
 def _config_text(value):
