@@ -277,3 +277,19 @@ def test_a_topic_named_twice_in_an_admin_request_is_refused_once_and_left_alone(
     assert sorted((r.name, r.error_code) for r in answer.responses) == [
         ("once", ErrorCode.none), ("t", ErrorCode.invalid_request)]
     assert "t" in db.topics() and "once" not in db.topics()
+
+
+def test_a_failed_produce_with_acks_0_closes_its_connection(db, server):
+    # Kafka's KafkaApis.handleProduceRequest: acks=0 gets no response, so a produce that
+    # failed closes the connection instead: the producer sees the broker go away and
+    # refreshes its metadata. A produce that succeeded keeps the connection.
+    from kio.schema.metadata.v1.request import MetadataRequest as MetadataV1
+    with socket.create_connection((server.host, server.port)) as s:
+        s.sendall(len(encode(produce("t", acks=0))).to_bytes(4, "big") +
+                  encode(produce("t", acks=0)))
+        assert call(s, MetadataV1(topics=None), correlation_id=2).topics   # still served
+        s.settimeout(10)
+        s.sendall(len(encode(produce("nope", acks=0))).to_bytes(4, "big") +
+                  encode(produce("nope", acks=0)))
+        assert s.recv(1) == b"", "the connection stayed open after a failed acks=0 produce"
+    assert db.describe_topic("t").partitions[0].high_watermark == 1

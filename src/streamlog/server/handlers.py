@@ -48,6 +48,10 @@ class Connection:
         self.closed = threading.Event()
 
 
+class CloseConnection(Exception):
+    """The answer to a request is to close its connection (logged with this message)."""
+
+
 class RequestContext(NamedTuple):
     """Who asked: the address the client connected to, its client id, its connection."""
 
@@ -254,6 +258,12 @@ class Handlers:
                 parts.append(answer)
             answers.append((topic.name, parts))
         if body.acks == 0:
+            failed = [f"{name}-{a['index']}: {a['error']}" for name, parts in answers
+                      for a in parts if a["error"] is not None]
+            if failed:
+                # No response comes to tell the producer: closing the connection makes it
+                # refresh its metadata (Kafka's KafkaApis.handleProduceRequest does so).
+                raise CloseConnection(f"a produce with acks=0 failed ({'; '.join(failed)})")
             return None
         deadline = time.monotonic() + body.timeout.total_seconds()   # one for the request
         for done, answer in waits:

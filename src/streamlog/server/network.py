@@ -28,7 +28,7 @@ from kio.schema.errors import ErrorCode
 from .. import errors
 from .error_codes import InjectedError
 from .faults import Faults, injected_response
-from .handlers import Connection, Handlers
+from .handlers import CloseConnection, Connection, Handlers
 from .protocol import UnsupportedRequest, decode_request, encode_response, error_response
 
 log = logging.getLogger("streamlog.server")
@@ -126,7 +126,7 @@ class KafkaServer:
             if "shutdown" not in str(exc):
                 raise
             # the interpreter exits with the server still open: its worker pool is gone
-        except _CloseConnection as exc:
+        except CloseConnection as exc:
             log.warning("closing %s: %s", peer, exc)
         finally:
             self._connections.discard(task)
@@ -141,13 +141,13 @@ class KafkaServer:
         except UnsupportedRequest as exc:
             response = error_response(exc.api_key, exc.api_version, ErrorCode.unsupported_version)
             if response is None:   # an API or version no Kafka release defines
-                raise _CloseConnection(str(exc)) from None
+                raise CloseConnection(str(exc)) from None
             return encode_response(exc.correlation_id, response)
         except Exception as exc:   # a frame kio cannot read: this connection only
-            raise _CloseConnection(f"a request that does not decode ({exc})") from None
+            raise CloseConnection(f"a request that does not decode ({exc})") from None
         injected = self.faults.before(header.request_api_key, connection)
         if injected == "disconnect":
-            raise _CloseConnection("a disconnect injected by a test")
+            raise CloseConnection("a disconnect injected by a test")
         if isinstance(injected, InjectedError):
             return encode_response(header.correlation_id, injected_response(
                 header.request_api_key, header.request_api_version, body, injected.code))
@@ -155,6 +155,8 @@ class KafkaServer:
             response = self._handlers.handle(header, body, connection)
             return None if response is None else \
                 encode_response(header.correlation_id, response)
+        except CloseConnection:
+            raise
         except Exception as exc:
             # A fault of this server, not of the request (handling or encoding the answer):
             # answered UNKNOWN_SERVER_ERROR, as Kafka's KafkaApis.handleError does, and the
@@ -164,7 +166,7 @@ class KafkaServer:
             response = error_response(header.request_api_key, header.request_api_version,
                                       ErrorCode.unknown_server_error)
             if response is None:
-                raise _CloseConnection(f"the request failed ({exc})") from None
+                raise CloseConnection(f"the request failed ({exc})") from None
             return encode_response(header.correlation_id, response)
 
     # --- faults ---------------------------------------------------------------------
@@ -232,7 +234,3 @@ class KafkaServer:
             self._thread.join()
             self._pool.shutdown(wait=True)
             self._loop.close()
-
-
-class _CloseConnection(Exception):
-    pass
