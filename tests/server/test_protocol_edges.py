@@ -293,3 +293,19 @@ def test_a_failed_produce_with_acks_0_closes_its_connection(db, server):
                   encode(produce("nope", acks=0)))
         assert s.recv(1) == b"", "the connection stayed open after a failed acks=0 produce"
     assert db.describe_topic("t").partitions[0].high_watermark == 1
+
+
+def test_a_produced_batch_whose_offset_range_and_record_count_disagree_is_invalid(db, sock):
+    # Kafka's LogValidator.validateBatch: a client's batch must span exactly as many offsets
+    # as it holds records (INVALID_RECORD otherwise); only the cleaner leaves gaps. Taken,
+    # one record would use up five offsets of a log that is not compacted.
+    import struct
+
+    from streamlog.storage.crc32c_py import crc32c
+    forged = bytearray(record_batch.build_batch([b"x"], timestamp=1))
+    struct.pack_into(">i", forged, record_batch.LAST_OFFSET_DELTA_OFFSET, 4)
+    struct.pack_into(">I", forged, record_batch.CRC_OFFSET,
+                     crc32c(bytes(forged[record_batch.ATTRIBUTES_OFFSET:])))
+    answer = call(sock, produce("t", batch=bytes(forged)))
+    assert answer.responses[0].partition_responses[0].error_code == ErrorCode.invalid_record
+    assert db.describe_topic("t").partitions[0].log_end_offset == 0

@@ -486,6 +486,13 @@ class PartitionLog:
                     f"{self.name}; raise the topic's max.message.bytes or send less per batch")
             if batch.records_count == 0 and assign_offsets:
                 raise InvalidRecordError("a produced batch must hold at least one record")
+            if origin == CLIENT and batch.records_count != batch.last_offset_delta + 1:
+                # Only the cleaner leaves offsets without records (Kafka's LogValidator
+                # refuses such a batch from a client): taken, it would leave gaps in a log
+                # that reads gaps as missing data.
+                raise InvalidRecordError(
+                    f"a produced batch spans {batch.last_offset_delta + 1} offsets but holds "
+                    f"{batch.records_count} records")
             if self.config.compact and origin == CLIENT and not batch.is_control and \
                     batch.records_count and (batch.records(verify=False).key_lens < 0).any():
                 # Kafka's LogValidator rule: the cleaner could only drop such a record. The
