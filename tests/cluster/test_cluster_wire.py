@@ -3,6 +3,7 @@ and offline replicas; NOT_LEADER_OR_FOLLOWER from a follower; LEADER_NOT_AVAILAB
 partition without a leader; CreateTopics with a replication factor; DescribeCluster and
 FindCoordinator naming brokers of the cluster; NOT_COORDINATOR from a broker that does
 not coordinate the group. Each rule is Kafka's (KafkaApis, ReplicaManager, MetadataCache)."""
+import dataclasses
 import datetime
 import socket
 import threading
@@ -443,3 +444,40 @@ def test_a_broker_without_a_replica_of_a_partition_serves_none_of_its_reads(clus
             ErrorCode.not_leader_or_follower
     leader_log = cluster.broker(leader).partition_log(TopicPartition("t", 0))
     assert (leader_log.log_start_offset, leader_log.high_watermark) == (0, 1)
+
+
+def test_a_fetch_or_list_offsets_at_another_leader_epoch_is_fenced_or_unknown(cluster):
+    # KIP-320 (Kafka's Partition.localLogWithEpochOrThrow): a consumer names the leader
+    # epoch it learned from Metadata (Fetch 9+, ListOffsets 4+). An older one is
+    # FENCED_LEADER_EPOCH, a newer one UNKNOWN_LEADER_EPOCH: the consumer refreshes its
+    # metadata and validates its position (OffsetForLeaderEpoch) before it reads on.
+    cluster.create_topic("t", 1, 3)
+    cluster.wait_in_sync("t")
+    old_leader = cluster.leader("t", 0)
+    cluster.kill(old_leader)
+    wait_until(lambda: cluster.leader("t", 0) not in (old_leader, -1), "a new leader")
+    leader, epoch = cluster.leader("t", 0), cluster.partition_state("t", 0).leader_epoch
+    assert epoch >= 1
+
+    def fetch_error(sock, current):
+        request = fetch("t", [0], max_wait_s=0)
+        topic = request.topics[0]
+        partition = dataclasses.replace(topic.partitions[0], current_leader_epoch=i32(current))
+        request = dataclasses.replace(request, topics=(
+            dataclasses.replace(topic, partitions=(partition,)),))
+        return call(sock, request).responses[0].partitions[0].error_code
+
+    def list_offsets_error(sock, current):
+        answer = call(sock, ListOffsetsRequest(
+            replica_id=BrokerId(-1), isolation_level=i8(0), topics=(ListOffsetsTopic(
+                name="t", partitions=(ListOffsetsPartition(
+                    partition_index=i32(0), current_leader_epoch=i32(current),
+                    timestamp=i64(-2)),)),)))
+        return answer.topics[0].partitions[0].error_code
+
+    with connect(cluster, leader) as sock:
+        for ask in (fetch_error, list_offsets_error):
+            assert ask(sock, epoch - 1) == ErrorCode.fenced_leader_epoch
+            assert ask(sock, epoch + 1) == ErrorCode.unknown_leader_epoch
+            assert ask(sock, epoch) == ErrorCode.none
+            assert ask(sock, -1) == ErrorCode.none   # none named: not checked

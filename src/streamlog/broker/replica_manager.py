@@ -357,10 +357,10 @@ class ReplicaManager:
                 f"{replica.state.leader_epoch} has not reached the epoch's start offset "
                 f"{replica.epoch_start_offset} yet")
 
-    def check_readable(self, tp):
+    def check_readable(self, tp, current_leader_epoch=None):
         """A consumer's fetch or ListOffsets of tp: only its leader answers (KIP-392's
-        follower fetching is not served)."""
-        self.leader_replica(tp)
+        follower fetching is not served), at the client's leader epoch if it names one."""
+        self.leader_replica(tp, current_leader_epoch)
 
     # --- the leader's side -------------------------------------------------------
 

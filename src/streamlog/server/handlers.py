@@ -126,8 +126,11 @@ class Handlers:
                 view.create_topic(name, self.broker.config.num_partitions, None, {})
         return self.broker.ensure_topic(name) if allow_create else self.broker.topic(name)
 
-    def _check_leader(self, tp):
-        """In a cluster, only tp's leader serves its produce, fetch and offsets. Every broker
+    def _check_leader(self, tp, current_leader_epoch=-1):
+        """In a cluster, only tp's leader serves its produce, fetch and offsets, and a
+        client's current leader epoch (Fetch 9+, ListOffsets 4+; -1: none) must be the
+        leader's: FENCED_LEADER_EPOCH when older, UNKNOWN_LEADER_EPOCH when newer (Kafka's
+        Partition.localLogWithEpochOrThrow, KIP-320). Every broker
         has every partition's log, but only its replicas' logs are written: a broker with
         no replica of a replicated topic's partition answers NOT_LEADER_OR_FOLLOWER, as
         Kafka's ReplicaManager.getPartitionOrError does, rather than read its empty copy.
@@ -139,7 +142,7 @@ class Handlers:
             info = self.broker.topics().get(tp.topic)
             if info is None or info.internal or not 0 <= tp.partition < info.partitions:
                 return   # the broker's own: internal, or unknown (answered as such)
-        replicas.check_readable(tp)
+        replicas.check_readable(tp, int(current_leader_epoch))
 
     def _check_offsets_available(self, tp, version):
         """In a cluster, a ListOffsets answer bounded by the high watermark of a leader
@@ -307,19 +310,20 @@ class Handlers:
 
     def fetch(self, version, body, context):
         cls, types = response_types(FETCH, version)
-        positions, order = {}, []
+        positions, order, epochs = {}, [], {}
         partition_max = 0
         for topic in body.topics:
             for partition in topic.partitions:
                 tp = TopicPartition(topic.topic, partition.partition)
                 positions[tp] = partition.fetch_offset
+                epochs[tp] = getattr(partition, "current_leader_epoch", -1)
                 order.append(tp)
                 partition_max = max(partition_max, partition.partition_max_bytes)
         results = {tp: injected for tp in positions
                    if (injected := self.faults.partition_error(FETCH, tp)) is not None}
         for tp in positions:
             if tp not in results:
-                exc = failure(self._check_leader, tp)
+                exc = failure(self._check_leader, tp, epochs[tp])
                 if exc is not None:
                     results[tp] = exc
         known = [tp for tp in positions
@@ -383,7 +387,7 @@ class Handlers:
                 tp = TopicPartition(topic.name, partition.partition_index)
                 offset, timestamp, exc = -1, -1, None
                 try:
-                    self._check_leader(tp)
+                    self._check_leader(tp, getattr(partition, "current_leader_epoch", -1))
                     found = self.broker.list_offsets({tp: partition.timestamp},
                                                      read_committed)[tp]
                     if partition.timestamp != EARLIEST_TIMESTAMP and (
