@@ -223,3 +223,33 @@ def test_records_the_writer_deleted_inside_the_first_segment_leave_an_open_view(
         earliest = ro.consumer(auto_offset_reset="earliest")
         earliest.assign([TP])
         assert earliest.poll(timeout=5.0)[0].offset == 25
+
+
+def test_a_view_reads_on_when_segment_files_vanish_under_it_more_than_once(tmp_path,
+                                                                            monkeypatch):
+    # The writer's cleaner, rewriting a small compacted log back to back, can remove the
+    # segment a view is about to read again while the view looks at its directory anew
+    # (tests/crash/test_compaction_readers.py): a read that finds its file gone looks
+    # again, each time the file it wanted vanished, instead of raising after one try.
+    from streamlog.errors import KafkaStorageError
+    path = str(tmp_path / "db")
+    with streamlog.open(path) as db:
+        db.create_topic("t", partitions=1)
+        db.producer().send("t", value=b"v", partition=0).result()
+    tp = TopicPartition("t", 0)
+    with streamlog.open(path, readonly=True) as view:
+        log = view._broker.partition_log(tp)
+        read = log._read
+        vanished = []
+
+        def files_vanish_twice(*args, **kwargs):
+            if len(vanished) < 2:
+                vanished.append(args[0])
+                try:
+                    raise FileNotFoundError("00000000000000000000.log")
+                except FileNotFoundError as gone:
+                    raise KafkaStorageError("a segment file vanished") from gone
+            return read(*args, **kwargs)
+        monkeypatch.setattr(log, "_read", files_vanish_twice)
+        assert [b.base_offset for b in log.read(0).batches] == [0]
+        assert vanished == [0, 0]

@@ -58,6 +58,12 @@ from .txn_index import AbortedTxn, TxnIndexes
 
 log = logging.getLogger("streamlog.storage")
 
+# How many times a read-only view's read looks at the directory again when a segment file it
+# was about to read vanished (the writer's cleaner or retention removed it meanwhile). Each
+# time means the writer changed the log under the read; a cleaner rewriting a small log
+# back to back can win the race more than once.
+_VANISHED_RETRIES = 5
+
 
 def wall_clock_ms():
     return int(time.time() * 1000)
@@ -784,15 +790,21 @@ class PartitionLog:
                                   below_high_watermark)
             if not self.readonly:
                 raise
-            if not (isinstance(exc, _MissingOffsets) or
-                    isinstance(exc.__cause__, FileNotFoundError)):
-                raise
-            # Retention may have removed a segment under this view (its offsets are then
-            # below the log start the writer moved; a lazy segment finds its file gone at
-            # its first use): look again before calling it damage.
-            self.refresh()
-            return self._read(fetch_offset, max_bytes, max_offset, min_one_batch, buffer,
-                              below_high_watermark)
+            # Retention or the cleaner may have removed a segment under this view (its
+            # offsets are then below the log start the writer moved, or in the cleaner's
+            # new files; a lazy segment finds its file gone at its first use): look again
+            # before calling it damage, as long as files keep vanishing.
+            for _ in range(_VANISHED_RETRIES):
+                if not (isinstance(exc, _MissingOffsets) or
+                        isinstance(exc.__cause__, FileNotFoundError)):
+                    raise exc
+                self.refresh()
+                try:
+                    return self._read(fetch_offset, max_bytes, max_offset, min_one_batch,
+                                      buffer, below_high_watermark)
+                except (KafkaStorageError, _MissingOffsets) as again:
+                    exc = again
+            raise exc
 
     def _read(self, fetch_offset, max_bytes, max_offset, min_one_batch, buffer,
               below_high_watermark=True, below_log_start=False):
