@@ -122,3 +122,42 @@ def test_describe_producers_of_an_unknown_partition(db, admin):
     # KafkaApis.handleDescribeProducersRequest: UNKNOWN_TOPIC_OR_PARTITION.
     with pytest.raises(kerrors.UnknownTopicOrPartitionError):
         admin.describe_producers([KafkaTopicPartition("t", 7)], broker_id=0)
+
+
+def test_an_admin_aborts_a_hanging_transaction_with_write_txn_markers(db, admin):
+    # kafka-transactions.sh abort (KafkaAdminClient.abort_transaction): a WriteTxnMarkers
+    # ABORT to the partition's leader ends a transaction no coordinator will end. Its
+    # marker is held to any marker's rules (ProducerAppendInfo.appendEndTxnMarker): a
+    # coordinator epoch older than the last marker's is TRANSACTION_COORDINATOR_FENCED.
+    from kafka.admin import AbortTransactionSpec
+
+    from streamlog.storage.record_batch import build_batch
+    broker = db._broker
+    tp, ktp = TopicPartition("t", 0), KafkaTopicPartition("t", 0)
+    pid, epoch = broker.init_producer_id()
+
+    def hang(sequence):
+        """A transactional batch no coordinator knows of, then a plain record after it."""
+        broker.produce(tp, build_batch([b"hanging"], timestamp=1, producer_id=pid,
+                                       producer_epoch=epoch, base_sequence=sequence,
+                                       is_transactional=True))
+        db.producer().send("t", value=b"after", partition=0).result()
+
+    def entry():
+        (found,) = [p for p in admin.describe_producers([ktp])[ktp].active_producers
+                    if p.producer_id == pid]
+        return found
+    log = broker.partition_log(tp)
+    hang(0)
+    assert log.last_stable_offset == 0 and entry().current_transaction_start_offset == 0
+    admin.abort_transaction(AbortTransactionSpec(ktp, pid, epoch, coordinator_epoch=5))
+    assert log.last_stable_offset == log.log_end_offset == 3
+    assert (entry().current_transaction_start_offset, entry().coordinator_epoch) == (-1, 5)
+    consumer = db.consumer(isolation_level="read_committed", auto_offset_reset="earliest")
+    consumer.assign([tp])
+    assert [r.value for r in consumer.poll(timeout=1)] == [b"after"]
+    consumer.close()
+    hang(1)
+    with pytest.raises(kerrors.TransactionCoordinatorFencedError):
+        admin.abort_transaction(AbortTransactionSpec(ktp, pid, epoch, coordinator_epoch=4))
+    assert log.last_stable_offset == 3   # still open: nothing was written

@@ -69,6 +69,7 @@ SUPPORTED = {
     25: (0, 3),   # AddOffsetsToTxn
     26: (0, 4),   # EndTxn (5: KIP-890 epoch bump per transaction)
     28: (0, 3),   # TxnOffsetCommit
+    27: (1, 1),   # WriteTxnMarkers (an admin's abort; 0 is gone from Kafka 4's schemas)
     61: (0, 0),   # DescribeProducers
     65: (0, 0),   # DescribeTransactions
     66: (0, 1),   # ListTransactions (2 filters ids by a RE2/J pattern, KIP-1152)

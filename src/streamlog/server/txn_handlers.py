@@ -23,6 +23,7 @@ from kio.static.primitive import i16, i32, i32Timedelta, i64
 
 from .. import errors
 from ..coordinator.group_coordinator import find_coordinator
+from ..coordinator.offsets import OFFSETS_TOPIC
 from ..broker.metadata import validate_topic_name
 from ..coordinator.transaction_coordinator import find_transaction_coordinator
 from ..storage.record_batch import iter_batches
@@ -33,6 +34,9 @@ from .protocol import NO_THROTTLE, build, response_types
 INIT_PRODUCER_ID, ADD_PARTITIONS_TO_TXN, ADD_OFFSETS_TO_TXN, END_TXN = 22, 24, 25, 26
 TXN_OFFSET_COMMIT = 28
 DESCRIBE_PRODUCERS, DESCRIBE_TRANSACTIONS, LIST_TRANSACTIONS = 61, 65, 66
+WRITE_TXN_MARKERS = 27
+# How long an admin's marker waits for the in-sync replicas (Kafka's request.timeout.ms).
+MARKER_TIMEOUT_S = 30.0
 # The first version of each API whose clients know PRODUCER_FENCED (KIP-588).
 _FENCED_FROM = {INIT_PRODUCER_ID: 4, ADD_PARTITIONS_TO_TXN: 2, ADD_OFFSETS_TO_TXN: 2,
                 END_TXN: 2, TXN_OFFSET_COMMIT: 3}
@@ -102,7 +106,8 @@ class TxnHandlers:
                 TXN_OFFSET_COMMIT: self.txn_offset_commit,
                 DESCRIBE_PRODUCERS: self.describe_producers,
                 DESCRIBE_TRANSACTIONS: self.describe_transactions,
-                LIST_TRANSACTIONS: self.list_transactions}
+                LIST_TRANSACTIONS: self.list_transactions,
+                WRITE_TXN_MARKERS: self.write_txn_markers}
 
     @property
     def transactions(self):
@@ -375,6 +380,44 @@ class TxnHandlers:
                          types.TransactionState, transactional_id=meta.transactional_id,
                          producer_id=i64(meta.producer_id),
                          transaction_state=meta.state.wire_name) for meta in listed))
+
+    def write_txn_markers(self, version, body, context):
+        """WriteTxnMarkers, as an admin sends it to abort a hanging transaction (Kafka's
+        `kafka-transactions.sh abort`, kafka-python's KafkaAdminClient.abort_transaction;
+        this database's coordinators write their own markers in process). Each marker is
+        appended on its partition's leader under the rules of any marker (an older producer
+        epoch or coordinator epoch is refused: KafkaApis.handleWriteTxnMarkersRequest,
+        ProducerAppendInfo.appendEndTxnMarker) and answered once durable, as Kafka appends
+        markers with acks=all."""
+        cls, types = response_types(WRITE_TXN_MARKERS, version)
+        results = []
+        for marker in body.markers:
+            topics = []
+            for topic in marker.topics:
+                parts = tuple(build(
+                    types.WritableTxnMarkerPartitionResult, partition_index=index,
+                    error_code=error_code(failure(
+                        self._write_marker, TopicPartition(topic.name, int(index)), marker)))
+                    for index in topic.partition_indexes)
+                topics.append(build(types.WritableTxnMarkerTopicResult, name=topic.name,
+                                    partitions=parts))
+            results.append(build(types.WritableTxnMarkerResult, producer_id=marker.producer_id,
+                                 topics=tuple(topics)))
+        return build(cls, markers=tuple(results))
+
+    def _write_marker(self, tp, marker):
+        producer_id, commit = int(marker.producer_id), bool(marker.transaction_result)
+        info = self.broker.write_txn_markers_here(
+            [(tp, producer_id, int(marker.producer_epoch), int(marker.coordinator_epoch),
+              commit)])[tp]
+        replicas = self.broker.replicas
+        if replicas is not None and replicas.manages(tp):
+            replicas.wait_replicated(tp, info.last_offset + 1, MARKER_TIMEOUT_S)
+        else:
+            self.broker.partition_log(tp).flush()
+        if tp.topic == OFFSETS_TOPIC:
+            # The group's offsets pending in that transaction apply now, or are dropped.
+            find_coordinator(self.broker).complete_transaction(tp, producer_id, commit)
 
 
 def _millis(ms):
