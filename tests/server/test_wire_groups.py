@@ -8,6 +8,7 @@ import pytest
 import streamlog
 
 from support import wait_until
+from support.clients import kafka_python_group_consumer
 
 kafka = pytest.importorskip("kafka")
 confluent_kafka = pytest.importorskip("confluent_kafka")
@@ -88,14 +89,10 @@ def test_aiokafka_subscribes_and_commits(db, server):
 
 
 def kafka_python_member(server, i, ctl):
-    # kafka-python's leader may assign before its first Metadata answer has arrived ("No
-    # partition metadata for topic t": every member gets nothing) and notices only at its
-    # next refresh, by default 5 minutes later (metadata.max.age.ms), which then makes it
-    # rejoin: a refresh every second keeps that client-side race from outlasting the wait.
-    consumer = kafka.KafkaConsumer("t", bootstrap_servers=server.bootstrap_servers,
-                                   group_id="three", auto_offset_reset="earliest",
-                                   enable_auto_commit=False, max_poll_records=5,
-                                   metadata_max_age_ms=1000)
+    consumer = kafka_python_group_consumer("t", PARTITIONS,
+                                           bootstrap_servers=server.bootstrap_servers,
+                                           group_id="three", auto_offset_reset="earliest",
+                                           enable_auto_commit=False, max_poll_records=5)
     try:
         while not ctl.stop.is_set():
             polled = consumer.poll(timeout_ms=200)
@@ -202,9 +199,10 @@ def test_a_group_of_three_rebalances_as_one_leaves_and_loses_no_record(db, serve
 
 
 def test_one_group_of_wire_and_in_process_members(db, server):
-    wire = kafka.KafkaConsumer("t", bootstrap_servers=server.bootstrap_servers,
-                               group_id="mixed", auto_offset_reset="earliest",
-                               enable_auto_commit=False)
+    wire = kafka_python_group_consumer("t", PARTITIONS,
+                                       bootstrap_servers=server.bootstrap_servers,
+                                       group_id="mixed", auto_offset_reset="earliest",
+                                       enable_auto_commit=False)
     wire.poll(timeout_ms=2000)   # joins: the group is this member alone
     local = db.consumer(group_id="mixed", auto_offset_reset="earliest",
                         enable_auto_commit=False)
@@ -213,7 +211,16 @@ def test_one_group_of_wire_and_in_process_members(db, server):
     def both_assigned():
         wire.poll(timeout_ms=100)
         local.poll(timeout=0.1)
-        return wire.assignment() and local.assignment()
+        group = db.describe_group("mixed")
+        # Each member holds what the group's current generation gave it. Under the eager
+        # protocol a member keeps its previous generation's partitions until it takes its
+        # SyncGroup answer in (Kafka's ConsumerCoordinator.onJoinComplete), which the wire
+        # member may do a poll after the in-process one: until then it still holds all
+        # four partitions of the generation it had alone.
+        held = sorted(sorted(tp.partition for tp in c.assignment()) for c in (wire, local))
+        given = sorted(sorted(tp.partition for tp in m.assignment) for m in group.members)
+        return group.state == "Stable" and wire.assignment() and local.assignment() and \
+            held == given
     wait_until(both_assigned, "the wire and in-process members sharing the partitions")
     wire_parts = {tp.partition for tp in wire.assignment()}
     local_parts = {tp.partition for tp in local.assignment()}
