@@ -110,6 +110,26 @@ def test_a_partition_without_a_leader_is_leader_not_available_with_its_offline_r
     assert tuple(p.offline_replicas) == (only,)
 
 
+def test_metadata_names_as_leader_only_a_broker_it_lists(cluster, monkeypatch):
+    # Kafka's KRaftMetadataCache.getPartitionMetadata: a partition whose leader has no live
+    # endpoint in the answer is LEADER_NOT_AVAILABLE with leader -1. A leader id missing
+    # from the brokers is one a client cannot reach (kafka-python raises
+    # UnknownBrokerIdError out of poll()). Here the leader's listener is gone from the
+    # brokers list while the controller still names it, as when a Metadata request is
+    # answered across that broker's going down.
+    cluster.create_topic("t", 1, 3)
+    leader = cluster.leader("t", 0)
+    other = next(b for b in cluster.broker_ids if b != leader)
+    listed = cluster.reachable_brokers()
+    monkeypatch.setattr(cluster, "reachable_brokers",
+                        lambda: [b for b in listed if b[0] != leader])
+    with connect(cluster, other) as sock:
+        answer = metadata(sock, "t")
+    assert leader not in [b.node_id for b in answer.brokers]
+    p = answer.topics[0].partitions[0]
+    assert p.error_code == ErrorCode.leader_not_available and p.leader_id == -1
+
+
 def test_create_topics_takes_a_replication_factor_and_refuses_one_above_the_brokers(cluster):
     with connect(cluster, 1) as sock:
         answer = call(sock, CreateTopicsRequest(

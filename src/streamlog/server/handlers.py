@@ -98,7 +98,8 @@ class Handlers:
         view = self._view
         return [(NODE_ID, context.host, context.port)] if view is None else view.brokers()
 
-    def _partition_metadata(self, types, tp):
+    def _partition_metadata(self, types, tp, live):
+        """tp's entry of a Metadata answer whose brokers are `live` (their ids)."""
         view = self._view
         state = None if view is None else view.partition_state(tp)
         if state is None:   # a database on its own, or an internal topic (not replicated)
@@ -107,11 +108,15 @@ class Handlers:
                          partition_index=i32(tp.partition), leader_id=i32(node),
                          leader_epoch=i32(0), replica_nodes=(i32(node),),
                          isr_nodes=(i32(node),), offline_replicas=())
-        live = {b[0] for b in view.brokers()}
+        # A leader the answer does not list is no leader to the client, which could not
+        # reach it (a broker going down between the two reads): Kafka answers such a
+        # partition LEADER_NOT_AVAILABLE with no leader (KRaftMetadataCache
+        # getPartitionMetadata), so a client never holds a leader it has no address for.
+        leader = state.leader if state.leader in live else -1
         return build(types.MetadataResponsePartition,
-                     error_code=ErrorCode.leader_not_available if state.leader < 0
+                     error_code=ErrorCode.leader_not_available if leader < 0
                      else ErrorCode.none,
-                     partition_index=i32(tp.partition), leader_id=i32(state.leader),
+                     partition_index=i32(tp.partition), leader_id=i32(leader),
                      leader_epoch=i32(state.leader_epoch),
                      replica_nodes=tuple(i32(r) for r in state.replicas),
                      isr_nodes=tuple(i32(r) for r in state.isr),
@@ -192,6 +197,8 @@ class Handlers:
         else:
             names = [t.name for t in body.topics]
         allow_create = getattr(body, "allow_auto_topic_creation", True)
+        brokers = self._brokers(context)   # one list for the brokers and the leaders named
+        live = {node for node, _, _ in brokers}
         topics = []
         for name in names:
             try:
@@ -204,7 +211,7 @@ class Handlers:
                                     topic_id=uuid.UUID(int=0), is_internal=False,
                                     partitions=(), topic_authorized_operations=i32(-2**31)))
                 continue
-            partitions = tuple(self._partition_metadata(types, TopicPartition(name, p))
+            partitions = tuple(self._partition_metadata(types, TopicPartition(name, p), live)
                                for p in range(info.partitions))
             topics.append(build(types.MetadataResponseTopic, error_code=ErrorCode.none,
                                 name=name, topic_id=uuid.UUID(hex=info.topic_id),
@@ -216,7 +223,7 @@ class Handlers:
                      cluster_authorized_operations=i32(-2**31),
                      brokers=tuple(build(types.MetadataResponseBroker, node_id=i32(node),
                                          host=host, port=i32(port), rack=None)
-                                   for node, host, port in self._brokers(context)),
+                                   for node, host, port in brokers),
                      topics=tuple(topics))
 
     # --- Produce ------------------------------------------------------------------
