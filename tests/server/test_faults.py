@@ -18,14 +18,6 @@ from support import wait_until
 confluent_kafka = pytest.importorskip("confluent_kafka")
 
 
-@pytest.fixture
-def db(tmp_path):
-    database = streamlog.open(str(tmp_path / "db"))
-    database.create_topic("t", partitions=2)
-    yield database
-    database.close()
-
-
 def produce_one(server, value=b"v", partition=0, **config):
     """Produce one record; the delivery report's error (None: delivered)."""
     producer = confluent_kafka.Producer({"bootstrap.servers": server.bootstrap_servers,

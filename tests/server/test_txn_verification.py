@@ -45,14 +45,6 @@ SECONDS = i32Timedelta.parse(datetime.timedelta(seconds=5))
 T0, T1 = TopicPartition("t", 0), TopicPartition("t", 1)
 
 
-@pytest.fixture
-def db(tmp_path):
-    database = streamlog.open(str(tmp_path / "db"))
-    database.create_topic("t", partitions=2)
-    yield database
-    database.close()
-
-
 class Txn:
     """A transactional producer speaking the protocol itself, one request at a time."""
 

@@ -9,19 +9,10 @@ import kafka.errors as kerrors
 import pytest
 from kafka.structs import TopicPartition as KafkaTopicPartition
 
-import streamlog
 from streamlog import TopicPartition
 from streamlog.coordinator.transaction_coordinator import find_transaction_coordinator
 
 from support.wire import call
-
-
-@pytest.fixture
-def db(tmp_path):
-    database = streamlog.open(str(tmp_path / "db"))
-    database.create_topic("t", partitions=2)
-    yield database
-    database.close()
 
 
 @pytest.fixture

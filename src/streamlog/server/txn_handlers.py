@@ -1,6 +1,7 @@
 """The producer id and transaction APIs on the wire: InitProducerId, AddPartitionsToTxn,
-AddOffsetsToTxn, TxnOffsetCommit and EndTxn, and the admin APIs that look at them
-(DescribeProducers, DescribeTransactions, ListTransactions), as calls to the database's transaction
+AddOffsetsToTxn, TxnOffsetCommit and EndTxn, and the admin APIs that look at them or end
+a hanging transaction (DescribeProducers, DescribeTransactions, ListTransactions,
+WriteTxnMarkers), as calls to the database's transaction
 coordinator and group coordinator (the same transactional ids, epochs and markers the
 in-process producers use: a transactional id used over the wire fences an in-process
 producer of the same id, and the other way round).
@@ -22,9 +23,9 @@ from kio.schema.errors import ErrorCode
 from kio.static.primitive import i16, i32, i32Timedelta, i64
 
 from .. import errors
+from ..broker.metadata import validate_topic_name
 from ..coordinator.group_coordinator import find_coordinator
 from ..coordinator.offsets import OFFSETS_TOPIC
-from ..broker.metadata import validate_topic_name
 from ..coordinator.transaction_coordinator import find_transaction_coordinator
 from ..storage.record_batch import iter_batches
 from ..structs import OffsetAndMetadata, TopicPartition
