@@ -9,14 +9,18 @@
    per-batch cost shows most where batches are small).
 3. Transactions of 1,000 records (send_batch, begin + commit each) against the same
    records from a non-transactional producer with acks="all": target >= 0.7x.
-4. read_committed poll_batch over a log where 10% of the transactions were aborted,
+4. One transaction against one batch, medians, with the fdatasync/fsync calls each
+   makes counted and timed: where the transaction's time goes (not judged).
+5. read_committed poll_batch over a log where 10% of the transactions were aborted,
    against read_uncommitted over the same log: target >= 0.8x.
 """
 import contextlib
 import os
 import shutil
+import statistics
 import sys
 import tempfile
+import time
 
 sys.path.insert(0, os.path.dirname(__file__))
 import harness  # noqa: E402
@@ -102,6 +106,73 @@ def bench_transactional(results, tmp, records, per_txn, repeats):
                 baseline="the same batches, acks=all, no transaction")
 
 
+class SyncClock:
+    """Counts and times the process's fdatasync/fsync calls while it is installed."""
+
+    def __init__(self):
+        self.calls, self.seconds = 0, 0.0
+
+    def _wrap(self, real):
+        def timed(fd):
+            start = time.perf_counter()
+            try:
+                return real(fd)
+            finally:
+                self.seconds += time.perf_counter() - start
+                self.calls += 1
+        return timed
+
+    @contextlib.contextmanager
+    def installed(self):
+        saved = os.fdatasync, os.fsync
+        os.fdatasync, os.fsync = self._wrap(saved[0]), self._wrap(saved[1])
+        try:
+            yield self
+        finally:
+            os.fdatasync, os.fsync = saved
+
+
+def bench_transaction_cost(results, tmp, rounds, per_txn):
+    """Where one transaction's time goes next to one plain batch: the median time of each,
+    and the fdatasyncs each makes (count, time). Not judged; it says what bounds the
+    transaction ratio on this disk: a transaction must make at least the data's fdatasync
+    and PrepareCommit's before commit_transaction() returns, one more than the batch."""
+    values = [VALUE] * per_txn
+    with database(tmp, "cost", "txn", "plain") as db:
+        txn = db.producer(transactional_id="cost")
+        txn.init_transactions()
+        plain = db.producer(acks="all")
+
+        def transaction():
+            txn.begin_transaction()
+            txn.send_batch("txn", values, partition=0)
+            txn.commit_transaction()
+
+        def batch():
+            plain.send_batch("plain", values, partition=0)
+            plain.flush()
+
+        cost = {}
+        for name, fn in (("transaction", transaction), ("batch", batch)):
+            fn()   # the first of each opens files and makes the coordinator
+            times, clock = [], SyncClock()
+            with clock.installed():
+                for _ in range(rounds):
+                    start = time.perf_counter()
+                    fn()
+                    times.append(time.perf_counter() - start)
+            cost[name] = (statistics.median(times), clock.calls / rounds,
+                          clock.seconds / max(clock.calls, 1))
+    (t_txn, n_txn, s_txn), (t_plain, n_plain, s_plain) = cost["transaction"], cost["batch"]
+    results.add(f"one transaction of {per_txn:,} records (median of {rounds})", t_txn * 1e6,
+                "us", ratio=t_plain / t_txn, baseline="one batch + flush, acks=all")
+    print(f"    a transaction made {n_txn:.1f} fdatasync/fsync calls of {s_txn * 1e3:.2f} ms "
+          f"each; the batch {n_plain:.1f} of {s_plain * 1e3:.2f} ms. Without them: "
+          f"{(t_txn - n_txn * s_txn) * 1e3:.2f} ms against {(t_plain - n_plain * s_plain) * 1e3:.2f}"
+          f" ms. With one fdatasync more than the batch and no other cost, a transaction "
+          f"would reach {t_plain / (t_plain + s_plain):.2f}x.", flush=True)
+
+
 def bench_read_committed(results, tmp, records, per_txn, repeats):
     values = [VALUE] * per_txn
     tp = streamlog.TopicPartition("mixed", 0)
@@ -150,6 +221,7 @@ def main():
         bench_send(results, tmp, 5_000 if args.quick else 200_000, args.repeats)
         bench_transactional(results, tmp, 20_000 if args.quick else 1_000_000, 1_000,
                             args.repeats)
+        bench_transaction_cost(results, tmp, 20 if args.quick else 300, 1_000)
         bench_read_committed(results, tmp, 20_000 if args.quick else 1_000_000, 1_000,
                              args.repeats)
     return harness.finish(results, args)
