@@ -234,6 +234,34 @@ def test_admin_clients_alter_topic_configs(db, server):
             future.result(10)
 
 
+def test_a_topics_compression_type_recompresses_what_a_client_sends(db, server):
+    # Kafka's topic config compression.type: a batch in another codec is stored in the
+    # topic's (LogValidator with BrokerCompressionType.targetCompression); consumers decode it.
+    from kafka.admin import KafkaAdminClient, NewTopic as KafkaNewTopic
+    admin = KafkaAdminClient(bootstrap_servers=server.bootstrap_servers)
+    admin.create_topics([KafkaNewTopic("z", 1, 1, topic_configs={"compression.type": "zstd"})])
+    admin.close()
+    producer = kafka.KafkaProducer(bootstrap_servers=server.bootstrap_servers, acks="all",
+                                   compression_type="gzip", linger_ms=20)
+    for i in range(40):
+        producer.send("z", key=b"k%d" % i, value=b"zz%d" % i * 30)
+    producer.flush()
+    producer.close()
+    log = db._broker.partition_log(streamlog.TopicPartition("z", 0))
+    codecs = {batch.compression for batch in log.read(0, 1 << 20).batches}
+    assert codecs == {4}    # zstd's id in the batch attributes, not gzip's 1
+    consumer = confluent_kafka.Consumer({"bootstrap.servers": server.bootstrap_servers,
+                                         "group.id": "unused", "enable.auto.commit": False})
+    consumer.assign([confluent_kafka.TopicPartition("z", 0, 0)])
+    got = []
+    while len(got) < 40:
+        message = consumer.poll(10)
+        assert message is not None and message.error() is None, message and message.error()
+        got.append((message.key(), message.value()))
+    consumer.close()
+    assert got == [(b"k%d" % i, b"zz%d" % i * 30) for i in range(40)]
+
+
 def test_an_api_not_served_is_answered_unsupported_version_on_a_connection_that_stays(server):
     # SaslHandshake v0 (api 17): not served (no SASL). Header v1: key, version, correlation,
     # client id; the v0 body is the mechanism, the v0 response error_code, then mechanisms.

@@ -9,6 +9,7 @@ from dataclasses import dataclass, fields, replace
 
 from ..errors import InvalidConfigurationError
 from ..parsing import LONG_MAX, bad_value, parse_bool, parse_choice, parse_int
+from . import compression
 
 
 def _label(key):
@@ -140,6 +141,14 @@ class LogConfig:
     @property
     def log_append_time(self):
         return self.message_timestamp_type == "LogAppendTime"
+
+    @property
+    def compression_codec(self):
+        """The codec id a produced batch is stored in (compression.type), or None to keep
+        the producer's ('producer', Kafka's default)."""
+        if self.compression_type == "producer":
+            return None
+        return compression.IDS.get(self.compression_type, compression.NONE)  # 'uncompressed'
 
     @property
     def max_segment_ms(self):

@@ -50,7 +50,8 @@ from .log_cleaner import CleanerSnapshot
 from .log_loader import list_directory, load_log, settled_listing
 from .open_files import OpenSegments
 from .record_batch import (CONTROL_ABORT, CONTROL_COMMIT, LOG_OVERHEAD, RECORD_BATCH_OVERHEAD,
-                           RecordBatch, build_control_batch, iter_batches, set_log_append_time)
+                           RecordBatch, build_control_batch, iter_batches, recompressed,
+                           set_log_append_time)
 from .producer_state import (CLIENT, COORDINATOR, DEFAULT_PRODUCER_ID_EXPIRATION_MS, REPLICA,
                              UNVERIFIED, ProducerState, producer_batch)
 from .segment import BatchInfo, LogSegment, open_readonly_segments
@@ -459,6 +460,27 @@ class PartitionLog:
         upper_bound (its LSO) must know of, to drop their batches (txn_index.collect)."""
         return self.txn_indexes.collect(fetch_offset, upper_bound)
 
+    def _check_batch_size(self, size):
+        """A batch of `size` bytes fits the topic's segments and max.message.bytes (checked
+        as it arrives and, as Kafka's LogValidator does, again once recompressed)."""
+        if size > self.config.segment_bytes:
+            raise RecordBatchTooLargeError(
+                f"a {size}-byte batch can never fit {self.name}'s {self.config.segment_bytes}"
+                "-byte segments; raise segment.bytes or send smaller batches")
+        if size > self.config.max_message_bytes:
+            raise RecordTooLargeError(
+                f"a {size}-byte batch exceeds max.message.bytes={self.config.max_message_bytes}"
+                f" of {self.name}; raise the topic's max.message.bytes or send less per batch")
+
+    def _recompressed(self, batch, codec):
+        """A client's batch in the topic's compression.type (Kafka's LogValidator rebuilds
+        a produced batch whose codec differs from the topic's, keeping its records and
+        producer fields); a section that does not decode is refused."""
+        try:
+            return RecordBatch(recompressed(batch, codec))
+        except CorruptRecordError as exc:
+            raise InvalidRecordError(f"rejected a batch for {self.name}: {exc.reason}") from None
+
     def _validate(self, view, assign_offsets, now_ms, origin=CLIENT):
         """Check every batch and build what to write: (infos, pieces, summary, the batches
         with a producer id as producer_state.ProducerBatch)."""
@@ -467,7 +489,7 @@ class PartitionLog:
         first_offset = None
         max_ts, offset_of_max_ts, records = -1, -1, 0
         consumed = 0
-        max_message_bytes = self.config.max_message_bytes
+        codec = self.config.compression_codec
         leader_epoch = None if self.leader_epoch is None else \
             self.leader_epoch.to_bytes(4, "big", signed=True)
         for batch in iter_batches(view, 0, len(view)):
@@ -482,14 +504,7 @@ class PartitionLog:
                 raise CorruptInputBatchError(
                     f"rejected a batch for {self.name}: it fails its CRC (stored "
                     f"{batch.crc:#010x}); it was damaged before it arrived")
-            if size > self.config.segment_bytes:
-                raise RecordBatchTooLargeError(
-                    f"a {size}-byte batch can never fit {self.name}'s {self.config.segment_bytes}"
-                    "-byte segments; raise segment.bytes or send smaller batches")
-            if size > max_message_bytes:
-                raise RecordTooLargeError(
-                    f"a {size}-byte batch exceeds max.message.bytes={max_message_bytes} of "
-                    f"{self.name}; raise the topic's max.message.bytes or send less per batch")
+            self._check_batch_size(size)
             if batch.records_count == 0 and assign_offsets:
                 raise InvalidRecordError("a produced batch must hold at least one record")
             if origin == CLIENT and batch.records_count != batch.last_offset_delta + 1:
@@ -510,6 +525,9 @@ class PartitionLog:
             if batch.is_control and origin == CLIENT:
                 raise InvalidRecordError("a client may not write a control batch; transaction "
                                          "markers come from the transaction coordinator")
+            if codec is not None and origin == CLIENT and batch.compression != codec:
+                batch = self._recompressed(batch, codec)
+                self._check_batch_size(batch.size_in_bytes)
             if assign_offsets:
                 base = next_offset
             else:
@@ -544,7 +562,7 @@ class PartitionLog:
                 first_offset = base
             if batch.max_timestamp > max_ts:
                 max_ts, offset_of_max_ts = batch.max_timestamp, last
-            infos.append(BatchInfo(last, batch.max_timestamp, size))
+            infos.append(BatchInfo(last, batch.max_timestamp, batch.size_in_bytes))
             if batch.producer_id >= 0:
                 producer_batches.append(producer_batch(batch, base, verified=True))
             records += batch.records_count

@@ -523,6 +523,29 @@ def build_control_batch(control_type, *, producer_id, producer_epoch, coordinato
                        producer_epoch=producer_epoch, is_transactional=True, is_control=True)
 
 
+def recompressed(batch, cid):
+    """A copy of `batch` (a RecordBatch) with its records section in codec `cid`: the
+    same records, header fields and flags, a new length and CRC (Kafka's LogValidator
+    recompressing a produced batch to its topic's compression.type). The records are
+    decoded first, so a section that does not hold records_count records is
+    CorruptRecordError rather than copied."""
+    buf, pos, length, file_pos = batch._records_section()
+    codec.records_decode(buf, pos, length, batch.records_count, batch.path, file_pos)
+    section = memoryview(buf)[pos:pos + length]
+    if cid != compression.NONE:
+        section = compression.compress(cid, section)
+    out = bytearray(RECORDS_OFFSET + len(section))
+    out[:RECORDS_OFFSET] = batch.view()[:RECORDS_OFFSET]
+    out[RECORDS_OFFSET:] = section
+    seal(out, 0, base_offset=batch.base_offset,
+         attributes=(batch.attributes & ~COMPRESSION_MASK) | cid,
+         last_offset_delta=batch.last_offset_delta, base_timestamp=batch.base_timestamp,
+         max_timestamp=batch.max_timestamp, producer_id=batch.producer_id,
+         producer_epoch=batch.producer_epoch, base_sequence=batch.base_sequence,
+         records_count=batch.records_count, partition_leader_epoch=batch.partition_leader_epoch)
+    return out
+
+
 def set_base_offset(buf, position, base_offset):
     """Patch the baseOffset of the batch at buf[position:] (not covered by the CRC)."""
     _I64.pack_into(buf, position + BASE_OFFSET_OFFSET, base_offset)

@@ -1,0 +1,131 @@
+"""A topic's compression.type decides the codec its batches are stored in.
+
+Kafka's rule (docs, topic config `compression.type`; LogValidator.validateMessagesAndAssign
+OffsetsCompressed with BrokerCompressionType.targetCompression): 'producer' (the default)
+keeps the codec the producer chose; 'uncompressed', 'gzip', 'snappy', 'lz4' or 'zstd'
+make the broker rebuild a produced batch whose codec differs, keeping its records and its
+producer fields, and check the rebuilt batch's size against max.message.bytes again.
+"""
+import os
+
+import pytest
+
+from streamlog import TopicPartition
+from streamlog.errors import InvalidRecordError, RecordTooLargeError
+from streamlog.storage import compression
+from streamlog.storage.record_batch import RECORDS_OFFSET, RecordBatch, build_batch, seal
+from streamlog.testing import records
+
+
+def stored_batches(db, topic):
+    log = db._broker.partition_log(TopicPartition(topic, 0))
+    return list(log.read(0, 1 << 24).batches)
+
+
+def sent(db, topic, compression_type, n=50):
+    producer = db.producer(compression_type=compression_type, linger_ms=50)
+    for i in range(n):
+        producer.send(topic, key=b"k%d" % i, value=b"value %d " % i * 20,
+                      headers=[("h", b"%d" % i)], timestamp_ms=1_000 + i, partition=0)
+    producer.flush()
+    producer.close()
+    return [(b"k%d" % i, b"value %d " % i * 20, [("h", b"%d" % i)], 1_000 + i)
+            for i in range(n)]
+
+
+def read_back(db, topic):
+    return [(r.key, r.value, list(r.headers), r.timestamp) for r in records(db, topic)]
+
+
+@pytest.mark.parametrize("topic_codec, producer_codec, stored", [
+    ("gzip", "none", compression.GZIP),
+    ("zstd", "gzip", compression.ZSTD),
+    ("lz4", "zstd", compression.LZ4),
+    ("snappy", "none", compression.SNAPPY),
+    ("uncompressed", "gzip", compression.NONE),
+    ("producer", "lz4", compression.LZ4),
+    ("producer", "none", compression.NONE),
+])
+def test_batches_are_stored_in_the_topics_codec(db, topic_codec, producer_codec, stored):
+    db.create_topic("t", config={"compression.type": topic_codec})
+    expected = sent(db, "t", producer_codec)
+    batches = stored_batches(db, "t")
+    assert batches and {b.compression for b in batches} == {stored}
+    assert read_back(db, "t") == expected
+    for batch in batches:
+        batch.ensure_valid()   # a new CRC over the rebuilt batch
+
+
+def test_an_idempotent_batch_keeps_its_producer_fields_and_a_retry_is_a_duplicate(db):
+    db.create_topic("t", config={"compression.type": "gzip"})
+    log = db._broker.partition_log(TopicPartition("t", 0))
+    pid, _ = db._broker.init_producer_id()
+    batch = build_batch([b"a", b"b", b"c"], timestamp=5, producer_id=pid, producer_epoch=0,
+                        base_sequence=0)
+    first = log.append(bytes(batch))
+    retry = log.append(bytes(batch))       # the same batch again: a producer's retry
+    assert (retry.first_offset, retry.last_offset) == (first.first_offset, first.last_offset)
+    (stored,) = stored_batches(db, "t")
+    assert stored.compression == compression.GZIP
+    assert (stored.producer_id, stored.producer_epoch, stored.base_sequence,
+            stored.records_count, stored.last_offset_delta) == (pid, 0, 0, 3, 2)
+    assert [r[3] for r in stored.tuples()[0]] == [b"a", b"b", b"c"]
+
+
+def test_the_rebuilt_batch_is_held_to_max_message_bytes_again(db):
+    # Random bytes do not compress: gzip's frame makes the stored batch larger than the sent
+    # one, which fits max.message.bytes exactly (Kafka re-checks a recompressed batch).
+    batch = bytes(build_batch([os.urandom(4_000)], timestamp=1))
+    for topic, codec in (("t", "gzip"), ("kept", "producer")):
+        db.create_topic(topic, config={"compression.type": codec,
+                                       "max.message.bytes": len(batch)})
+    with pytest.raises(RecordTooLargeError, match=f"exceeds max.message.bytes={len(batch)}"):
+        db._broker.partition_log(TopicPartition("t", 0)).append(batch)
+    assert db._broker.partition_log(TopicPartition("kept", 0)).append(batch).first_offset == 0
+
+
+def test_a_batch_whose_records_do_not_decode_is_refused_not_copied(db):
+    db.create_topic("t", config={"compression.type": "gzip"})
+    db.create_topic("kept")
+    batch = build_batch([b"first", b"second"], timestamp=7)
+    # Cut the last byte of the second record and seal the batch again: header and CRC are
+    # sound, the records section is not.
+    damaged = bytearray(batch[:-1])
+    header = RecordBatch(batch)
+    seal(damaged, 0, base_offset=0, attributes=header.attributes, last_offset_delta=1,
+         base_timestamp=7, max_timestamp=7, producer_id=-1, producer_epoch=-1,
+         base_sequence=-1, records_count=2)
+    assert len(damaged) > RECORDS_OFFSET and RecordBatch(damaged).is_valid()
+    with pytest.raises(InvalidRecordError, match="rejected a batch"):
+        db._broker.partition_log(TopicPartition("t", 0)).append(bytes(damaged))
+    assert db.describe_topic("t").partitions[0].high_watermark == 0
+    # The producer's codec kept, the broker does not decode (as Kafka's in-place path).
+    db._broker.partition_log(TopicPartition("kept", 0)).append(bytes(damaged))
+
+
+def test_altering_compression_type_applies_to_the_next_batches(db):
+    db.create_topic("t")
+    sent(db, "t", "none", n=5)
+    db.alter_topic_config("t", {"compression.type": "gzip"})
+    sent(db, "t", "none", n=5)
+    codecs = [b.compression for b in stored_batches(db, "t")]
+    assert codecs[0] == compression.NONE and codecs[-1] == compression.GZIP
+    assert len(read_back(db, "t")) == 10
+
+
+def test_a_transactional_batch_recompressed_stays_in_its_transaction(db):
+    db.create_topic("t", config={"compression.type": "zstd"})
+    producer = db.producer(transactional_id="tx")
+    producer.init_transactions()
+    producer.begin_transaction()
+    producer.send_batch("t", [b"x", b"y"], partition=0)
+    producer.abort_transaction()
+    producer.begin_transaction()
+    producer.send_batch("t", [b"z"], partition=0)
+    producer.commit_transaction()
+    producer.close()
+    data = [b for b in stored_batches(db, "t") if not b.is_control]
+    assert [b.compression for b in data] == [compression.ZSTD] * 2
+    assert all(b.is_transactional for b in data)
+    assert [r.value for r in records(db, "t")] == [b"z"]
+    assert [r.value for r in records(db, "t", "read_uncommitted")] == [b"x", b"y", b"z"]
