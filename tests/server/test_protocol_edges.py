@@ -309,3 +309,21 @@ def test_a_produced_batch_whose_offset_range_and_record_count_disagree_is_invali
     answer = call(sock, produce("t", batch=bytes(forged)))
     assert answer.responses[0].partition_responses[0].error_code == ErrorCode.invalid_record
     assert db.describe_topic("t").partitions[0].log_end_offset == 0
+
+
+def test_a_produce_with_two_batches_or_a_nonzero_base_offset_for_a_partition_is_invalid(db,
+                                                                                          sock):
+    # Kafka's ProduceRequest.validateRecords (v3+, applied per partition by KafkaApis
+    # handleProduceRequest): "exactly one record batch per partition"; UnifiedLog
+    # .analyzeAndValidateRecords: a client's magic-2 batch has baseOffset 0. Both are
+    # INVALID_RECORD for that partition alone; nothing is appended.
+    def batch(value, base_offset=0):
+        return bytes(record_batch.build_batch([value], timestamp=1, base_offset=base_offset))
+    for records in (batch(b"a") + batch(b"b"), batch(b"c", base_offset=5)):
+        answer = call(sock, produce("t", batch=records))
+        assert answer.responses[0].partition_responses[0].error_code == \
+            ErrorCode.invalid_record
+    assert db.describe_topic("t").partitions[0].log_end_offset == 0
+    answer = call(sock, produce("t", batch=batch(b"d")))
+    assert answer.responses[0].partition_responses[0].error_code == ErrorCode.none
+    assert db.describe_topic("t").partitions[0].log_end_offset == 1

@@ -169,9 +169,10 @@ def test_no_transactional_batch_slips_past_the_check(db, sock, monkeypatch):
     # fail the whole request, TRANSACTIONAL_ID_AUTHORIZATION_FAILED.
     assert txn.produce_many({T1: txn.batch(T1)}, transactional_id=None) == \
         [ErrorCode.transactional_id_authorization_failed]
-    # A transactional batch behind a plain one is checked as well.
+    # A transactional batch behind a plain one never reaches the log: one partition's
+    # records hold one batch (ProduceRequest.validateRecords: INVALID_RECORD).
     mixed = txn.batch(T1, transactional=False, seq=0) + txn.batch(T1, seq=1)
-    assert txn.produce_many({T1: mixed}) == [ErrorCode.invalid_txn_state]
+    assert txn.produce_many({T1: mixed}) == [ErrorCode.invalid_record]
     # ReplicaManager.handleProduceAppend: two producers in one request fail all of it.
     other = Txn(sock, "other")
     assert txn.produce_many({T0: txn.batch(T0), T1: other.batch(T1)}) == \

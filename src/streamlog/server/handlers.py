@@ -19,6 +19,7 @@ from kio.static.primitive import i8, i16, i32, i64
 from .. import errors
 from ..broker.broker import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from ..broker.metadata import overrides_after, validate_partitions, validate_topic_name
+from ..storage.record_batch import iter_batches
 from ..structs import TopicPartition
 from .error_codes import error_code, error_message, failure
 from .group_handlers import GroupHandlers
@@ -248,6 +249,8 @@ class Handlers:
                     injected = self.faults.partition_error(PRODUCE, tp)
                     if injected is not None:
                         raise injected
+                    if self.broker.has_partition(tp):   # else UNKNOWN_TOPIC_OR_PARTITION first
+                        _check_produced_records(partition.records)
                     self._check_not_internal(tp.topic, "append to")
                     # None for a partition without transactional batches: a client's
                     # transactional batch is only ever taken verified.
@@ -724,6 +727,33 @@ def _config_text(value):
     if isinstance(value, bool):
         return "true" if value else "false"
     return str(value)
+
+
+def _check_produced_records(records):
+    """Kafka's rules for one partition's records in a Produce request (the versions served
+    are all 3+, magic 2): exactly one record batch (ProduceRequest.validateRecords, which
+    KafkaApis.handleProduceRequest applies to each partition), whose base offset is 0
+    (UnifiedLog.analyzeAndValidateRecords, for a client's append). INVALID_RECORD otherwise,
+    that partition alone. The log's append takes several batches at any base offset (it
+    gives them offsets itself, and its in-process writers hand it what they built): the
+    rules are a client request's, so they are checked where the request arrives. Without
+    them a client's second batch was appended too, and a forged base offset was taken as
+    though it were 0. Records that do not parse are left to the append, which refuses them
+    with the error of what is wrong."""
+    try:
+        batches = iter_batches(records or b"")
+        first = next(batches, None)
+        second = next(batches, None)
+    except errors.CorruptRecordError:   # a length no batch has
+        return
+    if second is not None:
+        raise errors.InvalidRecordError(
+            "Produce requests are only allowed to contain exactly one record batch per "
+            "partition")
+    if first is not None and first.base_offset != 0:
+        raise errors.InvalidRecordError(
+            f"the baseOffset of a produced record batch should be 0, but it is "
+            f"{first.base_offset}")
 
 
 def _each_partition_error(cls, types, body, code):
