@@ -327,3 +327,38 @@ def test_a_produce_with_two_batches_or_a_nonzero_base_offset_for_a_partition_is_
     answer = call(sock, produce("t", batch=batch(b"d")))
     assert answer.responses[0].partition_responses[0].error_code == ErrorCode.none
     assert db.describe_topic("t").partitions[0].log_end_offset == 1
+
+
+def test_a_fetch_reads_each_partition_within_its_own_partition_max_bytes(db, sock):
+    # Kafka's ReplicaManager.readFromLocalLog: each partition is read within its own
+    # partition_max_bytes and what is left of the request's max_bytes; the first partition
+    # with records returns one whole batch even above both. DelayedFetch.tryComplete
+    # counts no more of a partition towards min_bytes than its partition_max_bytes.
+    from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
+    db.create_topic("two", partitions=2)
+    producer = db.producer()
+    for _ in range(5):
+        for p in (0, 1):
+            producer.send("two", b"v" * 1000, partition=p)
+            producer.flush()   # a batch each
+    one = db._broker.partition_log(streamlog.TopicPartition("two", 0)).size_in_bytes // 5
+
+    def fetch(limits, max_bytes=1 << 20, min_bytes=0, max_wait_s=0):
+        answer = call(sock, FetchRequest(
+            max_wait=i32Timedelta.parse(datetime.timedelta(seconds=max_wait_s)),
+            min_bytes=i32(min_bytes), max_bytes=i32(max_bytes),
+            topics=(FetchTopic(topic="two", partitions=tuple(
+                FetchPartition(partition=i32(p), fetch_offset=i64(0),
+                               partition_max_bytes=i32(limit))
+                for p, limit in enumerate(limits))),),
+            forgotten_topics_data=()))
+        return [len(list(record_batch.iter_batches(bytes(p.records))))
+                for p in answer.responses[0].partitions]
+    assert fetch([one + 10, 1 << 20]) == [1, 5]
+    assert fetch([1 << 20, one + 10]) == [5, 1]
+    assert fetch([10, 1 << 20]) == [1, 5]          # the first non-empty: one batch anyway
+    assert fetch([10, 10]) == [1, 0]
+    assert fetch([1 << 20, 1 << 20], max_bytes=3 * one + 10) == [3, 0]
+    started = time.monotonic()
+    assert fetch([100], min_bytes=3 * one, max_wait_s=1) == [1]
+    assert time.monotonic() - started >= 0.9, "bytes above partition_max_bytes ended the wait"

@@ -586,13 +586,18 @@ class Broker:
         visible per partition. read_committed: nothing at or above a partition's
         last stable offset is visible, and each answer names the aborted
         transactions its batches may hold (KAFKA_REFERENCE §6.3).
-        The first non-empty partition returns at least one whole batch even
-        above the byte limits, as Kafka does. wakeup_key: a key under which
+        partition_max_bytes: one limit for every partition, or {tp: limit}
+        (a Kafka Fetch names one per partition; ReplicaManager.readFromLocalLog
+        reads each within its own, and all within max_bytes). The first
+        non-empty partition returns at least one whole batch even above the
+        byte limits, as Kafka does. wakeup_key: a key under which
         wakeup(key) ends the wait early; interrupted: a callable that says
         the same (the caller sets its flag, then calls wakeup(key), so a
         wakeup arriving before the wait began is seen too).
         """
         self._check_open()
+        if not isinstance(partition_max_bytes, dict):
+            partition_max_bytes = dict.fromkeys(positions, partition_max_bytes)
         read = functools.partial(self._read, positions, max_bytes, partition_max_bytes,
                                  max_offsets, read_committed)
         result, total, failed = read()
@@ -602,7 +607,7 @@ class Broker:
         if self.readonly:
             return self._poll_files(read, deadline, min_bytes, interrupted)
         op = DelayedFetch(max_wait_ms, self.partitions, dict(positions), min_bytes, interrupted,
-                          read_committed)
+                          read_committed, partition_max_bytes)
         keys = list(positions) if wakeup_key is None else list(positions) + [wakeup_key]
         if not self.fetch_purgatory.try_complete_else_watch(op, keys):
             # Completion (an append) or expiry (the wheel) always sets `done`;
@@ -642,7 +647,7 @@ class Broker:
                 stable = partition_log.last_stable_offset
                 if read_committed:
                     limit = stable if limit is None else min(limit, stable)
-                budget = min(partition_max_bytes, max(max_bytes - total, 0))
+                budget = min(partition_max_bytes[tp], max(max_bytes - total, 0))
                 fetched = partition_log.read(offset, budget, max_offset=limit,
                                              min_one_batch=total == 0)
                 aborted = None

@@ -39,8 +39,12 @@ def _bytes_available(log, offset, wanted, upper):
 
 class DelayedFetch(DelayedOperation):
     def __init__(self, delay_ms, partitions, positions, min_bytes, interrupted=None,
-                 read_committed=False):
+                 read_committed=False, partition_max_bytes=None):
         super().__init__(delay_ms)
+        # {tp: the most bytes the fetch reads of tp}: no more of tp counts towards
+        # min_bytes (Kafka's DelayedFetch.tryComplete caps each partition's bytes available
+        # by its fetch's maxBytes), or the wait would end for bytes the read leaves out.
+        self.partition_max_bytes = partition_max_bytes or {}
         # read_committed: only what is below the last stable offset counts (Kafka's
         # DelayedFetch with FetchIsolation.TXN_COMMITTED); a marker moving it wakes us.
         self.read_committed = read_committed
@@ -66,7 +70,10 @@ class DelayedFetch(DelayedOperation):
             if upper > offset:
                 if self.min_bytes <= 1:
                     return self.force_complete()
-                available += _bytes_available(log, offset, self.min_bytes - available, upper)
+                limit = self.partition_max_bytes.get(tp, self.min_bytes)
+                available += min(_bytes_available(log, offset,
+                                                  min(self.min_bytes - available, limit), upper),
+                                 limit)
                 if available >= self.min_bytes:
                     return self.force_complete()
         return False

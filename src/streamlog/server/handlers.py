@@ -320,15 +320,16 @@ class Handlers:
 
     def fetch(self, version, body, context):
         cls, types = response_types(FETCH, version)
-        positions, order, epochs = {}, [], {}
-        partition_max = 0
+        positions, order, epochs, partition_max = {}, [], {}, {}
         for topic in body.topics:
             for partition in topic.partitions:
                 tp = TopicPartition(topic.topic, partition.partition)
                 positions[tp] = partition.fetch_offset
                 epochs[tp] = getattr(partition, "current_leader_epoch", -1)
+                # Each partition's own limit, as Kafka's ReplicaManager.readFromLocalLog
+                # reads it: a consumer asking little of one partition gets little of it.
+                partition_max[tp] = max(int(partition.partition_max_bytes), 0)
                 order.append(tp)
-                partition_max = max(partition_max, partition.partition_max_bytes)
         results = {tp: injected for tp in positions
                    if (injected := self.faults.partition_error(FETCH, tp)) is not None}
         for tp in positions:
@@ -348,7 +349,7 @@ class Handlers:
                     {tp: positions[tp] for tp in known},
                     max_wait_ms=max_wait_ms,
                     min_bytes=body.min_bytes, max_bytes=body.max_bytes,
-                    partition_max_bytes=partition_max or (1 << 20),
+                    partition_max_bytes={tp: partition_max[tp] for tp in known},
                     wakeup_key=context.connection,   # woken when the connection closes,
                     interrupted=context.connection.closed.is_set,   # or closed before
                     read_committed=getattr(body, "isolation_level", 0) == 1))
