@@ -501,3 +501,40 @@ def test_a_fetch_or_list_offsets_at_another_leader_epoch_is_fenced_or_unknown(cl
             assert ask(sock, epoch + 1) == ErrorCode.unknown_leader_epoch
             assert ask(sock, epoch) == ErrorCode.none
             assert ask(sock, -1) == ErrorCode.none   # none named: not checked
+
+
+def test_list_offsets_answers_the_leader_epoch_of_the_record_it_finds(cluster):
+    # Kafka's UnifiedLog.fetchOffsetByTimestamp: the earliest offset, one found by timestamp
+    # and the max timestamp's each come with the leader epoch of the batch holding them
+    # (FileRecords.searchForTimestamp), the latest with the current epoch
+    # (Partition.fetchOffsetForTimestamp), nothing found with -1 (ReplicaManager
+    # .fetchOffset). A consumer seeking there validates its position against that epoch.
+    cluster.create_topic("t", 1, 3)
+    cluster.wait_in_sync("t")
+
+    def send(timestamps):
+        batch = bytes(record_batch.build_batch([b"v"] * len(timestamps), timestamps=timestamps))
+        with connect(cluster, cluster.leader("t", 0)) as sock:
+            answer = call(sock, ProduceRequest(
+                transactional_id=None, acks=i16(-1), timeout=SECONDS, topic_data=(
+                    TopicProduceData(name="t", partition_data=(
+                        PartitionProduceData(index=i32(0), records=batch),)),)))
+        assert answer.responses[0].partition_responses[0].error_code == ErrorCode.none
+    send([1000, 9000, 1002])   # offsets 0..2, epoch 0; the largest timestamp at offset 1
+    old = cluster.leader("t", 0)
+    cluster.stop(old)
+    wait_until(lambda: cluster.leader("t", 0) not in (-1, old), "a new leader")
+    assert cluster.partition_state("t", 0).leader_epoch == 1
+    send([2000, 2001])         # offsets 3, 4, epoch 1
+    with connect(cluster, cluster.leader("t", 0)) as sock:
+        answers = []
+        for timestamp in (-2, -1, -3, 1001, 9001):
+            answer = call(sock, ListOffsetsRequest(
+                replica_id=BrokerId(-1), isolation_level=i8(0), topics=(ListOffsetsTopic(
+                    name="t", partitions=(ListOffsetsPartition(
+                        partition_index=i32(0), current_leader_epoch=i32(-1),
+                        timestamp=i64(timestamp)),)),)))
+            part = answer.topics[0].partitions[0]
+            answers.append((part.error_code, part.offset, part.leader_epoch))
+    assert answers == [(ErrorCode.none, 0, 0), (ErrorCode.none, 5, 1), (ErrorCode.none, 1, 0),
+                       (ErrorCode.none, 1, 0), (ErrorCode.none, -1, -1)]

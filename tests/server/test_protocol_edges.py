@@ -20,7 +20,7 @@ from kio.schema.offset_for_leader_epoch.v4.request import (OffsetForLeaderEpochR
 from kio.schema.produce.v9.request import (PartitionProduceData, ProduceRequest,
                                            TopicProduceData)
 from kio.schema.types import BrokerId
-from kio.static.primitive import i16, i32, i32Timedelta, i64
+from kio.static.primitive import i8, i16, i32, i32Timedelta, i64
 from streamlog.storage import record_batch
 
 from support.wire import call, encode
@@ -362,3 +362,25 @@ def test_a_fetch_reads_each_partition_within_its_own_partition_max_bytes(db, soc
     started = time.monotonic()
     assert fetch([100], min_bytes=3 * one, max_wait_s=1) == [1]
     assert time.monotonic() - started >= 0.9, "bytes above partition_max_bytes ended the wait"
+
+
+def test_list_offsets_on_a_database_of_its_own_answers_epoch_0_or_minus_1_for_nothing(db,
+                                                                                     sock):
+    # Metadata names epoch 0 for every partition of a database on its own: a found offset
+    # is epoch 0's; a timestamp after every record finds nothing, answered offset -1 and
+    # leader epoch -1 (Kafka's ReplicaManager.fetchOffset: buildErrorResponse's defaults).
+    from kio.schema.list_offsets.v7.request import (ListOffsetsPartition, ListOffsetsRequest,
+                                                    ListOffsetsTopic)
+    producer = db.producer()
+    producer.send("t", b"a", partition=0, timestamp_ms=1000)
+    producer.flush()
+    answers = []
+    for timestamp in (-2, -1, -3, 1000, 1001):
+        answer = call(sock, ListOffsetsRequest(
+            replica_id=BrokerId(-1), isolation_level=i8(0), topics=(ListOffsetsTopic(
+                name="t", partitions=(ListOffsetsPartition(
+                    partition_index=i32(0), current_leader_epoch=i32(-1),
+                    timestamp=i64(timestamp)),)),)))
+        part = answer.topics[0].partitions[0]
+        answers.append((part.offset, part.leader_epoch))
+    assert answers == [(0, 0), (1, 0), (0, 0), (0, 0), (-1, -1)]

@@ -396,7 +396,7 @@ class Handlers:
             parts = []
             for partition in topic.partitions:
                 tp = TopicPartition(topic.name, partition.partition_index)
-                offset, timestamp, exc = -1, -1, None
+                offset, timestamp, epoch, exc = -1, -1, -1, None
                 try:
                     self._check_leader(tp, getattr(partition, "current_leader_epoch", -1))
                     found = self.broker.list_offsets({tp: partition.timestamp},
@@ -409,14 +409,16 @@ class Handlers:
                         offset, timestamp = found
                         if partition.timestamp == EARLIEST_TIMESTAMP:
                             timestamp = -1
+                        epoch = self._leader_epoch(tp) \
+                            if partition.timestamp == LATEST_TIMESTAMP \
+                            else self._epoch_of_offset(tp, offset)
                 except (errors.StreamlogError, ValueError) as exc_:
                     exc = exc_ if isinstance(exc_, errors.StreamlogError) else \
                         errors.InvalidRequestError(str(exc_))
                 parts.append(build(types.ListOffsetsPartitionResponse,
                                    partition_index=partition.partition_index,
                                    error_code=error_code(exc), timestamp=i64(timestamp),
-                                   offset=i64(offset),
-                                   leader_epoch=i32(self._leader_epoch(tp))))
+                                   offset=i64(offset), leader_epoch=i32(epoch)))
             topics.append(build(types.ListOffsetsTopicResponse, name=topic.name,
                                 partitions=tuple(parts)))
         return build(cls, throttle_time=NO_THROTTLE, topics=tuple(topics))
@@ -458,6 +460,18 @@ class Handlers:
             raise errors.UnknownLeaderEpochError(
                 f"leader epoch {current_epoch} of {tp} is newer than 0")
         return (0, end) if epoch == 0 else (-1, -1)
+
+    def _epoch_of_offset(self, tp, offset):
+        """The leader epoch ListOffsets answers with a found offset (the earliest, one found
+        by timestamp, the max timestamp's): the epoch of the batch holding it (Kafka's
+        UnifiedLog.fetchOffsetByTimestamp and FileRecords.searchForTimestamp), not the
+        current one -- a consumer that seeks there validates its position against that
+        epoch after a leader change (KIP-320). The latest offset gets the current epoch
+        (Partition.fetchOffsetForTimestamp); nothing found, or an error, -1. A log kept
+        without epochs (a database on its own, an internal topic) is epoch 0's for ever,
+        as its Metadata says."""
+        epoch = self.broker.partition_log(tp).epoch_for_offset(offset)
+        return 0 if epoch is None else epoch
 
     def _leader_epoch(self, tp):
         view = self._view

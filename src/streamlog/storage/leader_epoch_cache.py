@@ -17,6 +17,8 @@ Rules (Kafka's LeaderEpochFileCache):
   - truncate_from_start(start): the log start moved to `start`; of the entries starting at
     or below it only the newest stays, starting at `start`.
   - end_offset_for(epoch, log_end): see the method.
+  - epoch_for_offset(offset): the epoch of the entry covering offset (Kafka's
+    epochForOffset; a ListOffsets answer's leader epoch).
 
 Every change is written at once (atomically, fsynced) before it is relied on: a crash
 leaves the old list or the new one, and recovery then cuts entries above the recovered
@@ -92,6 +94,12 @@ class LeaderEpochCache:
         """Where epoch began, or None if it never wrote here."""
         i = bisect.bisect_left(self._epochs, epoch)
         return self._starts[i] if i < len(self._epochs) and self._epochs[i] == epoch else None
+
+    def epoch_for_offset(self, offset):
+        """The epoch whose leader wrote `offset`: that of the latest entry starting at or
+        below it (UNDEFINED_EPOCH below the first), as Kafka's epochForOffset."""
+        i = bisect.bisect_right(self._starts, offset) - 1
+        return self._epochs[i] if i >= 0 else UNDEFINED_EPOCH
 
     def end_offset_for(self, epoch, log_end_offset):
         """(epoch, end offset) as Kafka's OffsetsForLeaderEpoch answers a follower asking

@@ -660,6 +660,14 @@ class PartitionLog:
         OffsetsForLeaderEpoch; leader_epoch_cache.end_offset_for)."""
         return self.epochs.end_offset_for(epoch, self._next_offset)
 
+    def epoch_for_offset(self, offset):
+        """The leader epoch whose leader gave offset (-1: none known), from the epoch
+        history; None for a log that is not replicated (it keeps none). A leader's history
+        starts each epoch at its first batch, so this is the partitionLeaderEpoch of the
+        batch holding offset, which Kafka's ListOffsets answers."""
+        with self._lock:   # truncate_from_end shortens the two columns in place
+            return None if self.epochs is None else self.epochs.epoch_for_offset(offset)
+
     def truncate_to(self, offset):
         """Remove every record at or above offset: a replica's tail its leader does not have
         (KIP-101). Readers may be reading: removed segments wait out file.delete.delay.ms

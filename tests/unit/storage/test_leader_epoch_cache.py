@@ -1,5 +1,6 @@
 """LeaderEpochCache: Kafka's leader-epoch-checkpoint format and the rules of its
-LeaderEpochFileCache (assign, end offset for an epoch, truncation from either end)."""
+LeaderEpochFileCache (assign, end offset for an epoch, the epoch of an offset, truncation
+from either end)."""
 import os
 
 from hypothesis import given, settings
@@ -66,6 +67,15 @@ def test_end_offset_for_epoch_answers_as_kafka_does(tmp_path):
     assert cache.end_offset_for(6, log_end) == (-1, -1)   # newer than all
     assert cache.end_offset_for(-1, log_end) == (-1, -1)
     assert LeaderEpochCache(str(tmp_path), entries=[]).end_offset_for(1, 9) == (-1, -1)
+
+
+def test_epoch_for_offset_is_the_entry_covering_it(tmp_path):
+    # Kafka's LeaderEpochFileCache.epochForOffset: the epoch whose start is the latest at or
+    # below the offset; none below the first entry.
+    cache = cache_with(tmp_path, [(1, 5), (3, 10), (5, 20)])
+    assert [cache.epoch_for_offset(o) for o in (4, 5, 9, 10, 19, 20, 99)] == \
+        [UNDEFINED_EPOCH, 1, 1, 3, 3, 5, 5]
+    assert LeaderEpochCache(str(tmp_path), entries=[]).epoch_for_offset(0) == UNDEFINED_EPOCH
 
 
 def test_truncate_from_end_forgets_epochs_that_began_at_or_after_the_cut(tmp_path):
