@@ -441,7 +441,8 @@ def test_a_broker_without_a_replica_of_a_partition_serves_none_of_its_reads(clus
     # Kafka's ReplicaManager.getPartitionOrError: a partition the cluster has but this
     # broker holds no replica of is NOT_LEADER_OR_FOLLOWER (the client looks up its
     # leader), never answered from a copy nothing replicates to: its ListOffsets would say
-    # the partition is empty, its DeleteRecords would succeed and delete nothing.
+    # the partition is empty, its DeleteRecords would succeed and delete nothing, its
+    # OffsetForLeaderEpoch would say epoch 0 ends at 0.
     cluster.create_topic("t", 1, 1)
     leader = cluster.leader("t", 0)
     stranger = next(b for b in cluster.broker_ids if b != leader)
@@ -462,6 +463,11 @@ def test_a_broker_without_a_replica_of_a_partition_serves_none_of_its_reads(clus
         answer = call(sock, fetch("t", [0], max_wait_s=0))
         assert answer.responses[0].partitions[0].error_code == \
             ErrorCode.not_leader_or_follower
+        # ReplicaManager.lastOffsetForLeaderEpoch: a partition in the metadata that this
+        # broker does not host; one of no topic is UNKNOWN_TOPIC_OR_PARTITION.
+        assert offsets_for_epochs(sock, "t", [(0, -1, 0), (1, -1, 0)]) == [
+            (ErrorCode.not_leader_or_follower, -1, -1),
+            (ErrorCode.unknown_topic_or_partition, -1, -1)]
     leader_log = cluster.broker(leader).partition_log(TopicPartition("t", 0))
     assert (leader_log.log_start_offset, leader_log.high_watermark) == (0, 1)
 

@@ -453,6 +453,12 @@ class Handlers:
         replicas = self.broker.replicas
         if replicas is not None and replicas.manages(tp):
             return replicas.offsets_for_leader_epoch(tp, epoch, current_epoch)
+        # A cluster's partition this broker holds no replica of is NOT_LEADER_OR_FOLLOWER
+        # (Kafka's ReplicaManager.lastOffsetForLeaderEpoch: HostedPartition.None of a
+        # partition the metadata knows), not an answer from its copy, which nothing
+        # replicates to: epoch 0 ending at its empty copy's end told a consumer validating
+        # its position (KIP-320) that the records before it had been truncated.
+        self._check_leader(tp)
         end = self.broker.partition_log(tp).log_end_offset
         # A database on its own leads its partitions in epoch 0 for ever (its Metadata says
         # so): epoch 0 ends at the log end; any other epoch is unknown here.
