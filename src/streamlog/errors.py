@@ -58,6 +58,11 @@ class InvalidRecordError(StreamlogError):
     """A batch handed to the log is malformed (not data corruption on disk)."""
 
 
+class InvalidTimestampError(StreamlogError):
+    """A record's timestamp lies outside the window its topic allows around the broker's
+    clock (message.timestamp.before.max.ms / after.max.ms; Kafka's INVALID_TIMESTAMP)."""
+
+
 class CorruptInputBatchError(InvalidRecordError):
     """A batch handed to the log fails its CRC: its bytes were damaged before they arrived
     (Kafka's CORRUPT_MESSAGE). Sending the batch again can succeed, so producers retry it."""

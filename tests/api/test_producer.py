@@ -305,6 +305,33 @@ def test_log_append_time_topic_stamps_records_and_metadata(db):
     assert meta.timestamp == record.timestamp >= before and record.timestamp_type == 1
 
 
+def test_a_timestamp_outside_the_topics_window_fails_its_send(db):
+    # KIP-937 (Kafka's LogValidator.validateTimestamp): on a CreateTime topic a record's
+    # timestamp may lie at most message.timestamp.before.max.ms before the broker's clock
+    # and after.max.ms after it (INVALID_TIMESTAMP otherwise); each left at its default
+    # falls back to the deprecated difference.max.ms (LogConfig); LogAppendTime topics
+    # replace the timestamps and check none.
+    minute, hour = 60_000, 3_600_000
+    db.create_topic("window", config={"message.timestamp.before.max.ms": minute,
+                                      "message.timestamp.after.max.ms": minute})
+    db.create_topic("difference", config={"message.timestamp.difference.max.ms": minute,
+                                          "message.timestamp.before.max.ms": 10 * hour})
+    db.create_topic("appended", config={"message.timestamp.type": "LogAppendTime",
+                                        "message.timestamp.before.max.ms": minute})
+    producer = db.producer()
+    now = int(time.time() * 1000)
+    for topic, offset_ms in [("window", -hour), ("window", hour), ("difference", hour)]:
+        with pytest.raises(streamlog.InvalidTimestampError, match="out of range"):
+            producer.send(topic, value=b"v", timestamp_ms=now + offset_ms).result()
+    with pytest.raises(streamlog.InvalidTimestampError):
+        producer.flush()   # reports the failed sends once
+    for topic, offset_ms in [("window", -1000), ("difference", -hour), ("appended", -hour)]:
+        producer.send(topic, value=b"v", timestamp_ms=now + offset_ms).result()
+    assert {t: db.describe_topic(t).partitions[0].log_end_offset
+            for t in ("window", "difference", "appended")} == {
+        "window": 1, "difference": 1, "appended": 1}
+
+
 @pytest.mark.parametrize("codec", ["gzip", "lz4", "zstd"])
 def test_compressed_sends_round_trip(db, codec):
     db.create_topic("t")

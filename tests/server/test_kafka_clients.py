@@ -262,6 +262,38 @@ def test_a_topics_compression_type_recompresses_what_a_client_sends(db, server):
     assert got == [(b"k%d" % i, b"zz%d" % i * 30) for i in range(40)]
 
 
+def test_a_produced_timestamp_outside_the_topics_window_is_invalid_timestamp(db, server):
+    # KIP-937 (Kafka 3.6): message.timestamp.before.max.ms / after.max.ms are topic configs
+    # that CreateTopics and IncrementalAlterConfigs take; the leader refuses a CreateTime
+    # batch holding a record outside the window with INVALID_TIMESTAMP (LogValidator
+    # .validateTimestamp), which the producer does not retry.
+    import time
+
+    from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
+    from confluent_kafka.admin import NewTopic
+    admin = AdminClient({"bootstrap.servers": server.bootstrap_servers})
+    for future in admin.create_topics([NewTopic("recent", 1, 1, config={
+            "message.timestamp.before.max.ms": "60000"})]).values():
+        assert future.result(10) is None
+    change = ConfigResource("topic", "recent", incremental_configs=[
+        ConfigEntry("message.timestamp.after.max.ms", "60000",
+                    incremental_operation=AlterConfigOpType.SET)])
+    for future in admin.incremental_alter_configs([change]).values():
+        assert future.result(10) is None
+    assert db.describe_topic("recent").overrides == {
+        "message.timestamp.before.max.ms": 60000, "message.timestamp.after.max.ms": 60000}
+    producer = confluent_kafka.Producer({"bootstrap.servers": server.bootstrap_servers,
+                                         "linger.ms": 0})
+    delivered = []
+    now = int(time.time() * 1000)
+    for timestamp in (now - 3_600_000, now + 3_600_000, now):
+        producer.produce("recent", b"v", partition=0, timestamp=timestamp,
+                         on_delivery=lambda err, msg: delivered.append(err and err.name()))
+        producer.flush(10)   # a request each
+    assert delivered == ["INVALID_TIMESTAMP", "INVALID_TIMESTAMP", None]
+    assert db.describe_topic("recent").partitions[0].log_end_offset == 1
+
+
 def test_an_api_not_served_is_answered_unsupported_version_on_a_connection_that_stays(server):
     # SaslHandshake v0 (api 17): not served (no SASL). Header v1: key, version, correlation,
     # client id; the v0 body is the mechanism, the v0 response error_code, then mechanisms.

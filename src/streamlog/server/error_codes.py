@@ -37,6 +37,7 @@ _ERROR_CODES = [
     (errors.RecordTooLargeError, ErrorCode.message_too_large),
     (errors.CorruptInputBatchError, ErrorCode.corrupt_message),
     (errors.InvalidRecordError, ErrorCode.invalid_record),
+    (errors.InvalidTimestampError, ErrorCode.invalid_timestamp),
     (errors.CorruptRecordError, ErrorCode.corrupt_message),
     (errors.UnsupportedCompressionTypeError, ErrorCode.unsupported_compression_type),
     (errors.InvalidRequestError, ErrorCode.invalid_request),

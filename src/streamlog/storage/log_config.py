@@ -60,6 +60,9 @@ _RULES = {
     "cleanup.policy": ("cleanup_policy", _policy),
     "max.message.bytes": ("max_message_bytes", _int(0, 2**31 - 1)),
     "message.timestamp.type": ("message_timestamp_type", _choice("CreateTime", "LogAppendTime")),
+    "message.timestamp.before.max.ms": ("message_timestamp_before_max_ms", _int(0)),
+    "message.timestamp.after.max.ms": ("message_timestamp_after_max_ms", _int(0)),
+    "message.timestamp.difference.max.ms": ("message_timestamp_difference_max_ms", _int(0)),
     "flush.messages": ("flush_messages", _int(1)),
     "flush.ms": ("flush_ms", _int(0)),
     "min.insync.replicas": ("min_insync_replicas", _int(1)),
@@ -88,6 +91,9 @@ class LogConfig:
     cleanup_policy: tuple = ("delete",)
     max_message_bytes: int = (1 << 20) + 12
     message_timestamp_type: str = "CreateTime"
+    message_timestamp_before_max_ms: int = LONG_MAX
+    message_timestamp_after_max_ms: int = LONG_MAX
+    message_timestamp_difference_max_ms: int = LONG_MAX   # deprecated by the two above
     flush_messages: int = LONG_MAX
     flush_ms: int = LONG_MAX
     min_insync_replicas: int = 1
@@ -149,6 +155,20 @@ class LogConfig:
         if self.compression_type == "producer":
             return None
         return compression.IDS.get(self.compression_type, compression.NONE)  # 'uncompressed'
+
+    @property
+    def timestamp_window_ms(self):
+        """(before, after): how far before or after the broker's clock the timestamp of a
+        record appended to a CreateTime topic may lie (KIP-937), or None when nothing is
+        bounded (LogAppendTime, or the defaults). Each of before.max.ms and after.max.ms
+        left at its default falls back to the deprecated difference.max.ms, as Kafka's
+        LogConfig.getMessageTimestampBeforeMaxMs / AfterMaxMs do."""
+        if self.log_append_time:
+            return None
+        before, after = self.message_timestamp_before_max_ms, self.message_timestamp_after_max_ms
+        before = self.message_timestamp_difference_max_ms if before == LONG_MAX else before
+        after = self.message_timestamp_difference_max_ms if after == LONG_MAX else after
+        return None if before == after == LONG_MAX else (before, after)
 
     @property
     def max_segment_ms(self):

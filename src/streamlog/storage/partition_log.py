@@ -39,9 +39,9 @@ import time
 from typing import NamedTuple
 
 from ..errors import (CorruptInputBatchError, CorruptRecordError, InvalidRecordError,
-                      KafkaStorageError, LogClosedError, NotLeaderOrFollowerError,
-                      OffsetOutOfRangeError, ReadOnlyError, RecordBatchTooLargeError,
-                      RecordTooLargeError)
+                      InvalidTimestampError, KafkaStorageError, LogClosedError,
+                      NotLeaderOrFollowerError, OffsetOutOfRangeError, ReadOnlyError,
+                      RecordBatchTooLargeError, RecordTooLargeError)
 from . import files
 from .durable import fsync_dir
 from .file_records import IncompleteBatch
@@ -49,9 +49,9 @@ from .leader_epoch_cache import LeaderEpochCache
 from .log_cleaner import CleanerSnapshot
 from .log_loader import list_directory, load_log, settled_listing
 from .open_files import OpenSegments
-from .record_batch import (CONTROL_ABORT, CONTROL_COMMIT, LOG_OVERHEAD, RECORD_BATCH_OVERHEAD,
-                           RecordBatch, build_control_batch, iter_batches, recompressed,
-                           set_log_append_time)
+from .record_batch import (CONTROL_ABORT, CONTROL_COMMIT, LOG_OVERHEAD, NO_TIMESTAMP,
+                           RECORD_BATCH_OVERHEAD, RecordBatch, build_control_batch, iter_batches,
+                           recompressed, set_log_append_time)
 from .producer_state import (CLIENT, COORDINATOR, DEFAULT_PRODUCER_ID_EXPIRATION_MS, REPLICA,
                              UNVERIFIED, ProducerState, producer_batch)
 from .segment import BatchInfo, LogSegment, open_readonly_segments
@@ -102,6 +102,24 @@ def _holding(bases, offset):
     """Index in bases (segment base offsets, ascending) of the segment holding offset (the
     first, when offset is below them all)."""
     return max(bisect.bisect_right(bases, offset) - 1, 0)
+
+
+def _check_timestamps(batch, now_ms, window, name):
+    """Kafka's LogValidator.validateTimestamp on a CreateTime topic: each record's timestamp
+    (but NO_TIMESTAMP, -1) at most `before` ms before now_ms and `after` ms after it, else
+    the batch is refused (INVALID_TIMESTAMP). Only a topic that sets a window pays for
+    decoding the records: the header's maxTimestamp cannot bound the smallest one (a record
+    may be older than the batch's first)."""
+    before, after = window
+    timestamps = batch.records(verify=False).timestamps
+    lag = now_ms - timestamps
+    bad = ((lag > before) | (-lag > after)) & (timestamps != NO_TIMESTAMP)
+    if bad.any():
+        index = int(bad.argmax())
+        raise InvalidTimestampError(
+            f"timestamp {int(timestamps[index])} of record {index} of a batch for {name} is "
+            f"out of range: it should be within [{now_ms - before}, {now_ms + after}] "
+            "(message.timestamp.before.max.ms / after.max.ms of the topic, at this append)")
 
 
 class PartitionLog:
@@ -492,6 +510,9 @@ class PartitionLog:
         codec = self.config.compression_codec
         leader_epoch = None if self.leader_epoch is None else \
             self.leader_epoch.to_bytes(4, "big", signed=True)
+        # A leader's append checks timestamps, a follower's copies what its leader checked
+        # (Kafka's LogValidator runs on the leader only).
+        window = self.config.timestamp_window_ms if assign_offsets else None
         for batch in iter_batches(view, 0, len(view)):
             size = batch.size_in_bytes
             try:
@@ -522,6 +543,8 @@ class PartitionLog:
                 raise InvalidRecordError(
                     f"compacted topic partition {self.name} cannot accept a record without "
                     "a key; give every record a key, or use cleanup.policy=delete")
+            if window is not None and batch.records_count:
+                _check_timestamps(batch, now_ms, window, self.name)
             if batch.is_control and origin == CLIENT:
                 raise InvalidRecordError("a client may not write a control batch; transaction "
                                          "markers come from the transaction coordinator")
