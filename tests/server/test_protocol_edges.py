@@ -384,3 +384,24 @@ def test_list_offsets_on_a_database_of_its_own_answers_epoch_0_or_minus_1_for_no
         part = answer.topics[0].partitions[0]
         answers.append((part.offset, part.leader_epoch))
     assert answers == [(0, 0), (1, 0), (0, 0), (0, 0), (-1, -1)]
+
+
+def test_a_zstd_batch_before_produce_7_is_unsupported_compression_type(db, sock):
+    # Kafka's ProduceRequest.validateRecords (KIP-110): zstd came with Produce 7 (and Fetch
+    # 10), so a broker never holds zstd batches that older clients would be fed;
+    # UNSUPPORTED_COMPRESSION_TYPE for that partition before it.
+    from kio.schema.produce.v3 import request as v3
+    from kio.schema.produce.v7 import request as v7
+    from streamlog.storage import compression
+    pytest.importorskip("zstandard")
+    batch = bytes(record_batch.build_batch([b"z"], timestamp=1,
+                                           compression_type=compression.ZSTD))
+    codes = []
+    for schema in (v3, v7):
+        answer = call(sock, schema.ProduceRequest(
+            transactional_id=None, acks=i16(1), timeout=SECONDS, topic_data=(
+                schema.TopicProduceData(name="t", partition_data=(
+                    schema.PartitionProduceData(index=i32(0), records=batch),)),)))
+        codes.append(answer.responses[0].partition_responses[0].error_code)
+    assert codes == [ErrorCode.unsupported_compression_type, ErrorCode.none]
+    assert db.describe_topic("t").partitions[0].log_end_offset == 1

@@ -19,6 +19,7 @@ from kio.static.primitive import i8, i16, i32, i64
 from .. import errors
 from ..broker.broker import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from ..broker.metadata import overrides_after, validate_partitions, validate_topic_name
+from ..storage.compression import ZSTD
 from ..storage.record_batch import iter_batches
 from ..structs import TopicPartition
 from .error_codes import error_code, error_message, failure
@@ -250,7 +251,7 @@ class Handlers:
                     if injected is not None:
                         raise injected
                     if self.broker.has_partition(tp):   # else UNKNOWN_TOPIC_OR_PARTITION first
-                        _check_produced_records(partition.records)
+                        _check_produced_records(version, partition.records)
                     self._check_not_internal(tp.topic, "append to")
                     # None for a partition without transactional batches: a client's
                     # transactional batch is only ever taken verified.
@@ -750,12 +751,13 @@ def _config_text(value):
     return str(value)
 
 
-def _check_produced_records(records):
+def _check_produced_records(version, records):
     """Kafka's rules for one partition's records in a Produce request (the versions served
     are all 3+, magic 2): exactly one record batch (ProduceRequest.validateRecords, which
     KafkaApis.handleProduceRequest applies to each partition), whose base offset is 0
     (UnifiedLog.analyzeAndValidateRecords, for a client's append). INVALID_RECORD otherwise,
-    that partition alone. The log's append takes several batches at any base offset (it
+    that partition alone; a zstd batch before Produce 7 (KIP-110: older clients cannot read
+    it back) is UNSUPPORTED_COMPRESSION_TYPE, as validateRecords answers. The log's append takes several batches at any base offset (it
     gives them offsets itself, and its in-process writers hand it what they built): the
     rules are a client request's, so they are checked where the request arrives. Without
     them a client's second batch was appended too, and a forged base offset was taken as
@@ -767,6 +769,10 @@ def _check_produced_records(records):
         second = next(batches, None)
     except errors.CorruptRecordError:   # a length no batch has
         return
+    if first is not None and version < 7 and first.compression == ZSTD:
+        raise errors.UnsupportedCompressionTypeError(
+            f"Produce requests with version {version} are not allowed to use ZStandard "
+            "compression")
     if second is not None:
         raise errors.InvalidRecordError(
             "Produce requests are only allowed to contain exactly one record batch per "
