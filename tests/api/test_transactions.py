@@ -10,8 +10,9 @@ from streamlog import TopicPartition
 from streamlog.coordinator.transaction import TxnState
 from streamlog.coordinator import transaction_coordinator
 from streamlog.coordinator.transaction_coordinator import find_transaction_coordinator
-from streamlog.errors import (InvalidConfigurationError, InvalidTransactionTimeoutError,
-                              InvalidTxnStateError, ProducerFencedError)
+from streamlog.errors import (ConcurrentTransactionsError, InvalidConfigurationError,
+                              InvalidTransactionTimeoutError, InvalidTxnStateError,
+                              ProducerFencedError)
 
 from support.child import run_py
 
@@ -108,6 +109,56 @@ def test_a_new_instance_fences_the_zombie_and_aborts_its_open_transaction(db):
     fresh.send("t", value=b"fresh", partition=0)
     fresh.commit_transaction()
     assert committed_view(db) == [b"fresh"]
+
+
+def test_init_during_an_open_transaction_aborts_it_and_answers_concurrent_transactions(
+        db, monkeypatch):
+    # TransactionCoordinator.handleInitProducerId / prepareInitProducerIdTransit, case
+    # Ongoing: prepareFenceProducerEpoch bumps the epoch ("never returned to the user"),
+    # endTransaction aborts with it, and the answer is CONCURRENT_TRANSACTIONS; the
+    # client's retry finds CompleteAbort and bumps again (prepareIncrementProducerEpoch).
+    # At an exhausted epoch (4 here) the retry moves to a new producer id.
+    monkeypatch.setattr(transaction_coordinator, "MAX_EPOCH", 5)   # exhausted at 4
+    coordinator = find_transaction_coordinator(db._broker)
+    for _ in range(3):
+        pid, epoch = coordinator.init_producer_id("tx", 60_000)
+    assert epoch == 2
+    coordinator.add_partitions("tx", pid, epoch, [TPS[0]])
+    with pytest.raises(ConcurrentTransactionsError):
+        coordinator.init_producer_id("tx", 60_000)
+    meta = coordinator.describe("tx")
+    assert (meta.state, meta.producer_id, meta.producer_epoch) == \
+        (TxnState.COMPLETE_ABORT, pid, epoch + 1)
+    assert coordinator.init_producer_id("tx", 60_000) == (pid, epoch + 2)
+    coordinator.add_partitions("tx", pid, epoch + 2, [TPS[0]])
+    with pytest.raises(ConcurrentTransactionsError):
+        coordinator.init_producer_id("tx", 60_000)
+    # The fence may take even Short.MaxValue (5 here): the epoch is never handed out.
+    assert coordinator.describe("tx").producer_epoch == 5
+    new_pid, new_epoch = coordinator.init_producer_id("tx", 60_000)
+    assert new_pid != pid and new_epoch == 0
+
+
+def test_init_transactions_retries_until_the_fenced_transaction_is_aborted(db, monkeypatch):
+    # The in-process producer retries CONCURRENT_TRANSACTIONS as Kafka's does
+    # (TransactionManager.InitProducerIdHandler: a retriable error is re-enqueued).
+    zombie = producer(db)
+    zombie.begin_transaction()
+    zombie.send("t", value=b"zombie", partition=0).result()
+    answers = []
+    init_producer_id = transaction_coordinator.TransactionCoordinator.init_producer_id
+
+    def recording(self, *args):
+        try:
+            answers.append(init_producer_id(self, *args))
+        except ConcurrentTransactionsError as exc:
+            answers.append(type(exc))
+            raise
+        return answers[-1]
+    monkeypatch.setattr(transaction_coordinator.TransactionCoordinator, "init_producer_id",
+                        recording)
+    producer(db)
+    assert answers == [ConcurrentTransactionsError, (0, 2)]
 
 
 def test_a_transaction_past_its_timeout_is_aborted_and_its_producer_fenced(tmp_path):

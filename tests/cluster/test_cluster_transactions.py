@@ -268,9 +268,11 @@ def test_a_new_coordinator_answers_load_in_progress_until_it_has_loaded(tmp_path
             coordinator_of(cluster, "tx-l").init_producer_id("tx-l", 60_000)
         release.set()
         until_served(lambda: view.check_coordinating("tx-l", TRANSACTION))
-        new_pid, new_epoch = coordinator_of(cluster, "tx-l").init_producer_id("tx-l", 60_000)
         # The old instance's open transaction was found and fenced: its abort bumped the
-        # epoch once, and the new instance's epoch is the next.
+        # epoch once (answered CONCURRENT_TRANSACTIONS), and the retry's epoch is the next.
+        with pytest.raises(ConcurrentTransactionsError):
+            coordinator_of(cluster, "tx-l").init_producer_id("tx-l", 60_000)
+        new_pid, new_epoch = coordinator_of(cluster, "tx-l").init_producer_id("tx-l", 60_000)
         assert (new_pid, new_epoch) == (pid, epoch + 2)
         leader = cluster.broker(cluster.leader("out", 0))
         log = leader.partition_log(tps[0])

@@ -50,9 +50,14 @@ class Txn:
 
     def __init__(self, sock, transactional_id="tx"):
         self.sock, self.id = sock, transactional_id
-        answer = call(sock, InitProducerIdRequest(
+        request = InitProducerIdRequest(
             transactional_id=transactional_id, transaction_timeout=i32Timedelta.parse(
-                datetime.timedelta(seconds=60)), producer_id=i64(-1), producer_epoch=i16(-1)))
+                datetime.timedelta(seconds=60)), producer_id=i64(-1), producer_epoch=i16(-1))
+        answer = call(sock, request)
+        if answer.error_code == ErrorCode.concurrent_transactions:
+            # The id's open transaction was just aborted (TransactionCoordinator
+            # .handleInitProducerId); the retry gets the epoch after, as a client's does.
+            answer = call(sock, request)
         assert answer.error_code == ErrorCode.none
         self.pid, self.epoch = int(answer.producer_id), int(answer.producer_epoch)
         self.seq = {}

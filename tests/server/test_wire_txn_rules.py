@@ -207,14 +207,33 @@ def test_a_half_named_producer_is_an_invalid_request_and_an_idempotent_one_gets_
     assert (code, epoch) == (ErrorCode.none, 0) and new_pid != pid
 
 
-def test_a_bump_naming_its_epoch_while_its_transaction_is_open_fences_it(db, sock):
-    # TransactionCoordinator.scala:266-271: an Ongoing transaction is aborted with a bumped
-    # epoch (prepareFenceProducerEpoch: lastProducerEpoch -1); the client's epoch is then
-    # neither the current nor the last one: PRODUCER_FENCED.
+def open_transaction(sock):
+    """A transaction holding group g's offsets partition, left open: (pid, epoch)."""
     code, pid, epoch = init_producer_id(sock)
     answer = call(sock, AddOffsetsToTxnRequest(transactional_id="tx", producer_id=i64(pid),
                                                producer_epoch=i16(epoch), group_id="g"))
-    assert answer.error_code == ErrorCode.none
-    assert init_producer_id(sock, pid, epoch) == (ErrorCode.producer_fenced, -1, -1)
+    assert (code, answer.error_code) == (ErrorCode.none, ErrorCode.none)
+    return pid, epoch
+
+
+def test_a_bump_naming_its_epoch_while_its_transaction_is_open_fences_it(db, sock):
+    # TransactionCoordinator.handleInitProducerId, case Ongoing: the transaction is aborted
+    # with a bumped epoch (prepareFenceProducerEpoch: lastProducerEpoch -1) and the answer
+    # is CONCURRENT_TRANSACTIONS; at the retry the client's epoch is neither the current
+    # nor the last one: PRODUCER_FENCED.
+    pid, epoch = open_transaction(sock)
+    assert init_producer_id(sock, pid, epoch) == (ErrorCode.concurrent_transactions, -1, -1)
     meta = find_transaction_coordinator(db._broker).describe("tx")
     assert (meta.state, meta.producer_epoch) == (TxnState.COMPLETE_ABORT, epoch + 1)
+    assert init_producer_id(sock, pid, epoch) == (ErrorCode.producer_fenced, -1, -1)
+
+
+def test_a_new_instance_during_an_open_transaction_gets_its_epoch_at_the_retry(db, sock):
+    # handleInitProducerId, case Ongoing: the fence's epoch is "never returned to the user"
+    # (prepareInitProducerIdTransit); the answer is CONCURRENT_TRANSACTIONS, and the retry
+    # finds CompleteAbort and bumps a second time (prepareIncrementProducerEpoch).
+    pid, epoch = open_transaction(sock)
+    assert init_producer_id(sock) == (ErrorCode.concurrent_transactions, -1, -1)
+    meta = find_transaction_coordinator(db._broker).describe("tx")
+    assert (meta.state, meta.producer_epoch) == (TxnState.COMPLETE_ABORT, epoch + 1)
+    assert init_producer_id(sock) == (ErrorCode.none, pid, epoch + 2)

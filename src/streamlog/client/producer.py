@@ -146,7 +146,8 @@ class Producer:
             s["acks"], s["enable.idempotence"] = _transactional_acks(s["acks"],
                                                                      s["enable.idempotence"])
             self._txn = TransactionManager(find_transaction_coordinator(broker),
-                                           s["transactional.id"], s["transaction.timeout.ms"])
+                                           s["transactional.id"], s["transaction.timeout.ms"],
+                                           s["max.block.ms"])
         else:
             s["acks"], s["enable.idempotence"] = _acks_and_idempotence(s["acks"],
                                                                        s["enable.idempotence"])

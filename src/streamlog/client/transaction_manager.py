@@ -22,6 +22,7 @@ Thread-safety: one lock over the state, the set of partitions and every append.
 import threading
 from contextlib import contextmanager
 
+from ..coordinator.transaction_coordinator import init_producer_id_retrying
 from ..errors import InvalidTxnStateError, ProducerFencedError
 
 UNINITIALIZED, READY, IN_TRANSACTION, ABORTABLE, FENCED = (
@@ -30,10 +31,11 @@ COMMITTING, ABORTING = "committing", "aborting"
 
 
 class TransactionManager:
-    def __init__(self, coordinator, transactional_id, timeout_ms):
+    def __init__(self, coordinator, transactional_id, timeout_ms, max_block_ms=60000):
         self._coordinator = coordinator
         self.transactional_id = transactional_id
         self.timeout_ms = timeout_ms
+        self.max_block_s = max_block_ms / 1000
         self._lock = threading.RLock()
         self.state = UNINITIALIZED
         self.producer = None       # (producer id, epoch) from the coordinator
@@ -71,8 +73,7 @@ class TransactionManager:
     def init(self):
         with self._lock:
             self._expect(UNINITIALIZED, call="init_transactions()")
-            self.producer = self._calling(self._coordinator.init_producer_id,
-                                          self.transactional_id, self.timeout_ms)
+            self.producer = self._calling(self._init_producer_id)
             self.state = READY
             return self.producer
 
@@ -151,7 +152,11 @@ class TransactionManager:
                 # The epoch bump names the epoch it bumps (KIP-360, as Kafka's client): a
                 # producer another instance fenced meanwhile is told so, and cannot fence
                 # that instance in turn.
-                self.producer = self._calling(self._coordinator.init_producer_id,
-                                              self.transactional_id, self.timeout_ms,
-                                              (pid, epoch))
+                self.producer = self._calling(self._init_producer_id, (pid, epoch))
             return failed
+
+    def _init_producer_id(self, expected=None):
+        """InitProducerId, retried while the coordinator aborts an open transaction of the
+        id (CONCURRENT_TRANSACTIONS), for up to max.block.ms as Kafka's producer."""
+        return init_producer_id_retrying(self._coordinator, self.transactional_id,
+                                         self.timeout_ms, expected, self.max_block_s)

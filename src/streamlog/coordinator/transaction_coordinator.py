@@ -9,13 +9,16 @@ between (the open finishes them: `_finish_pending`).
     init_producer_id(id, timeout[, (pid, epoch)])
                                     new id: a producer id, epoch 0. Known id:
                                     the epoch is bumped (a new producer id at
-                                    epoch 32766); an Ongoing transaction of the
-                                    previous instance is aborted first with a
+                                    epoch 32766). An Ongoing transaction of the
+                                    previous instance is aborted instead, with a
                                     bumped epoch (PrepareEpochFence), which
-                                    fences that instance everywhere. A caller
-                                    naming its producer id and epoch (KIP-360)
-                                    is fenced unless they are the current ones,
-                                    or the last ones (a retry: no new bump).
+                                    fences that instance everywhere, and the
+                                    answer is ConcurrentTransactionsError: the
+                                    caller retries (init_producer_id_retrying)
+                                    and gets the epoch after. A caller naming
+                                    its producer id and epoch (KIP-360) is
+                                    fenced unless they are the current ones, or
+                                    the last ones (a retry: no new bump).
     add_partitions(id, pid, epoch, tps) / add_offsets(..., group)
                                     Ongoing, with the partitions added.
     end_txn(id, pid, epoch, commit) PrepareCommit/PrepareAbort written, a marker
@@ -39,6 +42,7 @@ written under it (an EndTxn's markers must not interleave with a fence's).
 """
 import logging
 import threading
+import time
 
 from ..errors import (ConcurrentTransactionsError, InvalidProducerIdMappingError,
                       InvalidRequestError, InvalidTransactionTimeoutError, InvalidTxnStateError,
@@ -55,6 +59,7 @@ log = logging.getLogger("streamlog.transactions")
 
 SERVICE = "transaction-coordinator"
 MAX_EPOCH = 2**15 - 1  # int16: an epoch at MAX_EPOCH - 1 is exhausted: a new producer id
+RETRY_BACKOFF_S = 0.1   # Kafka's producer retry.backoff.ms
 
 
 def find_transaction_coordinator(broker):
@@ -65,6 +70,26 @@ def find_transaction_coordinator(broker):
 def has_transactions(broker):
     """True once a transactional producer used this database (its log exists)."""
     return TRANSACTION_STATE_TOPIC in broker.topics()
+
+
+def init_producer_id_retrying(coordinator, transactional_id, timeout_ms, expected=None,
+                              max_block_s=60.0):
+    """coordinator.init_producer_id as an in-process client calls it: retried while it
+    answers ConcurrentTransactionsError, as Kafka's producer retries InitProducerId
+    (TransactionManager.InitProducerIdHandler) until max.block.ms. The first retry is at
+    once: that answer comes after the fenced transaction's abort completed. Another
+    instance reopening the id in between makes it answer so again: then it backs off."""
+    deadline = time.monotonic() + max_block_s
+    retries = 0
+    while True:
+        try:
+            return coordinator.init_producer_id(transactional_id, timeout_ms, expected)
+        except ConcurrentTransactionsError:
+            if time.monotonic() >= deadline:
+                raise
+            if retries:
+                time.sleep(min(RETRY_BACKOFF_S, max(deadline - time.monotonic(), 0)))
+            retries += 1
 
 
 class TransactionCoordinator:
@@ -109,11 +134,17 @@ class TransactionCoordinator:
                     self._complete(meta)   # a stop cut it short; finish it first
                     meta = self._log.transactions[transactional_id]
                 if meta.state == S.ONGOING:
-                    # Kafka answers CONCURRENT_TRANSACTIONS after this fence and bumps at
-                    # the client's retry; here the bump follows at once (a KIP-360 caller
-                    # is then fenced: its epoch is neither the current nor the last).
-                    meta = self._fence_and_abort(meta, "a new instance called "
-                                                       "init_transactions()")
+                    # Kafka's handleInitProducerId: the open transaction is aborted with a
+                    # bumped epoch (prepareFenceProducerEpoch), an epoch "never returned to
+                    # the user", and the answer is CONCURRENT_TRANSACTIONS; the client's
+                    # retry finds CompleteAbort and bumps the epoch a second time (or
+                    # moves to a new producer id if the fence exhausted the epochs). A
+                    # KIP-360 caller's retry is fenced: its epoch is neither the current
+                    # nor the last. The abort is complete here when the error is raised.
+                    self._fence_and_abort(meta, "a new instance called init_transactions()")
+                    raise ConcurrentTransactionsError(
+                        f"transactional id {transactional_id!r} had an open transaction: it "
+                        "was aborted and its producer fenced; retry InitProducerId")
             pid, epoch, last_epoch = self._next_producer(meta, expected)
             meta = meta.prepare(S.EMPTY, now, producer_id=pid, producer_epoch=epoch,
                                 timeout_ms=timeout_ms, last_producer_epoch=last_epoch,

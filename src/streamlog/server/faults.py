@@ -162,13 +162,14 @@ class Faults:
     def fence(self, transactional_id):
         """Bump the transactional id's epoch, as a new instance's init_transactions() would:
         its current producer is fenced, its open transaction aborted."""
-        from ..coordinator.transaction_coordinator import find_transaction_coordinator
+        from ..coordinator.transaction_coordinator import (find_transaction_coordinator,
+                                                           init_producer_id_retrying)
         coordinator = find_transaction_coordinator(self._broker)
         current = coordinator.describe(transactional_id)
         if current is None:
             raise errors.InvalidRequestError(f"no producer has used transactional id "
                                              f"{transactional_id!r}: nothing to fence")
-        coordinator.init_producer_id(transactional_id, current.timeout_ms)
+        init_producer_id_retrying(coordinator, transactional_id, current.timeout_ms)
 
     def clear(self):
         """Remove every fault not yet used up."""
