@@ -91,6 +91,45 @@ def test_the_high_watermark_waits_for_a_follower_the_leader_is_adding(cluster):
     assert cluster.replica_records("t", 0, joining) == cluster.replica_records("t", 0, leader)
 
 
+def test_min_insync_replicas_counts_the_committed_isr_before_an_append_the_maximal_after(
+        cluster):
+    # Partition.appendRecordsToLeader checks min.insync.replicas against the committed ISR
+    # (partitionState.isr: NOT_ENOUGH_REPLICAS, nothing written); a waiting acks=all
+    # request is answered by checkEnoughReplicasReachOffset against the maximal ISR, which
+    # holds a follower the leader is adding (PendingExpandIsr.maximalIsr): records the
+    # high watermark passed are acknowledged, not NOT_ENOUGH_REPLICAS_AFTER_APPEND.
+    cluster.create_topic("t", 1, 2, config={"min.insync.replicas": 2})
+    tp = TopicPartition("t", 0)
+    leader, joining = cluster.partition_state("t", 0).replicas
+    cluster.produce("t", 0, values(b"both", 5))
+    cluster.isolate(joining)
+    wait_until(lambda: cluster.partition_state("t", 0).isr == (leader,),
+               "the cut follower to leave the ISR")
+    manager = cluster.replica_manager(leader)
+    seen = {}
+    alter_partition = cluster.controller.alter_partition
+
+    def while_pending(broker_id, tp_, leader_epoch, partition_epoch, isr):
+        if joining in isr and not seen:   # the leader's fetch thread: recorded, not raised
+            seen["maximal"] = manager._replicas[tp].maximal_isr()
+            try:
+                cluster.produce("t", 0, [b"refused"])
+            except NotEnoughReplicasError as exc:
+                seen["append"] = exc
+            seen["answer"] = []
+            manager.when_replicated(tp, 5, seen["answer"].append)   # at the high watermark
+        return alter_partition(broker_id, tp_, leader_epoch, partition_epoch, isr)
+
+    cluster.controller.alter_partition = while_pending
+    cluster.heal(joining)
+    wait_until(lambda: joining in cluster.partition_state("t", 0).isr,
+               "the follower to rejoin the ISR")
+    assert seen["maximal"] == (leader, joining)
+    assert isinstance(seen["append"], NotEnoughReplicasError)   # nothing written
+    assert cluster.partition_state("t", 0).replica_states[leader].log_end_offset == 5
+    assert seen["answer"] == [None]
+
+
 def test_an_isr_change_decided_from_an_older_state_is_refused(cluster):
     # AlterPartition names the partition epoch of the state the leader decided from (Kafka's
     # PendingPartitionChange.sentLeaderAndIsr); the controller refuses it once the state has

@@ -11,7 +11,8 @@ replica and another leads. Kafka's rules, as kept here:
   - acks=all: refused with NOT_ENOUGH_REPLICAS, nothing written, when the ISR is smaller
     than min(min.insync.replicas, replicas) (Partition.appendRecordsToLeader); otherwise
     answered once the high watermark passes the batch -- then NOT_ENOUGH_REPLICAS_AFTER_
-    APPEND if the ISR shrank below the minimum meanwhile (DelayedProduce).
+    APPEND if the maximal ISR (below) shrank below the minimum meanwhile (DelayedProduce,
+    Partition.checkEnoughReplicasReachOffset).
   - The high watermark is the smallest log end offset (LEO) among the ISR; it only moves
     up, and not at all while the ISR is below the minimum (Kafka 3.7+, KAFKA-15583). A new
     leader keeps the high watermark it had and knows no follower's LEO until each fetches.
@@ -370,7 +371,9 @@ class ReplicaManager:
         when_replicated."""
         replica = self.leader_replica(tp)
         if acks == -1:
-            self._check_enough_replicas(replica, NotEnoughReplicasError)
+            # The committed ISR (Partition.appendRecordsToLeader): a pending addition is
+            # not in it yet.
+            self._check_enough_replicas(replica, NotEnoughReplicasError, replica.state.isr)
         info = replica.log.append(data, origin=origin, verification=verification)
         with self._lock:
             self._maybe_advance_high_watermark(replica)
@@ -378,12 +381,13 @@ class ReplicaManager:
             self._appended.notify_all()
         return info
 
-    def _check_enough_replicas(self, replica, error):
-        state = replica.state
-        needed = min(replica.log.config.min_insync_replicas, len(state.replicas))
-        if len(state.isr) < needed:
-            raise error(f"{replica.tp} has {len(state.isr)} in-sync replica(s) "
-                        f"{list(state.isr)}, fewer than min.insync.replicas={needed}")
+    @staticmethod
+    def _check_enough_replicas(replica, error, isr):
+        """error unless isr holds min(min.insync.replicas, replicas) replicas."""
+        needed = min(replica.log.config.min_insync_replicas, len(replica.state.replicas))
+        if len(isr) < needed:
+            raise error(f"{replica.tp} has {len(isr)} in-sync replica(s) {list(isr)}, fewer "
+                        f"than min.insync.replicas={needed}")
 
     def when_replicated(self, tp, offset, callback):
         """callback(error or None) once the high watermark of tp reaches offset (acks=all),
@@ -427,7 +431,11 @@ class ReplicaManager:
         replica.waiters = [w for w in replica.waiters if w[0] > hw]
         error = None
         try:
-            self._check_enough_replicas(replica, NotEnoughReplicasAfterAppendError)
+            # Counted over the maximal ISR (Partition.checkEnoughReplicasReachOffset): a
+            # follower being added already holds the high watermark back, so it counts
+            # among the replicas that have the records.
+            self._check_enough_replicas(replica, NotEnoughReplicasAfterAppendError,
+                                        replica.maximal_isr())
         except NotEnoughReplicasAfterAppendError as exc:
             error = exc
         for _, callback in done:
