@@ -10,7 +10,7 @@ import pytest
 from streamlog.broker.replica_manager import HIGH_WATERMARK_CHECKPOINT
 from streamlog.cluster import Cluster
 from streamlog.errors import (LeaderNotAvailableError, NotEnoughReplicasError,
-                              RequestTimedOutError)
+                              OffsetOutOfRangeError, RequestTimedOutError)
 from streamlog.storage.checkpoint import OffsetCheckpointFile
 from streamlog.storage.leader_epoch_cache import LeaderEpochCache
 from streamlog.structs import TopicPartition
@@ -328,3 +328,31 @@ def test_the_high_watermark_waits_for_a_caught_up_follower_outside_the_isr(tmp_p
         assert cluster.partition_state("t", 0).high_watermark == 15   # waits at 15
         fetch_as_returning(15)   # at the high watermark: back in the ISR
         assert returning in cluster.partition_state("t", 0).isr
+
+
+def test_a_follower_fetch_out_of_range_leaves_the_followers_state_as_it_was(cluster):
+    # Partition.fetchRecords reads first and calls updateFollowerFetchState only after a
+    # successful read (ReplicaManager.readFromLog answers OFFSET_OUT_OF_RANGE otherwise):
+    # an offset past the leader's log end is not the follower's log end offset. Taken for
+    # it, the follower would look caught up and join the ISR without the records.
+    cluster.create_topic("t", 1, 3)
+    tp = TopicPartition("t", 0)
+    leader, _, follower = cluster.partition_state("t", 0).replicas
+    cluster.produce("t", 0, values(b"a", 10))
+    cluster.wait_in_sync("t")
+    cluster.isolate(follower)   # its own fetcher is cut: the test fetches for it
+    wait_until(lambda: follower not in cluster.partition_state("t", 0).isr,
+               "the cut follower to leave the ISR")
+    cluster.produce("t", 0, values(b"b", 5))
+    manager = cluster.replica_manager(leader)
+    view = manager._replicas[tp].followers[follower]
+    before = (view.leo, view.last_caught_up_ms, view.last_fetch_ms)
+    epoch = cluster.partition_state("t", 0).leader_epoch
+    answer = manager.replica_fetch(follower, {tp: (100, epoch)})[tp]
+    assert isinstance(answer.error, OffsetOutOfRangeError)
+    assert (view.leo, view.last_caught_up_ms, view.last_fetch_ms) == before
+    assert before[0] == 10
+    state = cluster.partition_state("t", 0)
+    assert follower not in state.isr and state.high_watermark == 15
+    answer = manager.replica_fetch(follower, {tp: (10, epoch)})[tp]   # where it is
+    assert answer.error is None and view.leo == 10

@@ -16,7 +16,8 @@ replica and another leads. Kafka's rules, as kept here:
   - The high watermark is the smallest log end offset (LEO) among the ISR; it only moves
     up, and not at all while the ISR is below the minimum (Kafka 3.7+, KAFKA-15583). A new
     leader keeps the high watermark it had and knows no follower's LEO until each fetches.
-  - A follower's fetch tells the leader its LEO. It is caught up when it fetched at the
+  - A follower's fetch tells the leader its LEO, once the read succeeded (one out of range
+    tells nothing: Partition.fetchRecords). It is caught up when it fetched at the
     leader's LEO, or at the LEO the leader had at its previous fetch (then as of that
     fetch); one not caught up for replica.lag.time.max.ms leaves the ISR (isr-expiration,
     every half of that). One at or past the high watermark and the current epoch's start
@@ -485,8 +486,9 @@ class ReplicaManager:
 
     def replica_fetch(self, replica_id, partitions, max_bytes=1 << 20, max_wait_ms=0):
         """A follower's fetch: partitions = {tp: (fetch offset, its leader epoch)}. Records
-        up to the log end (not the HW); the follower's LEO, caught-up time and ISR
-        membership are updated first, as Kafka's updateFollowerFetchState does. Waits up to
+        up to the log end (not the HW); after a successful read, the follower's LEO,
+        caught-up time and ISR membership are updated, as Kafka's updateFollowerFetchState
+        does, and the answer carries the high watermark that follows. Waits up to
         max_wait_ms while nothing is new. Returns {tp: ReplicaFetch}."""
         deadline = time.monotonic() + max_wait_ms / 1000
         expand = []
@@ -516,15 +518,20 @@ class ReplicaManager:
                 if replica_id not in replica.state.replicas:
                     raise NotLeaderOrFollowerError(f"broker {replica_id} is no replica of {tp}")
                 partition_log = replica.log
+                leader_leo = partition_log.log_end_offset
+                # The read first: only a fetch that succeeds moves the follower's state
+                # (Partition.fetchRecords calls updateFollowerFetchState after its read).
+                # An offset out of range is not where the follower's log ends: taken for
+                # its LEO, it could pass the high watermark or bring it into the ISR.
+                fetched = partition_log.read(offset, max_bytes, below_high_watermark=False)
                 with self._lock:
-                    self._update_follower(replica, replica_id, offset, now)
+                    self._update_follower(replica, replica_id, offset, leader_leo, now)
                     if expand is not None:
                         proposal = self._propose_isr(replica, self._isr_with(replica,
                                                                              replica_id))
                         if proposal is not None:
                             expand.append(proposal)
                     self._maybe_advance_high_watermark(replica)
-                fetched = partition_log.read(offset, max_bytes, below_high_watermark=False)
                 out[tp] = ReplicaFetch(fetched.batches, partition_log.high_watermark,
                                        partition_log.log_start_offset)
             except StreamlogError as exc:
@@ -533,11 +540,13 @@ class ReplicaManager:
                                        replica.log.log_start_offset, exc)
         return out
 
-    def _update_follower(self, replica, replica_id, offset, now):
+    @staticmethod
+    def _update_follower(replica, replica_id, offset, leader_leo, now):
+        """A follower's successful fetch at offset, the leader's LEO leader_leo when it read
+        (Replica.updateFetchStateOrThrow)."""
         follower = replica.followers.get(replica_id)
         if follower is None:
             follower = replica.followers[replica_id] = _Follower(False, now)
-        leader_leo = replica.log.log_end_offset
         if offset >= leader_leo:
             follower.last_caught_up_ms = max(follower.last_caught_up_ms, now)
         elif offset >= follower.leader_leo_at_last_fetch >= 0:
