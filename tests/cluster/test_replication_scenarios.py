@@ -10,7 +10,8 @@ import pytest
 from streamlog.broker.replica_manager import HIGH_WATERMARK_CHECKPOINT
 from streamlog.cluster import Cluster
 from streamlog.errors import (LeaderNotAvailableError, NotEnoughReplicasError,
-                              OffsetOutOfRangeError, RequestTimedOutError)
+                              NotLeaderOrFollowerError, OffsetOutOfRangeError,
+                              RequestTimedOutError)
 from streamlog.storage.checkpoint import OffsetCheckpointFile
 from streamlog.storage.leader_epoch_cache import LeaderEpochCache
 from streamlog.structs import TopicPartition
@@ -356,3 +357,41 @@ def test_a_follower_fetch_out_of_range_leaves_the_followers_state_as_it_was(clus
     assert follower not in state.isr and state.high_watermark == 15
     answer = manager.replica_fetch(follower, {tp: (10, epoch)})[tp]   # where it is
     assert answer.error is None and view.leo == 10
+
+
+def test_a_restarted_follower_counts_only_once_it_fetched_in_its_new_incarnation(tmp_path):
+    # KIP-903: each start of a broker registers a new broker epoch, which its fetches carry.
+    # Partition.isReplicaIsrEligible: the high watermark waits for a caught-up follower
+    # outside the ISR (shouldWaitForReplicaToJoinIsr) and the ISR takes one in only if its
+    # last fetch was of its current epoch; Replica.updateFetchStateOrThrow refuses a fetch
+    # of an older epoch (NOT_LEADER_OR_FOLLOWER). Here the follower restarts and cannot
+    # fetch yet: its earlier incarnation's state, caught up well within
+    # replica.lag.time.max.ms, must neither hold the high watermark back (acks=all would
+    # wait for it) nor be refreshed by that incarnation's late fetch.
+    with Cluster(3, path=str(tmp_path / "c"), replica_lag_time_max_ms=30_000) as cluster:
+        cluster.create_topic("t", 1, 3)
+        tp = TopicPartition("t", 0)
+        leader, _, follower = cluster.partition_state("t", 0).replicas
+        cluster.produce("t", 0, values(b"a", 10))
+        cluster.wait_in_sync("t")
+        earlier = cluster.replica_manager(follower)
+        cluster.kill(follower)   # it leaves the ISR
+        cluster.isolate(follower)
+        cluster.restart(follower)   # alive again, but fetching nothing
+        manager = cluster.replica_manager(leader)
+        view = manager._replicas[tp].followers[follower]
+        assert view.leo == 10   # what the earlier incarnation last fetched at
+        cluster.produce("t", 0, values(b"b", 5))   # acks=all: the ISR is the two others
+        assert cluster.partition_state("t", 0).high_watermark == 15
+        old_epoch = earlier.broker_epoch
+        assert cluster.replica_manager(follower).broker_epoch > old_epoch
+        before = (view.leo, view.last_caught_up_ms, view.last_fetch_ms)
+        epoch = cluster.partition_state("t", 0).leader_epoch
+        late = manager.replica_fetch(follower, {tp: (15, epoch)}, broker_epoch=old_epoch)[tp]
+        assert isinstance(late.error, NotLeaderOrFollowerError)
+        assert (view.leo, view.last_caught_up_ms, view.last_fetch_ms) == before
+        assert follower not in cluster.partition_state("t", 0).isr
+        cluster.heal(follower)
+        cluster.wait_in_sync("t")
+        assert cluster.replica_records("t", 0, follower) == \
+            cluster.replica_records("t", 0, leader)

@@ -35,6 +35,16 @@ replica and another leads. Kafka's rules, as kept here:
     otherwise, under a steady stream of appends, the high watermark, at the other
     replicas' log end, stays ahead of such a follower's fetch offset, and it seldom or
     never reaches it to join the ISR again.
+  - Each start of a broker is a new incarnation with a new broker epoch (the controller's;
+    KIP-903), which its fetches carry. The leader refuses a fetch naming an older epoch
+    than the broker's current one, a late fetch of the incarnation before a restart,
+    with NOT_LEADER_OR_FOLLOWER, and leaves the follower's state as it was
+    (Replica.updateFetchStateOrThrow). A follower is eligible for the ISR -- to join it,
+    or to be waited for by the high watermark as caught up -- only once it fetched in
+    its current incarnation (Partition.isReplicaIsrEligible): the log end the leader
+    recorded of an earlier one may be past the restarted log's, which lost its unflushed
+    tail, and a restarted follower may not fetch for a while. Its caught-up time carries
+    over, as in Kafka's Replica: only a new leader epoch resets a follower's state.
   - A replica that becomes a follower truncates, before it fetches, to where its log and
     the leader's part: OffsetsForLeaderEpoch for its latest epoch (KIP-101, KIP-279);
     with no epoch known, to its high watermark.
@@ -90,13 +100,15 @@ class ReplicaFetch(NamedTuple):
 
 
 class _Follower:
-    __slots__ = ("leo", "last_caught_up_ms", "last_fetch_ms", "leader_leo_at_last_fetch")
+    __slots__ = ("leo", "last_caught_up_ms", "last_fetch_ms", "leader_leo_at_last_fetch",
+                 "broker_epoch")
 
     def __init__(self, in_sync, now_ms):
         self.leo = -1   # unknown until it fetches from this leader
         self.last_caught_up_ms = now_ms if in_sync else 0
         self.last_fetch_ms = 0
         self.leader_leo_at_last_fetch = -1
+        self.broker_epoch = None   # of its last fetch (-1: it named none); None: no fetch yet
 
 
 class _Replica:
@@ -129,9 +141,11 @@ class ReplicaManager:
         alter_partition(node_id, tp, leader_epoch, partition_epoch, isr) -> PartitionState
         or None when refused (stale), allocate_producer_ids(node_id) -> range -- and
         knows of it: alive, the ids of the brokers in the cluster now (Kafka's unfenced
-        brokers of the metadata cache)."""
+        brokers of the metadata cache), and broker_epochs, {broker id: the broker epoch of
+        its current incarnation} of those."""
         self.broker = broker
         self.node_id = node_id
+        self.broker_epoch = -1   # this incarnation's, given by the controller as it starts
         self.controller = controller
         self.replica_lag_time_max_ms = replica_lag_time_max_ms
         self.clock_ms = broker.clock_ms
@@ -470,7 +484,7 @@ class ReplicaManager:
         for replica_id, follower in replica.followers.items():
             if replica_id not in isr and follower.leo >= 0 and \
                     self._joining(follower, leader_leo, now) and \
-                    replica_id in self.controller.alive:
+                    self._isr_eligible(replica_id, follower):
                 candidate = min(candidate, follower.leo)
         if candidate > partition_log.high_watermark and partition_log.set_high_watermark(
                 candidate):
@@ -484,15 +498,23 @@ class ReplicaManager:
         return follower.leo >= leader_leo or \
             now - follower.last_caught_up_ms <= self.replica_lag_time_max_ms
 
-    def replica_fetch(self, replica_id, partitions, max_bytes=1 << 20, max_wait_ms=0):
-        """A follower's fetch: partitions = {tp: (fetch offset, its leader epoch)}. Records
+    def _isr_eligible(self, replica_id, follower):
+        """Kafka's isReplicaIsrEligible: the follower is in the cluster now and its last
+        fetch was of its current incarnation (or named no broker epoch: -1)."""
+        current = self.controller.broker_epochs.get(replica_id)
+        return current is not None and follower.broker_epoch in (-1, current)
+
+    def replica_fetch(self, replica_id, partitions, max_bytes=1 << 20, max_wait_ms=0,
+                      broker_epoch=-1):
+        """A follower's fetch: partitions = {tp: (fetch offset, its leader epoch)}, from the
+        incarnation of broker_epoch (-1: unchecked, as Kafka's fetches without one). Records
         up to the log end (not the HW); after a successful read, the follower's LEO,
         caught-up time and ISR membership are updated, as Kafka's updateFollowerFetchState
         does, and the answer carries the high watermark that follows. Waits up to
         max_wait_ms while nothing is new. Returns {tp: ReplicaFetch}."""
         deadline = time.monotonic() + max_wait_ms / 1000
         expand = []
-        out = self._replica_read(replica_id, partitions, max_bytes, expand)
+        out = self._replica_read(replica_id, broker_epoch, partitions, max_bytes, expand)
         for proposal in expand:
             self._alter_isr(*proposal)
         while not any(r.batches or r.error for r in out.values()) and \
@@ -501,7 +523,7 @@ class ReplicaManager:
                 if all(self._nothing_new(tp, offset) for tp, (offset, _) in
                        partitions.items()):
                     self._appended.wait(max(deadline - time.monotonic(), 0))
-            out = self._replica_read(replica_id, partitions, max_bytes, None)
+            out = self._replica_read(replica_id, broker_epoch, partitions, max_bytes, None)
         return out
 
     def _nothing_new(self, tp, offset):
@@ -509,7 +531,7 @@ class ReplicaManager:
         return replica is not None and replica.state.leader == self.node_id and \
             replica.log.log_end_offset <= offset
 
-    def _replica_read(self, replica_id, partitions, max_bytes, expand):
+    def _replica_read(self, replica_id, broker_epoch, partitions, max_bytes, expand):
         out = {}
         now = self.clock_ms()
         for tp, (offset, leader_epoch) in partitions.items():
@@ -524,8 +546,14 @@ class ReplicaManager:
                 # An offset out of range is not where the follower's log ends: taken for
                 # its LEO, it could pass the high watermark or bring it into the ISR.
                 fetched = partition_log.read(offset, max_bytes, below_high_watermark=False)
+                current = self.controller.broker_epochs.get(replica_id)
+                if broker_epoch != -1 and current is not None and current > broker_epoch:
+                    raise NotLeaderOrFollowerError(
+                        f"a stale fetch of {tp} from broker {replica_id}: broker epoch "
+                        f"{broker_epoch}, restarted since at {current}")
                 with self._lock:
-                    self._update_follower(replica, replica_id, offset, leader_leo, now)
+                    self._update_follower(replica, replica_id, offset, leader_leo,
+                                          broker_epoch, now)
                     if expand is not None:
                         proposal = self._propose_isr(replica, self._isr_with(replica,
                                                                              replica_id))
@@ -541,7 +569,7 @@ class ReplicaManager:
         return out
 
     @staticmethod
-    def _update_follower(replica, replica_id, offset, leader_leo, now):
+    def _update_follower(replica, replica_id, offset, leader_leo, broker_epoch, now):
         """A follower's successful fetch at offset, the leader's LEO leader_leo when it read
         (Replica.updateFetchStateOrThrow)."""
         follower = replica.followers.get(replica_id)
@@ -555,13 +583,16 @@ class ReplicaManager:
         follower.leo = offset
         follower.leader_leo_at_last_fetch = leader_leo
         follower.last_fetch_ms = now
+        follower.broker_epoch = broker_epoch
 
     def _isr_with(self, replica, replica_id):
         """The ISR with replica_id added when it qualifies (Kafka's maybeExpandIsr: at or
-        past the high watermark and the epoch's start offset), else None."""
+        past the high watermark and the epoch's start offset, and ISR-eligible), else
+        None."""
         state = replica.state
         follower = replica.followers.get(replica_id)
-        if replica_id in state.isr or follower is None:
+        if replica_id in state.isr or follower is None or \
+                not self._isr_eligible(replica_id, follower):
             return None
         if follower.leo >= replica.log.high_watermark and \
                 follower.leo >= replica.epoch_start_offset:

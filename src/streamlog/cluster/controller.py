@@ -19,6 +19,11 @@ PartitionChangeBuilder.java):
     no leader (-1). Every leader change bumps the leader epoch.
   - A broker that dies leaves every ISR, except where it is the last member (Kafka
     without eligible leader replicas keeps it: the partition then waits for it).
+  - Each start of a broker gets a new broker epoch (KRaft's registration: BrokerRegistration
+    epoch, KIP-903), larger than any before in this process; replica managers tell a
+    restarted follower's fetches from its earlier incarnation's by it. Kept in memory: a
+    cluster that reopens starts every broker, and every leader's view of its followers,
+    afresh.
   - AlterPartition (a leader's ISR change) is applied only when it names the current
     leader epoch and partition epoch, keeps the leader in the ISR, and lists only live
     replicas; each applied change bumps the partition epoch.
@@ -69,6 +74,8 @@ class Controller:
         self.partitions = {}     # TopicPartition -> PartitionState
         self.topics = {}         # name -> {"partitions": n, "replication_factor": r, "config": {}}
         self.alive = set()
+        self.broker_epochs = {}  # broker id -> the broker epoch of its current incarnation
+        self._next_broker_epoch = 0
         self._managers = {}      # broker id -> ReplicaManager of the live broker
         self._next_producer_id = 0
         self._lock = threading.RLock()
@@ -148,6 +155,9 @@ class Controller:
         """A broker (re)started: it gets the state of every partition it holds; leaderless
         partitions it can lead get a leader."""
         with self._lock:
+            manager.broker_epoch = self._next_broker_epoch
+            self._next_broker_epoch += 1
+            self.broker_epochs[broker_id] = manager.broker_epoch
             self.alive.add(broker_id)
             self._managers[broker_id] = manager
             for tp, state in sorted(self.partitions.items()):
@@ -166,6 +176,7 @@ class Controller:
         """A broker stopped or died: it leaves the ISRs; partitions it led elect again."""
         with self._lock:
             self.alive.discard(broker_id)
+            self.broker_epochs.pop(broker_id, None)
             manager = self._managers.pop(broker_id, None)
             if manager is not None:
                 manager.fence()   # it leads nothing from now on, whatever it last heard

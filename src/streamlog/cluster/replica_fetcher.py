@@ -9,8 +9,9 @@ Each round, for the partitions the follower follows under that leader:
      follower holds an epoch the leader never had: KIP-279), cuts to where that epoch
      ends here and asks again; with no epoch known it cuts to its high watermark;
   2. the rest fetch from their log end (the leader's replica_fetch waits up to
-     replica.fetch.wait.max.ms while nothing is new), append what comes with its own
-     offsets and epochs, and take the leader's high watermark;
+     replica.fetch.wait.max.ms while nothing is new), naming the follower's broker epoch
+     (KIP-903: a fetch of an incarnation a restart replaced is refused), append what
+     comes with its own offsets and epochs, and take the leader's high watermark;
   3. an out-of-range fetch offset means the leader's log ends below ours (an unclean
      election: cut to its end) or starts above it (retention: start over at its start).
 
@@ -105,7 +106,7 @@ class ReplicaFetcher:
         if not wanted:
             return False
         results = leader.replica_fetch(self.follower_id, wanted, REPLICA_FETCH_MAX_BYTES,
-                                       self.wait_max_ms)
+                                       self.wait_max_ms, follower.broker_epoch)
         self.cluster.link(self.follower_id, self.leader_id)   # cut meanwhile: drop the answer
         for tp, result in results.items():
             epoch = wanted[tp][1]
