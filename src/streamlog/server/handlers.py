@@ -757,12 +757,11 @@ def _check_produced_records(version, records):
     KafkaApis.handleProduceRequest applies to each partition), whose base offset is 0
     (UnifiedLog.analyzeAndValidateRecords, for a client's append). INVALID_RECORD otherwise,
     that partition alone; a zstd batch before Produce 7 (KIP-110: older clients cannot read
-    it back) is UNSUPPORTED_COMPRESSION_TYPE, as validateRecords answers. The log's append takes several batches at any base offset (it
-    gives them offsets itself, and its in-process writers hand it what they built): the
-    rules are a client request's, so they are checked where the request arrives. Without
-    them a client's second batch was appended too, and a forged base offset was taken as
-    though it were 0. Records that do not parse are left to the append, which refuses them
-    with the error of what is wrong."""
+    it back) is UNSUPPORTED_COMPRESSION_TYPE, as validateRecords answers. The log's append
+    takes several batches at any base offset (it gives them offsets itself, and its
+    in-process writers hand it what they built): the rules are a client request's, so they
+    are checked where the request arrives. Records that do not parse are left to the
+    append, which refuses them with the error of what is wrong."""
     try:
         batches = iter_batches(records or b"")
         first = next(batches, None)
@@ -771,16 +770,16 @@ def _check_produced_records(version, records):
         return
     if first is not None and version < 7 and first.compression == ZSTD:
         raise errors.UnsupportedCompressionTypeError(
-            f"Produce requests with version {version} are not allowed to use ZStandard "
-            "compression")
+            f"a zstd batch needs Produce version 7 or later; this request is version "
+            f"{version}")
     if second is not None:
         raise errors.InvalidRecordError(
-            "Produce requests are only allowed to contain exactly one record batch per "
-            "partition")
+            "a Produce request may carry one record batch per partition; this one "
+            "carries more")
     if first is not None and first.base_offset != 0:
         raise errors.InvalidRecordError(
-            f"the baseOffset of a produced record batch should be 0, but it is "
-            f"{first.base_offset}")
+            f"a produced record batch starts at base offset 0 (the log assigns offsets); "
+            f"this one says {first.base_offset}")
 
 
 def _each_partition_error(cls, types, body, code):
