@@ -395,3 +395,33 @@ def test_a_restarted_follower_counts_only_once_it_fetched_in_its_new_incarnation
         cluster.wait_in_sync("t")
         assert cluster.replica_records("t", 0, follower) == \
             cluster.replica_records("t", 0, leader)
+
+
+def _fetcher_threads():
+    import threading
+    return [t for t in threading.enumerate()
+            if t.name.startswith("streamlog-replica-fetcher-") and t.is_alive()]
+
+
+def test_a_slowed_fetch_ends_its_wait_when_the_delay_is_cleared_or_the_cluster_closes(
+        tmp_path):
+    # slow() is a fault a test injects and takes back: a fetch already waiting must not go
+    # on waiting an hour after heal, and close() must not leave its thread behind.
+    before = set(_fetcher_threads())
+    cluster = Cluster(3, path=str(tmp_path / "cluster"), replica_lag_time_max_ms=LAG_MS)
+    try:
+        cluster.create_topic("t", 1, 3)
+        cluster.wait_in_sync("t")
+        leader = cluster.leader("t", 0)
+        follower = next(b for b in cluster.broker_ids if b != leader)
+        cluster.slow(follower, 3_600_000)
+        cluster.produce("t", 0, values(b"late", 3), acks=1)
+        wait_until(lambda: follower not in cluster.partition_state("t", 0).isr,
+                   "the slowed follower to leave the ISR")
+        cluster.slow(follower, 0)
+        cluster.wait_in_sync("t")     # the waiting fetch went on at once
+        cluster.slow(follower, 3_600_000)
+        cluster.produce("t", 0, values(b"later", 3), acks=1)
+    finally:
+        cluster.close()
+    assert set(_fetcher_threads()) - before == set()

@@ -18,7 +18,8 @@ Faults (what a test can do):
   - isolate(id) / heal(id): cut / restore the replication links between the broker and
     every other (the controller stays reachable, as a KRaft controller quorum elsewhere
     would be); isolate(id, clients=True) also stops its listener;
-  - slow(id, delay_ms): the broker's fetches from its leaders each wait delay_ms first.
+  - slow(id, delay_ms): the broker's fetches from its leaders each wait delay_ms first
+    (a waiting one goes on once the delay is lowered or cleared, or the cluster closes).
 
 partition_state(topic, partition) reads the controller's decision and each live replica's
 log end offset and high watermark, for tests to wait on and assert.
@@ -177,6 +178,9 @@ class Cluster:
         self._lock = threading.RLock()
         self._cut = set()             # frozenset({a, b}) of cut replication links
         self._slow = {}               # follower id -> seconds each of its fetches waits
+        # Notified when a delay changes, a fetcher stops or the cluster closes: a slowed
+        # fetch waits on it, so neither a heal nor a close waits the old delay out.
+        self._slow_changed = threading.Condition(self._lock)
         self._fetchers = {}
         self._closed = False
         self.controller = Controller(os.path.join(self.path, "controller"), range(brokers))
@@ -268,6 +272,7 @@ class Cluster:
                 fetcher.stop()
             for key in [k for k in self._fetchers if k[0] == broker_id]:
                 del self._fetchers[key]
+            self._slow_changed.notify_all()
         manager = self._slots[broker_id].manager
         if manager is not None:
             manager.wake_fetchers()
@@ -351,18 +356,30 @@ class Cluster:
                 self._slow[broker_id] = delay_ms / 1000
             else:
                 self._slow.pop(broker_id, None)
+            self._slow_changed.notify_all()
 
-    def link(self, follower_id, leader_id):
-        """The leader's replica manager as the follower reaches it; LinkDown if it cannot."""
-        delay = self._slow.get(follower_id)
-        if delay:
-            time.sleep(delay)
+    def link(self, follower_id, leader_id, fetcher=None):
+        """The leader's replica manager as the follower reaches it; LinkDown if it cannot.
+        fetcher: the ReplicaFetcher asking, whose stop ends a slowed wait."""
+        self._wait_slowed(follower_id, fetcher)
         if frozenset((follower_id, leader_id)) in self._cut:
             raise LinkDown(f"broker {follower_id} cannot reach broker {leader_id}")
         manager = self.replica_manager(leader_id)
         if manager is None:
             raise LinkDown(f"broker {leader_id} is down")
         return manager
+
+    def _wait_slowed(self, follower_id, fetcher):
+        """A slowed broker's call waits its delay, measured from now against the delay as
+        it stands: less once slow() lowers or clears it, none once the fetcher asking is
+        stopped or the cluster closes."""
+        start = time.monotonic()
+        with self._lock:
+            while not self._closed and not (fetcher is not None and fetcher.stopped):
+                remaining = start + self._slow.get(follower_id, 0) - time.monotonic()
+                if remaining <= 0:
+                    return
+                self._slow_changed.wait(remaining)
 
     # --- what brokers and tests ask -----------------------------------------------------
 
@@ -614,6 +631,7 @@ class Cluster:
             return
         self._closed = True
         with self._lock:
+            self._slow_changed.notify_all()
             fetchers = list(self._fetchers.values())
             for fetcher in fetchers:
                 fetcher.stop()
