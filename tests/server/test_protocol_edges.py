@@ -386,6 +386,24 @@ def test_list_offsets_on_a_database_of_its_own_answers_epoch_0_or_minus_1_for_no
     assert answers == [(0, 0), (1, 0), (0, 0), (0, 0), (-1, -1)]
 
 
+def test_a_produced_batch_marked_log_append_time_is_invalid_timestamp(db, sock):
+    # Kafka's LogValidator.validateTimestamp: the append time is the broker's to give. A
+    # client's batch marked LogAppendTime is INVALID_TIMESTAMP on a LogAppendTime topic, and
+    # on a CreateTime topic when it gives its records no time (maxTimestamp -1); nothing is
+    # appended. On a CreateTime topic with a time it passes as that time.
+    db.create_topic("appended", config={"message.timestamp.type": "LogAppendTime"})
+    now = int(time.time() * 1000)
+    codes = []
+    for topic, timestamp in (("appended", now), ("appended", -1), ("t", -1), ("t", now)):
+        batch = bytes(record_batch.build_batch([b"v"], timestamp=timestamp,
+                                               timestamp_type=record_batch.LOG_APPEND_TIME))
+        codes.append(call(sock, produce(topic, batch=batch)).responses[0]
+                     .partition_responses[0].error_code)
+    assert codes == [ErrorCode.invalid_timestamp] * 3 + [ErrorCode.none]
+    assert db.describe_topic("appended").partitions[0].log_end_offset == 0
+    assert db.describe_topic("t").partitions[0].log_end_offset == 1
+
+
 def test_a_zstd_batch_before_produce_7_is_unsupported_compression_type(db, sock):
     # Kafka's ProduceRequest.validateRecords (KIP-110): zstd came with Produce 7 (and Fetch
     # 10), so a broker never holds zstd batches that older clients would be fed;

@@ -49,9 +49,9 @@ from .leader_epoch_cache import LeaderEpochCache
 from .log_cleaner import CleanerSnapshot
 from .log_loader import list_directory, load_log, settled_listing
 from .open_files import OpenSegments
-from .record_batch import (CONTROL_ABORT, CONTROL_COMMIT, LOG_OVERHEAD, NO_TIMESTAMP,
-                           RECORD_BATCH_OVERHEAD, RecordBatch, build_control_batch, iter_batches,
-                           recompressed, set_log_append_time)
+from .record_batch import (CONTROL_ABORT, CONTROL_COMMIT, LOG_APPEND_TIME, LOG_OVERHEAD,
+                           NO_TIMESTAMP, RECORD_BATCH_OVERHEAD, RecordBatch, build_control_batch,
+                           iter_batches, recompressed, set_log_append_time)
 from .producer_state import (CLIENT, COORDINATOR, DEFAULT_PRODUCER_ID_EXPIRATION_MS, REPLICA,
                              UNVERIFIED, ProducerState, producer_batch)
 from .segment import BatchInfo, LogSegment, open_readonly_segments
@@ -499,6 +499,23 @@ class PartitionLog:
         except CorruptRecordError as exc:
             raise InvalidRecordError(f"rejected a batch for {self.name}: {exc.reason}") from None
 
+    def _check_client_log_append_time(self, batch):
+        """A client's batch marked LogAppendTime (Kafka's LogValidator.validateTimestamp):
+        the append time is the broker's to give, so on a LogAppendTime topic the batch is
+        refused (INVALID_TIMESTAMP) whatever its time; on a CreateTime topic its records read
+        as its maxTimestamp, which is checked as a create time would be (the topic's window),
+        and refused only when it is NO_TIMESTAMP, as no record then has a time at all. The
+        log's own writers never mark a batch so; a replica copies what its leader stamped."""
+        if self.config.log_append_time:
+            why = f"{self.name} gives its records their append time itself"
+        elif batch.max_timestamp == NO_TIMESTAMP:
+            why = "the batch gives its records no time (maxTimestamp -1)"
+        else:
+            return
+        raise InvalidTimestampError(
+            f"a produced batch may not be marked LogAppendTime: {why}; send CreateTime "
+            "batches")
+
     def _validate(self, view, assign_offsets, now_ms, origin=CLIENT):
         """Check every batch and build what to write: (infos, pieces, summary, the batches
         with a producer id as producer_state.ProducerBatch)."""
@@ -548,6 +565,8 @@ class PartitionLog:
             if batch.is_control and origin == CLIENT:
                 raise InvalidRecordError("a client may not write a control batch; transaction "
                                          "markers come from the transaction coordinator")
+            if origin == CLIENT and batch.timestamp_type == LOG_APPEND_TIME:
+                self._check_client_log_append_time(batch)
             if codec is not None and origin == CLIENT and batch.compression != codec:
                 batch = self._recompressed(batch, codec)
                 self._check_batch_size(batch.size_in_bytes)

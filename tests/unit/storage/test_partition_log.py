@@ -627,3 +627,34 @@ def test_flush_to_fsyncs_only_when_the_offset_is_not_durable_yet(log_dir, monkey
     assert log.flush_to(16) == 20
     assert synced
     log.close()
+
+
+def test_a_client_batch_marked_log_append_time_is_refused_where_kafka_refuses_it(tmp_path):
+    # Kafka's LogValidator.validateTimestamp: a produced batch marked LogAppendTime is
+    # INVALID_TIMESTAMP on a LogAppendTime topic, whatever its time; on a CreateTime topic its
+    # records read as its maxTimestamp, which is checked as a create time (the topic's
+    # window) and refused only when it is NO_TIMESTAMP. The log's own writers are not
+    # checked: a coordinator never marks a batch so, and a replica copies its leader's.
+    from streamlog.errors import InvalidTimestampError
+    from streamlog.storage.producer_state import COORDINATOR
+    from streamlog.storage.record_batch import LOG_APPEND_TIME
+    clock = FakeClock()
+
+    def marked(timestamp, base_offset=0):
+        return build_batch([b"v", b"w"], timestamp=timestamp, timestamp_type=LOG_APPEND_TIME,
+                           base_offset=base_offset)
+    appended = small_log(str(tmp_path / "appended-0"), clock,
+                         message_timestamp_type="LogAppendTime")
+    created = small_log(str(tmp_path / "created-0"), clock,
+                        message_timestamp_before_max_ms=60_000)
+    for log, timestamp in ((appended, clock.now_ms), (appended, -1), (created, -1),
+                           (created, clock.now_ms - 3_600_000)):
+        with pytest.raises(InvalidTimestampError):
+            log.append(marked(timestamp))
+    assert appended.log_end_offset == created.log_end_offset == 0
+    assert created.append(marked(clock.now_ms)).last_offset == 1
+    appended.append(marked(-1), origin=COORDINATOR)
+    appended.append(marked(-1, base_offset=2), assign_offsets=False)
+    assert appended.log_end_offset == 4
+    appended.close()
+    created.close()
