@@ -54,13 +54,24 @@ class RecordBatchTooLargeError(RecordTooLargeError):
     """A batch exceeds the segment size and can never be appended."""
 
 
-class InvalidRecordError(StreamlogError):
+class _RefusedRecords:
+    """An append refused for some of its records: `record_errors` names them, as ((index of
+    the record in its batch, why), ...), which a Produce response (v8+) passes on as Kafka's
+    record_errors; empty when the batch as a whole is at fault."""
+
+    def __init__(self, message, record_errors=()):
+        super().__init__(message)
+        self.record_errors = tuple(record_errors)
+
+
+class InvalidRecordError(_RefusedRecords, StreamlogError):
     """A batch handed to the log is malformed (not data corruption on disk)."""
 
 
-class InvalidTimestampError(StreamlogError):
+class InvalidTimestampError(_RefusedRecords, StreamlogError):
     """A record's timestamp lies outside the window its topic allows around the broker's
-    clock (message.timestamp.before.max.ms / after.max.ms; Kafka's INVALID_TIMESTAMP)."""
+    clock (message.timestamp.before.max.ms / after.max.ms), or a client marked its batch
+    LogAppendTime (Kafka's INVALID_TIMESTAMP)."""
 
 
 class CorruptInputBatchError(InvalidRecordError):

@@ -294,6 +294,27 @@ def test_a_produced_timestamp_outside_the_topics_window_is_invalid_timestamp(db,
     assert db.describe_topic("recent").partitions[0].log_end_offset == 1
 
 
+def test_kafka_python_fails_the_record_at_fault_with_the_brokers_reason(db, server):
+    # Produce v8+ record_errors (KIP-467, Kafka's ReplicaManager from LogValidator's
+    # RecordValidationException): kafka-python fails the record named with that record's
+    # message, and the others of its batch with a generic "part of a batch" error, as the
+    # Java producer does. (librdkafka shows the error code's text for every record.)
+    import time
+    db.create_topic("recent", config={"message.timestamp.before.max.ms": 60000})
+    producer = kafka.KafkaProducer(bootstrap_servers=server.bootstrap_servers, linger_ms=500,
+                                   retries=0)
+    now = int(time.time() * 1000)
+    sent = [producer.send("recent", b"v", partition=0, timestamp_ms=timestamp)
+            for timestamp in (now, now - 3_600_000)]   # one batch
+    producer.flush(10)
+    producer.close()
+    good, bad = (future.exception for future in sent)
+    assert isinstance(bad, kafka.errors.InvalidTimestampError)
+    assert f"timestamp {now - 3_600_000} is outside" in str(bad)
+    assert not isinstance(good, kafka.errors.InvalidTimestampError) and "batch" in str(good)
+    assert db.describe_topic("recent").partitions[0].log_end_offset == 0
+
+
 def test_an_api_not_served_is_answered_unsupported_version_on_a_connection_that_stays(server):
     # SaslHandshake v0 (api 17): not served (no SASL). Header v1: key, version, correlation,
     # client id; the v0 body is the mechanism, the v0 response error_code, then mechanisms.

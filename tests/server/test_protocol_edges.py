@@ -404,6 +404,42 @@ def test_a_produced_batch_marked_log_append_time_is_invalid_timestamp(db, sock):
     assert db.describe_topic("t").partitions[0].log_end_offset == 1
 
 
+def test_a_refused_produce_names_the_records_at_fault_in_record_errors(db, sock):
+    # Produce v8+ (KIP-467): Kafka's LogValidator lists every record it refuses a batch for
+    # (RecordValidationException), and ReplicaManager answers them as record_errors (the
+    # record's index in the batch, and why) beside the error_message: records out of the
+    # topic's timestamp window and a batch marked LogAppendTime (INVALID_TIMESTAMP), records
+    # without a key on a compacted topic (INVALID_RECORD).
+    db.create_topic("recent", config={"message.timestamp.before.max.ms": 60_000})
+    db.create_topic("appended", config={"message.timestamp.type": "LogAppendTime"})
+    db.create_topic("compacted", config={"cleanup.policy": "compact"})
+    now = int(time.time() * 1000)
+    old = now - 3_600_000
+    cases = [
+        ("recent", record_batch.build_batch([b"a", b"b", b"c", b"d"],
+                                            timestamps=[now, old, now, old - 1]),
+         ErrorCode.invalid_timestamp, {1: str(old), 3: str(old - 1)}),
+        ("appended", record_batch.build_batch([b"a", b"b"], timestamp=now,
+                                              timestamp_type=record_batch.LOG_APPEND_TIME),
+         ErrorCode.invalid_timestamp, {0: "LogAppendTime", 1: "LogAppendTime"}),
+        ("compacted", record_batch.build_batch([b"a", b"b", b"c"], keys=[b"k", None, None],
+                                               timestamp=now),
+         ErrorCode.invalid_record, {1: "key", 2: "key"})]
+    for topic, batch, code, named in cases:
+        answer = call(sock, produce(topic, batch=bytes(batch))).responses[0] \
+            .partition_responses[0]
+        assert answer.error_code == code
+        assert [e.batch_index for e in answer.record_errors] == list(named)
+        for error in answer.record_errors:
+            assert named[error.batch_index] in error.batch_index_error_message
+        assert answer.error_message
+        assert db.describe_topic(topic).partitions[0].log_end_offset == 0
+    answer = call(sock, produce("recent", batch=bytes(record_batch.build_batch(
+        [b"ok"], timestamp=now)))).responses[0].partition_responses[0]
+    assert (answer.error_code, answer.record_errors, answer.error_message) == \
+        (ErrorCode.none, (), None)
+
+
 def test_a_zstd_batch_before_produce_7_is_unsupported_compression_type(db, sock):
     # Kafka's ProduceRequest.validateRecords (KIP-110): zstd came with Produce 7 (and Fetch
     # 10), so a broker never holds zstd batches that older clients would be fed;

@@ -291,7 +291,8 @@ class Handlers:
                 build(types.PartitionProduceResponse, index=a["index"],
                       error_code=error_code(a["error"]), base_offset=i64(a["base"]),
                       log_append_time=a["append_time"], log_start_offset=i64(a["start"]),
-                      record_errors=(), error_message=error_message(a["error"]))
+                      record_errors=_record_errors(types, a["error"]),
+                      error_message=error_message(a["error"]))
                 for a in parts)) for name, parts in answers))
 
     def _check_not_internal(self, topic, action):
@@ -780,6 +781,15 @@ def _check_produced_records(version, records):
         raise errors.InvalidRecordError(
             f"a produced record batch starts at base offset 0 (the log assigns offsets); "
             f"this one says {first.base_offset}")
+
+
+def _record_errors(types, exc):
+    """A Produce answer's record_errors (v8+): the records an append was refused for, by
+    their index in the batch, as Kafka's ReplicaManager answers a RecordValidationException
+    from its LogValidator (INVALID_TIMESTAMP, INVALID_RECORD)."""
+    return tuple(build(types.BatchIndexAndErrorMessage, batch_index=i32(index),
+                       batch_index_error_message=why)
+                 for index, why in getattr(exc, "record_errors", ()))
 
 
 def _each_partition_error(cls, types, body, code):

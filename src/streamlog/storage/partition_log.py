@@ -115,11 +115,16 @@ def _check_timestamps(batch, now_ms, window, name):
     lag = now_ms - timestamps
     bad = ((lag > before) | (-lag > after)) & (timestamps != NO_TIMESTAMP)
     if bad.any():
-        index = int(bad.argmax())
+        low, high = now_ms - before, now_ms + after
+        # Every record out of the window is named, as Kafka's record errors name them.
+        indexes = bad.nonzero()[0].tolist()
+        index = indexes[0]
         raise InvalidTimestampError(
             f"timestamp {int(timestamps[index])} of record {index} of a batch for {name} is "
-            f"out of range: it should be within [{now_ms - before}, {now_ms + after}] "
-            "(message.timestamp.before.max.ms / after.max.ms of the topic, at this append)")
+            f"out of range: it should be within [{low}, {high}] (message.timestamp.before"
+            f".max.ms / after.max.ms of the topic, at this append)",
+            [(i, f"timestamp {int(timestamps[i])} is outside [{low}, {high}]")
+             for i in indexes])
 
 
 class PartitionLog:
@@ -514,7 +519,8 @@ class PartitionLog:
             return
         raise InvalidTimestampError(
             f"a produced batch may not be marked LogAppendTime: {why}; send CreateTime "
-            "batches")
+            "batches", [(i, "marked LogAppendTime by its producer")
+                        for i in range(batch.records_count)])
 
     def _validate(self, view, assign_offsets, now_ms, origin=CLIENT):
         """Check every batch and build what to write: (infos, pieces, summary, the batches
@@ -553,13 +559,16 @@ class PartitionLog:
                     f"a produced batch spans {batch.last_offset_delta + 1} offsets but holds "
                     f"{batch.records_count} records")
             if self.config.compact and origin == CLIENT and not batch.is_control and \
-                    batch.records_count and (batch.records(verify=False).key_lens < 0).any():
+                    batch.records_count:
                 # Kafka's LogValidator rule: the cleaner could only drop such a record. The
                 # coordinators key every record they write, and a replica copies what its
                 # leader checked: decoding their batches here would only cost them time.
-                raise InvalidRecordError(
-                    f"compacted topic partition {self.name} cannot accept a record without "
-                    "a key; give every record a key, or use cleanup.policy=delete")
+                keyless = (batch.records(verify=False).key_lens < 0).nonzero()[0].tolist()
+                if keyless:
+                    raise InvalidRecordError(
+                        f"compacted topic partition {self.name} cannot accept a record "
+                        "without a key; give every record a key, or use cleanup.policy=delete",
+                        [(i, "no key, on a compacted topic") for i in keyless])
             if window is not None and batch.records_count:
                 _check_timestamps(batch, now_ms, window, self.name)
             if batch.is_control and origin == CLIENT:
