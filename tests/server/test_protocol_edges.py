@@ -364,6 +364,39 @@ def test_a_fetch_reads_each_partition_within_its_own_partition_max_bytes(db, soc
     assert time.monotonic() - started >= 0.9, "bytes above partition_max_bytes ended the wait"
 
 
+def test_a_negative_partition_max_bytes_fails_that_partitions_read_when_it_has_records(db,
+                                                                                       sock):
+    # Kafka's ReplicaManager.readFromLog reads min(partition_max_bytes, what is left of
+    # max_bytes); LogSegment.read refuses a size below 0 (IllegalArgumentException), which
+    # readFromLog answers for that partition alone as any failed read: UNKNOWN_SERVER_ERROR,
+    # no records, and at once (a failed read ends the long poll). At the end of what is
+    # visible LocalLog.read returns before any segment is read: empty, no error.
+    from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
+    db.create_topic("two", partitions=2)
+    producer = db.producer()
+    for p in (0, 1):
+        producer.send("two", b"v", partition=p)
+    producer.flush()
+
+    def fetch(offset, limit, max_wait_s=0):
+        answer = call(sock, FetchRequest(
+            max_wait=i32Timedelta.parse(datetime.timedelta(seconds=max_wait_s)),
+            min_bytes=i32(1 << 20), max_bytes=i32(1 << 20),
+            topics=(FetchTopic(topic="two", partitions=(
+                FetchPartition(partition=i32(0), fetch_offset=i64(offset),
+                               partition_max_bytes=i32(limit)),
+                FetchPartition(partition=i32(1), fetch_offset=i64(0),
+                               partition_max_bytes=i32(1 << 20)))),),
+            forgotten_topics_data=()))
+        return [(p.error_code, len(list(record_batch.iter_batches(bytes(p.records)))))
+                for p in answer.responses[0].partitions]
+    started = time.monotonic()
+    assert fetch(0, -1, max_wait_s=5) == [(ErrorCode.unknown_server_error, 0),
+                                          (ErrorCode.none, 1)]
+    assert time.monotonic() - started < 4, "a failed read did not end the long poll"
+    assert fetch(1, -1) == [(ErrorCode.none, 0), (ErrorCode.none, 1)]
+
+
 def test_list_offsets_on_a_database_of_its_own_answers_epoch_0_or_minus_1_for_nothing(db,
                                                                                      sock):
     # Metadata names epoch 0 for every partition of a database on its own: a found offset

@@ -657,7 +657,11 @@ class Broker:
                 entry = PartitionFetch(fetched.batches, fetched.high_watermark,
                                        fetched.log_start_offset, stable, None, aborted)
                 total += entry.size
-            except (OffsetOutOfRangeError, UnknownTopicOrPartitionError, LogClosedError) as exc:
+            except (OffsetOutOfRangeError, UnknownTopicOrPartitionError, LogClosedError,
+                    ValueError) as exc:
+                # ValueError: a size below 0 that a Kafka client sent (PartitionLog.read);
+                # that partition alone fails, as Kafka's ReplicaManager.readFromLog answers
+                # any failed read (UNKNOWN_SERVER_ERROR for this one).
                 partition_log = self.partitions.get(tp)
                 hw = partition_log.high_watermark if partition_log is not None else -1
                 start = partition_log.log_start_offset if partition_log is not None else -1

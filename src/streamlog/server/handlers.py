@@ -329,8 +329,9 @@ class Handlers:
                 positions[tp] = partition.fetch_offset
                 epochs[tp] = getattr(partition, "current_leader_epoch", -1)
                 # Each partition's own limit, as Kafka's ReplicaManager.readFromLocalLog
-                # reads it: a consumer asking little of one partition gets little of it.
-                partition_max[tp] = max(int(partition.partition_max_bytes), 0)
+                # reads it: a consumer asking little of one partition gets little of it. One
+                # below 0 is not made 0: the read refuses it (PartitionLog.read), as Kafka's.
+                partition_max[tp] = int(partition.partition_max_bytes)
                 order.append(tp)
         results = {tp: injected for tp in positions
                    if (injected := self.faults.partition_error(FETCH, tp)) is not None}

@@ -902,6 +902,12 @@ class PartitionLog:
                 f"log end {end})", self.name, fetch_offset)
         batches = []
         if fetch_offset < upper:
+            if max_bytes < 0:
+                # As Kafka's LogSegment.read (IllegalArgumentException): a size below 0 is
+                # refused once there is something to read; at the end of what is visible the
+                # read is empty whatever its size.
+                raise ValueError(f"cannot read {max_bytes} bytes of {self.name}: a read's "
+                                 "size is 0 or more")
             if fetch_offset < bases[0]:
                 raise _MissingOffsets(
                     f"offsets {fetch_offset}..{bases[0] - 1} of {self.name} are missing: the "

@@ -658,3 +658,14 @@ def test_a_client_batch_marked_log_append_time_is_refused_where_kafka_refuses_it
     assert appended.log_end_offset == 4
     appended.close()
     created.close()
+
+
+def test_a_read_of_a_negative_size_is_refused_where_there_is_something_to_read(log_dir):
+    # Kafka's LogSegment.read: IllegalArgumentException for a size below 0; LocalLog.read
+    # answers a read at the end of what is visible empty before any segment is read.
+    log = small_log(log_dir)
+    fill(log, 2)
+    with pytest.raises(ValueError, match="-1 bytes"):
+        log.read(0, -1)
+    assert log.read(log.high_watermark, -1).batches == []
+    log.close()
