@@ -397,6 +397,36 @@ def test_a_negative_partition_max_bytes_fails_that_partitions_read_when_it_has_r
     assert fetch(1, -1) == [(ErrorCode.none, 0), (ErrorCode.none, 1)]
 
 
+def test_a_database_of_its_own_stamps_produced_batches_with_the_epoch_its_metadata_names(
+        db, sock):
+    # Kafka's leader stamps its leader epoch on every batch it appends (LogValidator sets
+    # partitionLeaderEpoch), whatever the client's batch said: a consumer commits the epoch
+    # of what it read and validates its position with it (KIP-320). A database on its own
+    # names epoch 0 in Metadata; a batch sent with 5, and the in-process producer's, read
+    # back as epoch 0's.
+    from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
+    from kio.schema.metadata.v9.request import MetadataRequest, MetadataRequestTopic
+    answer = call(sock, produce("t", batch=bytes(record_batch.build_batch(
+        [b"a"], timestamp=int(time.time() * 1000), partition_leader_epoch=5))))
+    assert answer.responses[0].partition_responses[0].error_code == ErrorCode.none
+    producer = db.producer()
+    producer.send("t", b"b", partition=0)
+    producer.flush()
+    metadata = call(sock, MetadataRequest(topics=(MetadataRequestTopic(name="t"),),
+                                          allow_auto_topic_creation=False,
+                                          include_cluster_authorized_operations=False,
+                                          include_topic_authorized_operations=False))
+    fetched = call(sock, FetchRequest(
+        max_wait=i32Timedelta.parse(datetime.timedelta(0)), min_bytes=i32(0),
+        max_bytes=i32(1 << 20),
+        topics=(FetchTopic(topic="t", partitions=(
+            FetchPartition(partition=i32(0), fetch_offset=i64(0),
+                           partition_max_bytes=i32(1 << 20)),)),), forgotten_topics_data=()))
+    epochs = [b.partition_leader_epoch for b in record_batch.iter_batches(
+        bytes(fetched.responses[0].partitions[0].records))]
+    assert epochs == [metadata.topics[0].partitions[0].leader_epoch] * 2 == [0, 0]
+
+
 def test_list_offsets_on_a_database_of_its_own_answers_epoch_0_or_minus_1_for_nothing(db,
                                                                                      sock):
     # Metadata names epoch 0 for every partition of a database on its own: a found offset

@@ -20,6 +20,7 @@ from .. import errors
 from ..broker.broker import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from ..broker.metadata import overrides_after, validate_partitions, validate_topic_name
 from ..storage.compression import ZSTD
+from ..storage.partition_log import UNREPLICATED_LEADER_EPOCH
 from ..storage.record_batch import iter_batches
 from ..structs import TopicPartition
 from .error_codes import error_code, error_message, failure
@@ -108,7 +109,8 @@ class Handlers:
             node = self.node_id
             return build(types.MetadataResponsePartition, error_code=ErrorCode.none,
                          partition_index=i32(tp.partition), leader_id=i32(node),
-                         leader_epoch=i32(0), replica_nodes=(i32(node),),
+                         leader_epoch=i32(UNREPLICATED_LEADER_EPOCH),
+                         replica_nodes=(i32(node),),
                          isr_nodes=(i32(node),), offline_replicas=())
         # A leader the answer does not list is no leader to the client, which could not
         # reach it (a broker going down between the two reads): Kafka answers such a
@@ -465,10 +467,10 @@ class Handlers:
         end = self.broker.partition_log(tp).log_end_offset
         # A database on its own leads its partitions in epoch 0 for ever (its Metadata says
         # so): epoch 0 ends at the log end; any other epoch is unknown here.
-        if current_epoch > 0:
+        if current_epoch > UNREPLICATED_LEADER_EPOCH:
             raise errors.UnknownLeaderEpochError(
-                f"leader epoch {current_epoch} of {tp} is newer than 0")
-        return (0, end) if epoch == 0 else (-1, -1)
+                f"leader epoch {current_epoch} of {tp} is newer than {UNREPLICATED_LEADER_EPOCH}")
+        return (epoch, end) if epoch == UNREPLICATED_LEADER_EPOCH else (-1, -1)
 
     def _epoch_of_offset(self, tp, offset):
         """The leader epoch ListOffsets answers with a found offset (the earliest, one found
@@ -480,12 +482,12 @@ class Handlers:
         without epochs (a database on its own, an internal topic) is epoch 0's for ever,
         as its Metadata says."""
         epoch = self.broker.partition_log(tp).epoch_for_offset(offset)
-        return 0 if epoch is None else epoch
+        return UNREPLICATED_LEADER_EPOCH if epoch is None else epoch
 
     def _leader_epoch(self, tp):
         view = self._view
         state = None if view is None else view.partition_state(tp)
-        return 0 if state is None else state.leader_epoch
+        return UNREPLICATED_LEADER_EPOCH if state is None else state.leader_epoch
 
     # --- CreateTopics, DeleteTopics ---------------------------------------------------
 

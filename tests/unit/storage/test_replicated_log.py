@@ -58,12 +58,36 @@ def test_a_leader_stamps_its_epoch_on_every_batch_and_the_crc_still_holds(log_di
         assert f.read() == b"0\n1\n3 0\n"
 
 
-def test_an_unreplicated_log_writes_no_epoch_file_and_keeps_the_clients_epoch_field(log_dir):
+def test_an_unreplicated_log_writes_no_epoch_file_and_stamps_clients_batches_epoch_0(log_dir):
+    # Kafka's leader stamps its epoch on every batch it appends (LogValidator's
+    # partitionLeaderEpoch); a log that is not replicated is led in epoch 0, as Metadata
+    # says of it, whatever epoch a client's batch came with. The log's own writers keep
+    # theirs (a coordinator's -1), and so does a batch copied with its offsets; batches
+    # written before with -1 read as they did, before and after a reopen.
+    from streamlog.storage.producer_state import COORDINATOR
     log = PartitionLog(str(log_dir), config(**SMALL))
-    log.append(make_batch(0, 5))
-    assert log.read(0).batches[0].partition_leader_epoch == -1
-    assert log.high_watermark == 5
+    log.append(make_batch(0, 5), assign_offsets=False)    # -1, as older versions wrote it
+    log.close()
+    log = PartitionLog(str(log_dir), config(**SMALL))
+    log.append(make_batch(1, 5))                          # -1, from a producer
+    log.append(make_batch(2, 5, partition_leader_epoch=5))    # a client's made-up one
+    log.append(make_batch(3, 5), origin=COORDINATOR)
+    log.append(make_batch(4, 5, base_offset=20), assign_offsets=False)
+    log.close()
     assert not os.path.exists(os.path.join(str(log_dir), LEADER_EPOCH_CHECKPOINT))
+    log = PartitionLog(str(log_dir), config(**SMALL))
+    old = PartitionLog(str(log_dir) + "-old", config(**SMALL))
+    for batch_no in range(5):
+        old.append(make_batch(batch_no, 5))
+    batches = log.read(0, 1 << 16).batches
+    assert [b.partition_leader_epoch for b in batches] == [-1, 0, 0, -1, -1]
+    for batch in batches:
+        batch.ensure_valid()
+    assert [r[1:] for b in batches for r in b.records()] == \
+        [r[1:] for b in old.read(0, 1 << 16).batches for r in b.records()]
+    assert log.high_watermark == 25
+    log.close()
+    old.close()
 
 
 def test_appends_leave_a_replicated_high_watermark_where_it_is(log_dir):
