@@ -68,13 +68,14 @@ _VANISHED_RETRIES = 5
 
 # The leader epoch of a log that is not replicated (a database on its own, a cluster's
 # internal topics): its one leader leads it in epoch 0 for ever, as Metadata tells clients.
-# A client's batch appended to it is stamped so, as Kafka's leader stamps its epoch on every
-# batch it appends (LogValidator): kept as sent, an epoch the client made up (or one from a
-# leader it wrote to before) became the epoch a consumer commits with its position and
-# validates it with (KIP-320), which OffsetForLeaderEpoch here answers unknown: the Java
-# consumer takes that for a truncation and resets its position (SubscriptionState
-# .maybeCompleteValidation). The log's own writers keep theirs. Batches written before with
-# -1 (none) read as they did: readers do not look at the field.
+# Every batch it gives offsets to (a client's, a coordinator's, a marker) is stamped so, as
+# Kafka's leader stamps its epoch on every batch it appends (LogValidator, appendAsLeader):
+# kept as sent, an epoch the client made up (or one from a leader it wrote to before)
+# became the epoch a consumer commits with its position and validates it with (KIP-320),
+# which OffsetForLeaderEpoch here answers unknown: the Java consumer takes that for a
+# truncation and resets its position (SubscriptionState.maybeCompleteValidation). Batches
+# copied with their offsets keep theirs. Batches written before with -1 (none) read as they
+# did: readers do not look at the field.
 UNREPLICATED_LEADER_EPOCH = 0
 
 
@@ -544,7 +545,7 @@ class PartitionLog:
         consumed = 0
         codec = self.config.compression_codec
         leader_epoch = self.leader_epoch if self.replicated else \
-            UNREPLICATED_LEADER_EPOCH if origin == CLIENT else None
+            UNREPLICATED_LEADER_EPOCH if assign_offsets else None
         if leader_epoch is not None:
             leader_epoch = leader_epoch.to_bytes(4, "big", signed=True)
         # A leader's append checks timestamps, a follower's copies what its leader checked

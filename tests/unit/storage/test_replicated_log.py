@@ -61,9 +61,9 @@ def test_a_leader_stamps_its_epoch_on_every_batch_and_the_crc_still_holds(log_di
 def test_an_unreplicated_log_writes_no_epoch_file_and_stamps_clients_batches_epoch_0(log_dir):
     # Kafka's leader stamps its epoch on every batch it appends (LogValidator's
     # partitionLeaderEpoch); a log that is not replicated is led in epoch 0, as Metadata
-    # says of it, whatever epoch a client's batch came with. The log's own writers keep
-    # theirs (a coordinator's -1), and so does a batch copied with its offsets; batches
-    # written before with -1 read as they did, before and after a reopen.
+    # says of it, whatever epoch a client's or a coordinator's batch came with. A batch
+    # copied with its offsets keeps its own; batches written before with -1 read as they
+    # did, before and after a reopen.
     from streamlog.storage.producer_state import COORDINATOR
     log = PartitionLog(str(log_dir), config(**SMALL))
     log.append(make_batch(0, 5), assign_offsets=False)    # -1, as older versions wrote it
@@ -80,7 +80,7 @@ def test_an_unreplicated_log_writes_no_epoch_file_and_stamps_clients_batches_epo
     for batch_no in range(5):
         old.append(make_batch(batch_no, 5))
     batches = log.read(0, 1 << 16).batches
-    assert [b.partition_leader_epoch for b in batches] == [-1, 0, 0, -1, -1]
+    assert [b.partition_leader_epoch for b in batches] == [-1, 0, 0, 0, -1]
     for batch in batches:
         batch.ensure_valid()
     assert [r[1:] for b in batches for r in b.records()] == \
