@@ -7,11 +7,14 @@ make the broker rebuild a produced batch whose codec differs, keeping its record
 producer fields, and check the rebuilt batch's size against max.message.bytes again.
 """
 import os
+import time
 
 import pytest
+from kio.schema.errors import ErrorCode
 
 from streamlog import TopicPartition
 from streamlog.errors import InvalidRecordError, RecordTooLargeError
+from streamlog.server.error_codes import error_code
 from streamlog.storage import compression
 from streamlog.storage.record_batch import RECORDS_OFFSET, RecordBatch, build_batch, seal
 from streamlog.testing import records
@@ -129,3 +132,35 @@ def test_a_transactional_batch_recompressed_stays_in_its_transaction(db):
     assert all(b.is_transactional for b in data)
     assert [r.value for r in records(db, "t")] == [b"z"]
     assert [r.value for r in records(db, "t", "read_uncommitted")] == [b"x", b"y", b"z"]
+
+
+def damaged_batch(timestamp):
+    """A batch of two records whose second runs past the batch's end, with a sound header
+    and CRC: its records section does not decode."""
+    batch = build_batch([b"first", b"second"], timestamp=timestamp)
+    damaged = bytearray(batch[:-1])
+    seal(damaged, 0, base_offset=0, attributes=RecordBatch(batch).attributes,
+         last_offset_delta=1, base_timestamp=timestamp, max_timestamp=timestamp,
+         producer_id=-1, producer_epoch=-1, base_sequence=-1, records_count=2)
+    assert RecordBatch(damaged).is_valid()
+    return bytes(damaged)
+
+
+@pytest.mark.parametrize("config", [
+    {"message.timestamp.before.max.ms": 3_600_000},
+    {"message.timestamp.after.max.ms": 3_600_000},
+    {"cleanup.policy": "compact"},
+])
+def test_records_that_do_not_decode_are_invalid_record_where_a_check_reads_them(db, config):
+    # Kafka's LogValidator iterates the records of a produced batch (validateRecord: the
+    # key of a compacted topic's record, the timestamp window of KIP-937); a section that
+    # does not parse fails there with InvalidRecordException (DefaultRecord.readFrom),
+    # INVALID_RECORD, as the recompressing path above answers. Not CorruptRecordError:
+    # that says the log's own bytes are damaged, and goes over the wire as
+    # CORRUPT_MESSAGE, which producers retry.
+    db.create_topic("t", config=config)
+    with pytest.raises(InvalidRecordError, match="rejected a batch for t-0") as caught:
+        db._broker.partition_log(TopicPartition("t", 0)).append(
+            damaged_batch(int(time.time() * 1000)))
+    assert error_code(caught.value) == ErrorCode.invalid_record
+    assert db.describe_topic("t").partitions[0].log_end_offset == 0

@@ -117,14 +117,14 @@ def _holding(bases, offset):
     return max(bisect.bisect_right(bases, offset) - 1, 0)
 
 
-def _check_timestamps(batch, now_ms, window, name):
+def _check_timestamps(records, now_ms, window, name):
     """Kafka's LogValidator.validateTimestamp on a CreateTime topic: each record's timestamp
     (but NO_TIMESTAMP, -1) at most `before` ms before now_ms and `after` ms after it, else
     the batch is refused (INVALID_TIMESTAMP). Only a topic that sets a window pays for
     decoding the records: the header's maxTimestamp cannot bound the smallest one (a record
     may be older than the batch's first)."""
     before, after = window
-    timestamps = batch.records(verify=False).timestamps
+    timestamps = records.timestamps
     lag = now_ms - timestamps
     bad = ((lag > before) | (-lag > after)) & (timestamps != NO_TIMESTAMP)
     if bad.any():
@@ -508,6 +508,17 @@ class PartitionLog:
                 f"a {size}-byte batch exceeds max.message.bytes={self.config.max_message_bytes}"
                 f" of {self.name}; raise the topic's max.message.bytes or send less per batch")
 
+    def _decoded(self, batch):
+        """The records of a client's batch, for a check that reads them: a section that does
+        not decode is INVALID_RECORD, as Kafka's record iterator refuses it (DefaultRecord
+        .readFrom: InvalidRecordException), not CorruptRecordError, which says the bytes
+        on disk are damaged and which the wire answers CORRUPT_MESSAGE, an error a producer
+        retries."""
+        try:
+            return batch.records(verify=False)
+        except CorruptRecordError as exc:
+            raise InvalidRecordError(f"rejected a batch for {self.name}: {exc.reason}") from None
+
     def _recompressed(self, batch, codec):
         """A client's batch in the topic's compression.type (Kafka's LogValidator rebuilds
         a produced batch whose codec differs from the topic's, keeping its records and
@@ -578,14 +589,14 @@ class PartitionLog:
                 # Kafka's LogValidator rule: the cleaner could only drop such a record. The
                 # coordinators key every record they write, and a replica copies what its
                 # leader checked: decoding their batches here would only cost them time.
-                keyless = (batch.records(verify=False).key_lens < 0).nonzero()[0].tolist()
+                keyless = (self._decoded(batch).key_lens < 0).nonzero()[0].tolist()
                 if keyless:
                     raise InvalidRecordError(
                         f"compacted topic partition {self.name} cannot accept a record "
                         "without a key; give every record a key, or use cleanup.policy=delete",
                         [(i, "no key, on a compacted topic") for i in keyless])
             if window is not None and batch.records_count:
-                _check_timestamps(batch, now_ms, window, self.name)
+                _check_timestamps(self._decoded(batch), now_ms, window, self.name)
             if batch.is_control and origin == CLIENT:
                 raise InvalidRecordError("a client may not write a control batch; transaction "
                                          "markers come from the transaction coordinator")
