@@ -4,6 +4,7 @@ cluster/controller.py and cluster/replica_fetcher.py).
 
 Waits are on states (support.wait_until); no verdict rests on how fast one came."""
 import os
+import time
 
 import pytest
 
@@ -14,6 +15,7 @@ from streamlog.errors import (LeaderNotAvailableError, NotEnoughReplicasError,
                               RequestTimedOutError)
 from streamlog.storage.checkpoint import OffsetCheckpointFile
 from streamlog.storage.leader_epoch_cache import LeaderEpochCache
+from streamlog.storage.record_batch import LOG_APPEND_TIME
 from streamlog.structs import TopicPartition
 
 from support import wait_until
@@ -425,3 +427,31 @@ def test_a_slowed_fetch_ends_its_wait_when_the_delay_is_cleared_or_the_cluster_c
     finally:
         cluster.close()
     assert set(_fetcher_threads()) - before == set()
+
+
+def test_a_follower_stores_a_log_append_time_batch_as_its_leader_stamped_it(cluster):
+    # Kafka's LogValidator stamps LogAppendTime on the leader only; a follower appends what
+    # it fetched as it is (UnifiedLog.appendAsFollower: validateAndAssignOffsets=false), so
+    # every replica holds the leader's bytes, timestamps and CRCs included, and a consumer
+    # sees the same timestamps after a leader change.
+    cluster.create_topic("t", 1, 3, config={"message.timestamp.type": "LogAppendTime"})
+    tp = TopicPartition("t", 0)
+    leader = cluster.leader("t", 0)
+    followers = [b for b in cluster.partition_state("t", 0).replicas if b != leader]
+    late = followers[-1]
+    cluster.isolate(late)
+    wait_until(lambda: late not in cluster.partition_state("t", 0).isr,
+               "the cut follower to leave the ISR")
+    cluster.produce("t", 0, values(b"a", 3))
+    time.sleep(0.05)   # the cut follower copies the batch at least 50 ms after its stamp
+    cluster.heal(late)
+    cluster.wait_in_sync("t")
+
+    def stored(broker_id):
+        log = cluster.broker(broker_id).partition_log(tp)
+        return log.read(0, 1 << 20, below_high_watermark=False).batches
+
+    (batch,) = stored(leader)
+    assert batch.timestamp_type == LOG_APPEND_TIME
+    for broker_id in followers:
+        assert [bytes(b.view()) for b in stored(broker_id)] == [bytes(batch.view())], broker_id

@@ -621,7 +621,9 @@ class PartitionLog:
                         f"{self.name} empty, and only a compacted log may skip offsets")
             last = base + batch.last_offset_delta
             piece = batch.view()
-            if self.config.log_append_time:
+            if assign_offsets and self.config.log_append_time:
+                # The leader stamps (LogValidator); a follower stores the leader's bytes as
+                # they are (appendAsFollower), stamp and CRC included.
                 piece = bytearray(piece)
                 set_log_append_time(piece, 0, now_ms)
                 batch = RecordBatch(piece)
