@@ -13,7 +13,7 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from streamlog import TopicPartition
-from streamlog.errors import InvalidRecordError, RecordTooLargeError
+from streamlog.errors import InvalidRecordError, InvalidTimestampError, RecordTooLargeError
 from streamlog.server.error_codes import error_code
 from streamlog.storage import compression
 from streamlog.storage.record_batch import RECORDS_OFFSET, RecordBatch, build_batch, seal
@@ -164,3 +164,22 @@ def test_records_that_do_not_decode_are_invalid_record_where_a_check_reads_them(
             damaged_batch(int(time.time() * 1000)))
     assert error_code(caught.value) == ErrorCode.invalid_record
     assert db.describe_topic("t").partitions[0].log_end_offset == 0
+
+
+def test_altered_configs_apply_to_the_next_append_though_each_append_reads_them_cached(db):
+    # LogConfig derives compression.type's codec and the timestamp window once per config
+    # (the append path reads them for every batch); an altered config is a new LogConfig.
+    db.create_topic("t")
+    log = db._broker.partition_log(TopicPartition("t", 0))
+    old = int(time.time() * 1000) - 3_600_000
+    log.append(build_batch([b"a"], timestamp=old))
+    db.alter_topic_config("t", {"message.timestamp.before.max.ms": 60_000,
+                                "compression.type": "gzip"})
+    with pytest.raises(InvalidTimestampError):
+        log.append(build_batch([b"b"], timestamp=old))
+    log.append(build_batch([b"c"], timestamp=old + 3_600_000))
+    db._broker.alter_topic_config("t", {}, remove=("message.timestamp.before.max.ms",
+                                                   "compression.type"))
+    log.append(build_batch([b"d"], timestamp=old))
+    assert [b.compression for b in stored_batches(db, "t")] == [
+        compression.NONE, compression.GZIP, compression.NONE]

@@ -6,6 +6,7 @@ names ("retention_ms"); values may be given as Python values or as strings
 naming the key, the rule and the value.
 """
 from dataclasses import dataclass, fields, replace
+from functools import cached_property
 
 from ..errors import InvalidConfigurationError
 from ..parsing import LONG_MAX, bad_value, parse_bool, parse_choice, parse_int
@@ -148,7 +149,7 @@ class LogConfig:
     def log_append_time(self):
         return self.message_timestamp_type == "LogAppendTime"
 
-    @property
+    @cached_property   # read by every append: derived once per config
     def compression_codec(self):
         """The codec id a produced batch is stored in (compression.type), or None to keep
         the producer's ('producer', Kafka's default)."""
@@ -156,7 +157,7 @@ class LogConfig:
             return None
         return compression.IDS.get(self.compression_type, compression.NONE)  # 'uncompressed'
 
-    @property
+    @cached_property   # read by every append: derived once per config
     def timestamp_window_ms(self):
         """(before, after): how far before or after the broker's clock the timestamp of a
         record appended to a CreateTime topic may lie (KIP-937), or None when nothing is

@@ -554,14 +554,18 @@ class PartitionLog:
         first_offset = None
         max_ts, offset_of_max_ts, records = -1, -1, 0
         consumed = 0
-        codec = self.config.compression_codec
+        config = self.config
+        # Both derived once per config (cached): a topic left at the defaults pays nothing
+        # per batch for the checks they enable.
+        codec = config.compression_codec
+        segment_bytes, max_message_bytes = config.segment_bytes, config.max_message_bytes
         leader_epoch = self.leader_epoch if self.replicated else \
             UNREPLICATED_LEADER_EPOCH if assign_offsets else None
         if leader_epoch is not None:
             leader_epoch = leader_epoch.to_bytes(4, "big", signed=True)
         # A leader's append checks timestamps, a follower's copies what its leader checked
         # (Kafka's LogValidator runs on the leader only).
-        window = self.config.timestamp_window_ms if assign_offsets else None
+        window = config.timestamp_window_ms if assign_offsets else None
         for batch in iter_batches(view, 0, len(view)):
             size = batch.size_in_bytes
             try:
@@ -574,7 +578,8 @@ class PartitionLog:
                 raise CorruptInputBatchError(
                     f"rejected a batch for {self.name}: it fails its CRC (stored "
                     f"{batch.crc:#010x}); it was damaged before it arrived")
-            self._check_batch_size(size)
+            if size > segment_bytes or size > max_message_bytes:
+                self._check_batch_size(size)
             if batch.records_count == 0 and assign_offsets:
                 raise InvalidRecordError("a produced batch must hold at least one record")
             if origin == CLIENT and batch.records_count != batch.last_offset_delta + 1:
@@ -641,7 +646,7 @@ class PartitionLog:
                 first_offset = base
             if batch.max_timestamp > max_ts:
                 max_ts, offset_of_max_ts = batch.max_timestamp, last
-            infos.append(BatchInfo(last, batch.max_timestamp, batch.size_in_bytes))
+            infos.append(BatchInfo(last, batch.max_timestamp, len(piece)))
             if batch.producer_id >= 0:
                 producer_batches.append(producer_batch(batch, base, verified=True))
             records += batch.records_count
