@@ -82,23 +82,36 @@ def bench_send(results, tmp, records, repeats):
                 ratio=t_plain / t_idem, baseline="the same, enable_idempotence=False")
 
 
-def bench_transactional(results, tmp, records, per_txn, repeats):
+@contextlib.contextmanager
+def transaction_and_batch(tmp, name, per_txn):
+    """(one transaction of per_txn records, one batch of them + flush with acks="all"), two
+    functions writing to topics "txn" and "plain" of a fresh database."""
     values = [VALUE] * per_txn
-    with database(tmp, "txn", "txn", "plain") as db:
-        txn = db.producer(transactional_id="bench")
+    with database(tmp, name, "txn", "plain") as db:
+        txn = db.producer(transactional_id=name)
         txn.init_transactions()
         plain = db.producer(acks="all")
 
+        def transaction():
+            txn.begin_transaction()
+            txn.send_batch("txn", values, partition=0)
+            txn.commit_transaction()
+
+        def batch():
+            plain.send_batch("plain", values, partition=0)
+            plain.flush()
+        yield transaction, batch
+
+
+def bench_transactional(results, tmp, records, per_txn, repeats):
+    with transaction_and_batch(tmp, "bench", per_txn) as (transaction, batch):
         def transactional():
             for _ in range(records // per_txn):
-                txn.begin_transaction()
-                txn.send_batch("txn", values, partition=0)
-                txn.commit_transaction()
+                transaction()
 
         def non_transactional():
             for _ in range(records // per_txn):
-                plain.send_batch("plain", values, partition=0)
-                plain.flush()
+                batch()
 
         t_txn, t_plain = harness.best_of(repeats, transactional, non_transactional)
     results.add(f"transactions of {per_txn:,} records (send_batch + commit)", records / t_txn,
@@ -137,21 +150,7 @@ def bench_transaction_cost(results, tmp, rounds, per_txn):
     and the fdatasyncs each makes (count, time). Not judged; it says what bounds the
     transaction ratio on this disk: a transaction must make at least the data's fdatasync
     and PrepareCommit's before commit_transaction() returns, one more than the batch."""
-    values = [VALUE] * per_txn
-    with database(tmp, "cost", "txn", "plain") as db:
-        txn = db.producer(transactional_id="cost")
-        txn.init_transactions()
-        plain = db.producer(acks="all")
-
-        def transaction():
-            txn.begin_transaction()
-            txn.send_batch("txn", values, partition=0)
-            txn.commit_transaction()
-
-        def batch():
-            plain.send_batch("plain", values, partition=0)
-            plain.flush()
-
+    with transaction_and_batch(tmp, "cost", per_txn) as (transaction, batch):
         cost = {}
         for name, fn in (("transaction", transaction), ("batch", batch)):
             fn()   # the first of each opens files and makes the coordinator

@@ -37,7 +37,7 @@ from streamlog.storage import record_batch
 from streamlog.structs import TopicPartition
 
 from support import wait_until
-from support.wire import call
+from support.wire import call, list_offsets
 
 SECONDS = i32Timedelta.parse(datetime.timedelta(seconds=5))
 
@@ -365,7 +365,7 @@ def test_a_coordinator_asked_for_while_its_topic_is_created_is_not_available_yet
     assert cluster.coordinator_for("group-c") in cluster.broker_ids
 
 
-def list_offsets(sock, topic, timestamps, v4=False):
+def offsets_at(sock, topic, timestamps, v4=False):
     """ListOffsets (v7, or v4) of partition 0 for each timestamp: [(error code, offset)]."""
     request, topic_cls, partition_cls = (ListOffsetsRequestV4, ListOffsetsTopicV4,
                                          ListOffsetsPartitionV4) if v4 else \
@@ -400,15 +400,15 @@ def test_a_new_leader_whose_high_watermark_lags_its_epoch_start_answers_offset_n
         assert cluster.leader("t", 0) == new
         assert cluster.partition_state("t", 0).high_watermark == 5   # its epoch starts at 10
         with connect(cluster, new) as sock:
-            assert list_offsets(sock, "t", [-1, -2, 0]) == [
+            assert offsets_at(sock, "t", [-1, -2, 0]) == [
                 (ErrorCode.offset_not_available, -1), (ErrorCode.none, 0),
                 (ErrorCode.none, 0)]
-            assert list_offsets(sock, "t", [-1], v4=True) == [
+            assert offsets_at(sock, "t", [-1], v4=True) == [
                 (ErrorCode.leader_not_available, -1)]
             cluster.heal(lagging)
             wait_until(lambda: cluster.partition_state("t", 0).high_watermark == 10,
                        "the high watermark to reach the epoch start")
-            assert list_offsets(sock, "t", [-1]) == [(ErrorCode.none, 10)]
+            assert offsets_at(sock, "t", [-1]) == [(ErrorCode.none, 10)]
 
 
 def fetch(topic, partitions, max_wait_s=5):
@@ -450,12 +450,7 @@ def test_a_broker_without_a_replica_of_a_partition_serves_none_of_its_reads(clus
         answer = call(sock, produce("t", 0, acks=1))
         assert answer.responses[0].partition_responses[0].error_code == ErrorCode.none
     with connect(cluster, stranger) as sock:
-        answer = call(sock, ListOffsetsRequest(
-            replica_id=BrokerId(-1), isolation_level=i8(0), topics=(ListOffsetsTopic(
-                name="t", partitions=(ListOffsetsPartition(
-                    partition_index=i32(0), current_leader_epoch=i32(-1),
-                    timestamp=i64(-1)),)),)))
-        assert answer.topics[0].partitions[0].error_code == ErrorCode.not_leader_or_follower
+        assert list_offsets(sock, "t", 0, -1).error_code == ErrorCode.not_leader_or_follower
         answer = call(sock, DeleteRecordsRequest(timeout=SECONDS, topics=(DeleteRecordsTopic(
             name="t", partitions=(
                 DeleteRecordsPartition(partition_index=i32(0), offset=i64(-1)),)),)))
@@ -494,12 +489,7 @@ def test_a_fetch_or_list_offsets_at_another_leader_epoch_is_fenced_or_unknown(cl
         return call(sock, request).responses[0].partitions[0].error_code
 
     def list_offsets_error(sock, current):
-        answer = call(sock, ListOffsetsRequest(
-            replica_id=BrokerId(-1), isolation_level=i8(0), topics=(ListOffsetsTopic(
-                name="t", partitions=(ListOffsetsPartition(
-                    partition_index=i32(0), current_leader_epoch=i32(current),
-                    timestamp=i64(-2)),)),)))
-        return answer.topics[0].partitions[0].error_code
+        return list_offsets(sock, "t", 0, -2, current_leader_epoch=current).error_code
 
     with connect(cluster, leader) as sock:
         for ask in (fetch_error, list_offsets_error):
@@ -533,14 +523,8 @@ def test_list_offsets_answers_the_leader_epoch_of_the_record_it_finds(cluster):
     assert cluster.partition_state("t", 0).leader_epoch == 1
     send([2000, 2001])         # offsets 3, 4, epoch 1
     with connect(cluster, cluster.leader("t", 0)) as sock:
-        answers = []
-        for timestamp in (-2, -1, -3, 1001, 9001):
-            answer = call(sock, ListOffsetsRequest(
-                replica_id=BrokerId(-1), isolation_level=i8(0), topics=(ListOffsetsTopic(
-                    name="t", partitions=(ListOffsetsPartition(
-                        partition_index=i32(0), current_leader_epoch=i32(-1),
-                        timestamp=i64(timestamp)),)),)))
-            part = answer.topics[0].partitions[0]
-            answers.append((part.error_code, part.offset, part.leader_epoch))
+        answers = [(part.error_code, part.offset, part.leader_epoch)
+                   for part in (list_offsets(sock, "t", 0, timestamp)
+                                for timestamp in (-2, -1, -3, 1001, 9001))]
     assert answers == [(ErrorCode.none, 0, 0), (ErrorCode.none, 5, 1), (ErrorCode.none, 1, 0),
                        (ErrorCode.none, 1, 0), (ErrorCode.none, -1, -1)]

@@ -301,6 +301,16 @@ def test_kip_101_two_leaders_in_turn_and_a_hard_crash_end_with_identical_logs(cl
     assert epochs_a == cluster.broker(b).partition_log(tp).epochs.entries
 
 
+def _fetching_for(cluster, follower):
+    """Cut the follower of t-0 off (the test fetches for it from then on) and wait for it to
+    leave the ISR; (the leader's replica manager, the leader epoch)."""
+    cluster.isolate(follower)
+    wait_until(lambda: follower not in cluster.partition_state("t", 0).isr,
+               "the cut follower to leave the ISR")
+    leader = cluster.leader("t", 0)
+    return cluster.replica_manager(leader), cluster.partition_state("t", 0).leader_epoch
+
+
 def test_the_high_watermark_waits_for_a_caught_up_follower_outside_the_isr(tmp_path):
     # Partition.maybeIncrementLeaderHW (shouldWaitForReplicaToJoinIsr): a live follower
     # outside the ISR that is caught up (replica.lag.time.max.ms, as the ISR counts it)
@@ -313,11 +323,7 @@ def test_the_high_watermark_waits_for_a_caught_up_follower_outside_the_isr(tmp_p
         leader, other, returning = cluster.partition_state("t", 0).replicas
         cluster.produce("t", 0, values(b"a", 10))
         cluster.wait_in_sync("t")
-        cluster.isolate(returning)   # its own fetcher is cut: the test fetches for it
-        wait_until(lambda: returning not in cluster.partition_state("t", 0).isr,
-                   "the cut follower to leave the ISR")
-        manager = cluster.replica_manager(leader)
-        epoch = cluster.partition_state("t", 0).leader_epoch
+        manager, epoch = _fetching_for(cluster, returning)
 
         def fetch_as_returning(offset):
             assert manager.replica_fetch(returning, {tp: (offset, epoch)})[tp].error is None
@@ -343,14 +349,10 @@ def test_a_follower_fetch_out_of_range_leaves_the_followers_state_as_it_was(clus
     leader, _, follower = cluster.partition_state("t", 0).replicas
     cluster.produce("t", 0, values(b"a", 10))
     cluster.wait_in_sync("t")
-    cluster.isolate(follower)   # its own fetcher is cut: the test fetches for it
-    wait_until(lambda: follower not in cluster.partition_state("t", 0).isr,
-               "the cut follower to leave the ISR")
+    manager, epoch = _fetching_for(cluster, follower)
     cluster.produce("t", 0, values(b"b", 5))
-    manager = cluster.replica_manager(leader)
     view = manager._replicas[tp].followers[follower]
     before = (view.leo, view.last_caught_up_ms, view.last_fetch_ms)
-    epoch = cluster.partition_state("t", 0).leader_epoch
     answer = manager.replica_fetch(follower, {tp: (100, epoch)})[tp]
     assert isinstance(answer.error, OffsetOutOfRangeError)
     assert (view.leo, view.last_caught_up_ms, view.last_fetch_ms) == before

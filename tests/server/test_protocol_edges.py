@@ -20,10 +20,10 @@ from kio.schema.offset_for_leader_epoch.v4.request import (OffsetForLeaderEpochR
 from kio.schema.produce.v9.request import (PartitionProduceData, ProduceRequest,
                                            TopicProduceData)
 from kio.schema.types import BrokerId
-from kio.static.primitive import i8, i16, i32, i32Timedelta, i64
+from kio.static.primitive import i16, i32, i32Timedelta, i64
 from streamlog.storage import record_batch
 
-from support.wire import call, encode
+from support.wire import call, encode, list_offsets
 
 pytest.importorskip("confluent_kafka")
 
@@ -432,20 +432,12 @@ def test_list_offsets_on_a_database_of_its_own_answers_epoch_0_or_minus_1_for_no
     # Metadata names epoch 0 for every partition of a database on its own: a found offset
     # is epoch 0's; a timestamp after every record finds nothing, answered offset -1 and
     # leader epoch -1 (Kafka's ReplicaManager.fetchOffset: buildErrorResponse's defaults).
-    from kio.schema.list_offsets.v7.request import (ListOffsetsPartition, ListOffsetsRequest,
-                                                    ListOffsetsTopic)
     producer = db.producer()
     producer.send("t", b"a", partition=0, timestamp_ms=1000)
     producer.flush()
-    answers = []
-    for timestamp in (-2, -1, -3, 1000, 1001):
-        answer = call(sock, ListOffsetsRequest(
-            replica_id=BrokerId(-1), isolation_level=i8(0), topics=(ListOffsetsTopic(
-                name="t", partitions=(ListOffsetsPartition(
-                    partition_index=i32(0), current_leader_epoch=i32(-1),
-                    timestamp=i64(timestamp)),)),)))
-        part = answer.topics[0].partitions[0]
-        answers.append((part.offset, part.leader_epoch))
+    answers = [(part.offset, part.leader_epoch)
+               for part in (list_offsets(sock, "t", 0, timestamp)
+                            for timestamp in (-2, -1, -3, 1000, 1001))]
     assert answers == [(0, 0), (1, 0), (0, 0), (0, 0), (-1, -1)]
 
 

@@ -43,3 +43,19 @@ def call(sock, body, correlation_id=1):
     assert header.correlation_id == correlation_id
     response, _ = entity_reader(response_cls)(answer[offset:], 0)
     return response
+
+
+def list_offsets(sock, topic, partition, timestamp, current_leader_epoch=-1,
+                 isolation_level=0):
+    """One ListOffsets (v7) of one partition; its partition answer (error_code, timestamp,
+    offset, leader_epoch)."""
+    from kio.schema.list_offsets.v7.request import (ListOffsetsPartition, ListOffsetsRequest,
+                                                    ListOffsetsTopic)
+    from kio.schema.types import BrokerId
+    from kio.static.primitive import i8, i64
+    answer = call(sock, ListOffsetsRequest(
+        replica_id=BrokerId(-1), isolation_level=i8(isolation_level), topics=(ListOffsetsTopic(
+            name=topic, partitions=(ListOffsetsPartition(
+                partition_index=i32(partition), current_leader_epoch=i32(current_leader_epoch),
+                timestamp=i64(timestamp)),)),)))
+    return answer.topics[0].partitions[0]
