@@ -20,7 +20,7 @@ from kio.schema.offset_for_leader_epoch.v4.request import (OffsetForLeaderEpochR
 from kio.schema.produce.v9.request import (PartitionProduceData, ProduceRequest,
                                            TopicProduceData)
 from kio.schema.types import BrokerId
-from kio.static.primitive import i16, i32, i32Timedelta, i64
+from kio.static.primitive import i8, i16, i32, i32Timedelta, i64
 from streamlog.storage import record_batch
 
 from support.wire import call, encode, list_offsets
@@ -189,6 +189,38 @@ def test_a_partition_that_fails_its_fetch_gets_empty_records_never_null(db, sock
     parts = answer.responses[0].partitions
     assert [(p.error_code, p.records) for p in parts] == [
         (ErrorCode.none, b""), (ErrorCode.unknown_topic_or_partition, b"")]
+
+
+def test_a_zstd_topic_is_unsupported_compression_type_to_a_fetch_before_version_10(db, sock):
+    # KafkaApis.maybeConvertFetchedData: a topic whose compression.type is zstd answers a
+    # Fetch of version 9 or older UNSUPPORTED_COMPRESSION_TYPE (KIP-110: such a client may
+    # not decode zstd), by the topic's config, whatever its batches hold; Fetch 10 reads it.
+    from kio.schema.fetch.v9.request import FetchPartition as FetchPartition9
+    from kio.schema.fetch.v9.request import FetchRequest as FetchRequest9
+    from kio.schema.fetch.v9.request import FetchTopic as FetchTopic9
+    from kio.schema.fetch.v10.request import FetchPartition as FetchPartition10
+    from kio.schema.fetch.v10.request import FetchRequest as FetchRequest10
+    from kio.schema.fetch.v10.request import FetchTopic as FetchTopic10
+    db.create_topic("z", config={"compression.type": "zstd"})
+    db.producer().send("z", b"v", partition=0).result(timeout=10)
+    db.producer().send("t", b"v", partition=0).result(timeout=10)
+
+    def fetch(request, topic, partition):
+        answer = call(sock, request(
+            replica_id=BrokerId(-1), max_wait=i32Timedelta.parse(datetime.timedelta(0)),
+            min_bytes=i32(0), max_bytes=i32(1 << 20), isolation_level=i8(0), session_id=i32(0),
+            session_epoch=i32(-1), forgotten_topics_data=(), topics=tuple(
+                topic(topic=name, partitions=(partition(
+                    partition=i32(0), current_leader_epoch=i32(-1), fetch_offset=i64(0),
+                    log_start_offset=i64(-1), partition_max_bytes=i32(1 << 20)),))
+                for name in ("z", "t"))))
+        return [(r.topic, r.partitions[0].error_code, len(r.partitions[0].records or b"") > 0)
+                for r in answer.responses]
+
+    assert fetch(FetchRequest9, FetchTopic9, FetchPartition9) == [
+        ("z", ErrorCode.unsupported_compression_type, False), ("t", ErrorCode.none, True)]
+    assert fetch(FetchRequest10, FetchTopic10, FetchPartition10) == [
+        ("z", ErrorCode.none, True), ("t", ErrorCode.none, True)]
 
 
 def test_a_batch_damaged_on_its_way_is_corrupt_message_which_producers_retry(db, sock):

@@ -360,6 +360,15 @@ class Handlers:
                     read_committed=getattr(body, "isolation_level", 0) == 1))
             except errors.StreamlogError as exc:
                 results.update({tp: exc for tp in known})
+        if version < 10:
+            # Kafka's KafkaApis.maybeConvertFetchedData: a client of Fetch 9 or older may not
+            # read zstd (KIP-110), so a partition of a topic whose compression.type is zstd
+            # answers it UNSUPPORTED_COMPRESSION_TYPE, whatever the batches read hold.
+            for tp in known:
+                if self.broker.partition_log(tp).config.compression_type == "zstd":
+                    results[tp] = errors.UnsupportedCompressionTypeError(
+                        f"{tp} is of a topic with compression.type zstd, which a Fetch "
+                        f"request of version {version} cannot read; version 10 or later can")
         by_topic = {}
         for tp in order:
             result = results.get(tp)
