@@ -365,7 +365,7 @@ class Handlers:
             # read zstd (KIP-110), so a partition of a topic whose compression.type is zstd
             # answers it UNSUPPORTED_COMPRESSION_TYPE, whatever the batches read hold.
             for tp in known:
-                if self.broker.partition_log(tp).config.compression_type == "zstd":
+                if self.broker.partition_log(tp).config.compression_codec == ZSTD:
                     results[tp] = errors.UnsupportedCompressionTypeError(
                         f"{tp} is of a topic with compression.type zstd, which a Fetch "
                         f"request of version {version} cannot read; version 10 or later can")

@@ -32,6 +32,7 @@ size only grows after its bytes are written.
 On a crash: see log_loader (recovery from the recovery point).
 """
 import bisect
+import contextlib
 import logging
 import os
 import threading
@@ -508,23 +509,15 @@ class PartitionLog:
                 f"a {size}-byte batch exceeds max.message.bytes={self.config.max_message_bytes}"
                 f" of {self.name}; raise the topic's max.message.bytes or send less per batch")
 
-    def _decoded(self, batch):
-        """The records of a client's batch, for a check that reads them: a section that does
-        not decode is INVALID_RECORD, as Kafka's record iterator refuses it (DefaultRecord
-        .readFrom: InvalidRecordException), not CorruptRecordError, which says the bytes
-        on disk are damaged and which the wire answers CORRUPT_MESSAGE, an error a producer
-        retries."""
+    @contextlib.contextmanager
+    def _refusing(self):
+        """Around a check of a batch handed to the log: a header or records section that
+        does not parse is the sender's INVALID_RECORD, as Kafka's validation refuses it
+        (DefaultRecord.readFrom: InvalidRecordException), not CorruptRecordError, which
+        says the bytes on disk are damaged and which the wire answers CORRUPT_MESSAGE, an
+        error a producer retries."""
         try:
-            return batch.records(verify=False)
-        except CorruptRecordError as exc:
-            raise InvalidRecordError(f"rejected a batch for {self.name}: {exc.reason}") from None
-
-    def _recompressed(self, batch, codec):
-        """A client's batch in the topic's compression.type (Kafka's LogValidator rebuilds
-        a produced batch whose codec differs from the topic's, keeping its records and
-        producer fields); a section that does not decode is refused."""
-        try:
-            return RecordBatch(recompressed(batch, codec))
+            yield
         except CorruptRecordError as exc:
             raise InvalidRecordError(f"rejected a batch for {self.name}: {exc.reason}") from None
 
@@ -555,10 +548,10 @@ class PartitionLog:
         max_ts, offset_of_max_ts, records = -1, -1, 0
         consumed = 0
         config = self.config
-        # Both derived once per config (cached): a topic left at the defaults pays nothing
-        # per batch for the checks they enable.
+        # The codec and the timestamp window (below) are derived once per config (cached):
+        # a topic left at the defaults pays nothing per batch for the checks they enable.
         codec = config.compression_codec
-        segment_bytes, max_message_bytes = config.segment_bytes, config.max_message_bytes
+        size_limit = min(config.segment_bytes, config.max_message_bytes)   # _check_batch_size
         leader_epoch = self.leader_epoch if self.replicated else \
             UNREPLICATED_LEADER_EPOCH if assign_offsets else None
         if leader_epoch is not None:
@@ -568,17 +561,15 @@ class PartitionLog:
         window = config.timestamp_window_ms if assign_offsets else None
         for batch in iter_batches(view, 0, len(view)):
             size = batch.size_in_bytes
-            try:
+            with self._refusing():
                 batch.check_header()
-            except CorruptRecordError as exc:
-                raise InvalidRecordError(f"rejected a batch for {self.name}: {exc.reason}") from None
             if batch.compute_checksum() != batch.crc:
                 # A sound header with a wrong CRC: damaged on its way here, so the sender may
                 # try again (Kafka answers CORRUPT_MESSAGE, retriable, not INVALID_RECORD).
                 raise CorruptInputBatchError(
                     f"rejected a batch for {self.name}: it fails its CRC (stored "
                     f"{batch.crc:#010x}); it was damaged before it arrived")
-            if size > segment_bytes or size > max_message_bytes:
+            if size > size_limit:
                 self._check_batch_size(size)
             if batch.records_count == 0 and assign_offsets:
                 raise InvalidRecordError("a produced batch must hold at least one record")
@@ -589,27 +580,37 @@ class PartitionLog:
                 raise InvalidRecordError(
                     f"a produced batch spans {batch.last_offset_delta + 1} offsets but holds "
                     f"{batch.records_count} records")
+            decoded = None   # the client's records, decoded once for the checks reading them
             if self.config.compact and origin == CLIENT and not batch.is_control and \
                     batch.records_count:
                 # Kafka's LogValidator rule: the cleaner could only drop such a record. The
                 # coordinators key every record they write, and a replica copies what its
                 # leader checked: decoding their batches here would only cost them time.
-                keyless = (self._decoded(batch).key_lens < 0).nonzero()[0].tolist()
+                with self._refusing():
+                    decoded = batch.records(verify=False)
+                keyless = (decoded.key_lens < 0).nonzero()[0].tolist()
                 if keyless:
                     raise InvalidRecordError(
                         f"compacted topic partition {self.name} cannot accept a record "
                         "without a key; give every record a key, or use cleanup.policy=delete",
                         [(i, "no key, on a compacted topic") for i in keyless])
             if window is not None and batch.records_count:
-                _check_timestamps(self._decoded(batch), now_ms, window, self.name)
+                if decoded is None:
+                    with self._refusing():
+                        decoded = batch.records(verify=False)
+                _check_timestamps(decoded, now_ms, window, self.name)
             if batch.is_control and origin == CLIENT:
                 raise InvalidRecordError("a client may not write a control batch; transaction "
                                          "markers come from the transaction coordinator")
             if origin == CLIENT and batch.timestamp_type == LOG_APPEND_TIME:
                 self._check_client_log_append_time(batch)
             if codec is not None and origin == CLIENT and batch.compression != codec:
-                batch = self._recompressed(batch, codec)
-                self._check_batch_size(batch.size_in_bytes)
+                # Kafka's LogValidator rebuilds a produced batch whose codec differs from the
+                # topic's, keeping its records and producer fields.
+                with self._refusing():
+                    batch = RecordBatch(recompressed(batch, codec))
+                if batch.size_in_bytes > size_limit:
+                    self._check_batch_size(batch.size_in_bytes)
             if assign_offsets:
                 base = next_offset
             else:
