@@ -10,8 +10,16 @@ wrote their pages back) and loses the index pages only.
 
 The objects that had the root open must not be used after lose(): open it
 again.
+
+die_at_sync() is the same watch in a child process that the power loss kills at a
+chosen sync, with nothing after it run: files written whole and renamed in (snapshots,
+checkpoints) exist exactly when their fsync came before the cut. The parent puts the
+segment files back with put_back().
 """
 import os
+import pickle
+import signal
+import threading
 
 from streamlog.storage.file_records import FileRecords
 from streamlog.storage.sparse_index import SparseIndex
@@ -50,14 +58,61 @@ class PowerLoss:
             self.durable[path] = f.read()
 
     def _segment_files(self):
-        for directory, _, names in os.walk(self.root):
-            for name in names:
-                if name.endswith(SEGMENT_SUFFIXES):
-                    yield os.path.join(directory, name)
+        return _segment_files(self.root)
 
     def lose(self, keep_logs=False):
-        for path in list(self._segment_files()):
-            if keep_logs and path.endswith(".log"):
-                continue
-            with open(path, "wb") as f:
-                f.write(self.durable.get(path, b""))
+        put_back(self.root, self.durable, keep_logs)
+
+
+def put_back(root, durable, keep_logs=False):
+    """Every segment file under root as of its last sync in `durable` (path -> bytes);
+    one never synced comes back empty."""
+    for path in list(_segment_files(root)):
+        if keep_logs and path.endswith(".log"):
+            continue
+        with open(path, "wb") as f:
+            f.write(durable.get(path, b""))
+
+
+def _segment_files(root):
+    for directory, _, names in os.walk(root):
+        for name in names:
+            if name.endswith(SEGMENT_SUFFIXES):
+                yield os.path.join(directory, name)
+
+
+class _Patcher:
+    """The one method of pytest's monkeypatch that PowerLoss uses, for a process that
+    has no pytest (a child that dies and is never undone)."""
+
+    @staticmethod
+    def setattr(target, name, value):
+        setattr(target, name, value)
+
+
+def die_at_sync(root, at, durable_path):
+    """In a child process: watch root as PowerLoss does, and at the at-th sync (an
+    fsync, fdatasync or index flush, counted from now; before it is made) write what
+    was durable until then to durable_path (pickle) and kill the process with SIGKILL:
+    the power went at that moment. The parent then calls put_back(root, durable).
+    Returns a function that dies the same way at once (a workload that ended first)."""
+    power = PowerLoss(_Patcher, root)
+    count = [0]
+    dying = threading.Lock()   # never released: other threads' syncs wait for the end
+
+    def die():
+        dying.acquire()
+        with open(durable_path, "wb") as f:
+            pickle.dump(power.durable, f)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    def gated(real):
+        def call(*args):
+            count[0] += 1
+            if count[0] >= at:
+                die()
+            return real(*args)
+        return call
+    os.fsync, os.fdatasync = gated(os.fsync), gated(os.fdatasync)
+    SparseIndex.flush = gated(SparseIndex.flush)
+    return die
