@@ -32,6 +32,7 @@ from kio.schema.txn_offset_commit.v3 import request as txn_offset_commit
 from kio.static.primitive import i16, i32, i32Timedelta, i64
 from streamlog import TopicPartition
 from streamlog.coordinator.group_coordinator import find_coordinator
+from streamlog.coordinator.transaction_coordinator import find_transaction_coordinator
 from streamlog.storage.partition_log import PartitionLog
 from streamlog.storage.producer_state import COORDINATOR
 from streamlog.storage.record_batch import build_batch
@@ -72,8 +73,10 @@ class Txn:
                  for p in t.results_by_partition]
         assert codes == [ErrorCode.none] * len(tps)
 
-    def batch(self, tp, value=b"v", pid=None, epoch=None, transactional=True, seq=None):
+    def batch(self, tp, value=b"v", pid=None, epoch=None, transactional=True, seq=None,
+              base_offset=0):
         return bytes(build_batch([value], timestamp=1, is_transactional=transactional,
+                                 base_offset=base_offset,
                                  producer_id=self.pid if pid is None else pid,
                                  producer_epoch=self.epoch if epoch is None else epoch,
                                  base_sequence=self.seq.get(tp, 0) if seq is None else seq))
@@ -192,6 +195,42 @@ def test_no_transactional_batch_slips_past_the_check(db, sock, monkeypatch):
     assert db._broker.partition_log(T0).log_end_offset == 0
     assert db._broker.partition_log(T1).log_end_offset == 0
     assert txn.produce(T0) == ErrorCode.none
+    txn.end(commit=True)
+    assert stable(db, T0) and stable(db, T1)
+
+
+def test_a_partition_whose_records_break_the_request_rules_is_never_verified(db, sock,
+                                                                            monkeypatch):
+    # Kafka's KafkaApis.handleProduceRequest runs ProduceRequest.validateRecords on each
+    # partition first and hands ReplicaManager.handleProduceAppend only the partitions that
+    # pass: neither its producer-id check nor the coordinator sees a refused one.
+    asked = []
+    coordinator = find_transaction_coordinator(db._broker)
+    verify = coordinator.verify_partitions
+    monkeypatch.setattr(coordinator, "verify_partitions",
+                        lambda *args: asked.append(args[3]) or verify(*args))
+    txn = Txn(sock)
+    txn.add(T0)
+    two = txn.batch(T1, seq=0) + txn.batch(T1, seq=1)
+    assert txn.produce_many({T1: two}) == [ErrorCode.invalid_record]
+    assert asked == []
+    assert txn.pid not in db._broker.partition_log(T1).producer_state.verifications
+    # The other producer's invalid partition is left out of the producer-id check.
+    other = Txn(sock, "other")
+    assert txn.produce_many({T0: txn.batch(T0), T1: other.batch(T1) + other.batch(T1)}) == \
+        [ErrorCode.none, ErrorCode.invalid_record]
+    # RequestUtils.hasTransactionalRecords reads each partition's first batch: a plain one
+    # first is no transactional request, and its partition is refused as invalid.
+    mixed = txn.batch(T1, transactional=False, seq=0) + txn.batch(T1, seq=1)
+    assert txn.produce_many({T1: mixed}, transactional_id=None) == [ErrorCode.invalid_record]
+    # A batch's base offset is the append's rule (UnifiedLog.analyzeAndValidateRecords),
+    # after the verification: a partition outside the transaction answers that first.
+    assert txn.produce_many({T1: txn.batch(T1, base_offset=5)}) == \
+        [ErrorCode.invalid_txn_state]
+    assert txn.produce_many({T0: txn.batch(T0, seq=1, base_offset=5)}) == \
+        [ErrorCode.invalid_record]
+    assert asked == [[T0], [T1]]     # T0's first batch; the base offset 5 one on T1
+    assert db._broker.partition_log(T1).log_end_offset == 0
     txn.end(commit=True)
     assert stable(db, T0) and stable(db, T1)
 

@@ -236,12 +236,19 @@ class Handlers:
         cls, types = response_types(PRODUCE, version)
         if body.acks not in (0, 1, -1):
             return _each_partition_error(cls, types, body, ErrorCode.invalid_required_acks)
-        waits = []
-        answers = []
+        records = {TopicPartition(topic.name, partition.index): partition.records
+                   for topic in body.topic_data for partition in topic.partition_data}
         try:
-            verified = self._txn.verify_produce(version, body)
+            self._txn.check_transactional_id(body.transactional_id, records.values())
+            refused = self._refused_up_front(version, records)
+            # Only the partitions that passed go on to the coordinator (Kafka's
+            # KafkaApis.handleProduceRequest validates before ReplicaManager verifies).
+            verified = self._txn.verify_produce(version, body.transactional_id, {
+                tp: data for tp, data in records.items() if tp not in refused})
         except errors.StreamlogError as exc:
             return _each_partition_error(cls, types, body, error_code(exc))
+        waits = []
+        answers = []
         for topic in body.topic_data:
             parts = []
             for partition in topic.partition_data:
@@ -249,17 +256,16 @@ class Handlers:
                 answer = {"index": partition.index, "error": None, "base": -1,
                           "append_time": None, "start": -1}
                 try:
-                    injected = self.faults.partition_error(PRODUCE, tp)
-                    if injected is not None:
-                        raise injected
-                    if self.broker.has_partition(tp):   # else UNKNOWN_TOPIC_OR_PARTITION first
-                        _check_produced_records(version, partition.records)
-                    self._check_not_internal(tp.topic, "append to")
+                    if tp in refused:
+                        raise refused[tp]
                     # None for a partition without transactional batches: a client's
                     # transactional batch is only ever taken verified.
                     verification = verified.get(tp)
                     if isinstance(verification, errors.StreamlogError):
                         raise verification
+                    self._check_not_internal(tp.topic, "append to")
+                    if self.broker.has_partition(tp):   # else UNKNOWN_TOPIC_OR_PARTITION
+                        _check_base_offset(partition.records)
                     info = self.broker.produce(tp, partition.records or b"", acks=body.acks,
                                                verification=verification)
                     answer["base"] = info.first_offset
@@ -296,6 +302,24 @@ class Handlers:
                       record_errors=_record_errors(types, a["error"]),
                       error_message=error_message(a["error"]))
                 for a in parts)) for name, parts in answers))
+
+    def _refused_up_front(self, version, records):
+        """{tp: error} for the partitions of a Produce refused before anything else is done
+        for them: an injected fault, or records that break ProduceRequest.validateRecords
+        (Kafka's KafkaApis.handleProduceRequest checks those before it hands the rest to
+        ReplicaManager, whose transaction verification asks the coordinator). A partition
+        the broker does not have is left to the append's UNKNOWN_TOPIC_OR_PARTITION."""
+        refused = {}
+        for tp, data in records.items():
+            try:
+                injected = self.faults.partition_error(PRODUCE, tp)
+                if injected is not None:
+                    raise injected
+                if self.broker.has_partition(tp):
+                    _check_one_batch(version, data)
+            except errors.StreamlogError as exc:
+                refused[tp] = exc
+        return refused
 
     def _check_not_internal(self, topic, action):
         """Clients do not write the coordinators' topics (Kafka's ReplicaManager refuses:
@@ -764,17 +788,15 @@ def _config_text(value):
     return str(value)
 
 
-def _check_produced_records(version, records):
-    """Kafka's rules for one partition's records in a Produce request (the versions served
-    are all 3+, magic 2): exactly one record batch (ProduceRequest.validateRecords, which
-    KafkaApis.handleProduceRequest applies to each partition), whose base offset is 0
-    (UnifiedLog.analyzeAndValidateRecords, for a client's append). INVALID_RECORD otherwise,
-    that partition alone; a zstd batch before Produce 7 (KIP-110: older clients cannot read
-    it back) is UNSUPPORTED_COMPRESSION_TYPE, as validateRecords answers. The log's append
-    takes several batches at any base offset (it gives them offsets itself, and its
-    in-process writers hand it what they built): the rules are a client request's, so they
-    are checked where the request arrives. Records that do not parse are left to the
-    append, which refuses them with the error of what is wrong."""
+def _check_one_batch(version, records):
+    """Kafka's ProduceRequest.validateRecords for one partition's records (the versions
+    served are all 3+, magic 2), which KafkaApis.handleProduceRequest applies to each
+    partition before anything else is done for it: exactly one record batch, INVALID_RECORD
+    otherwise, that partition alone; a zstd batch before Produce 7 (KIP-110: older clients
+    cannot read it back) is UNSUPPORTED_COMPRESSION_TYPE. The log's append takes several
+    batches (its in-process writers hand it what they built): the rule is a client
+    request's, so it is checked where the request arrives. Records that do not parse are
+    left to the append, which refuses them with the error of what is wrong."""
     try:
         batches = iter_batches(records or b"")
         first = next(batches, None)
@@ -789,6 +811,16 @@ def _check_produced_records(version, records):
         raise errors.InvalidRecordError(
             "a Produce request may carry one record batch per partition; this one "
             "carries more")
+
+
+def _check_base_offset(records):
+    """A client's batch starts at base offset 0, the log assigns its offsets (Kafka's
+    UnifiedLog.analyzeAndValidateRecords, for a client's append): INVALID_RECORD otherwise.
+    Kafka checks it in the append, so after the transaction verification."""
+    try:
+        first = next(iter_batches(records or b""), None)
+    except errors.CorruptRecordError:   # left to the append, as above
+        return
     if first is not None and first.base_offset != 0:
         raise errors.InvalidRecordError(
             f"a produced record batch starts at base offset 0 (the log assigns offsets); "

@@ -50,13 +50,17 @@ def _code(exc, api_key, version):
     return code
 
 
-def _first_transactional(records):
-    """The header of the first transactional batch of a Produce's records, or None (none
-    there, or records that do not parse: the append refuses those)."""
+def _first_batch(records):
+    """The header of the first batch of a Produce partition's records, or None (none there,
+    or records that do not parse: the append refuses those)."""
     try:
-        return next((b for b in iter_batches(records or b"") if b.is_transactional), None)
+        return next(iter_batches(records or b""), None)
     except (errors.StreamlogError, struct.error, ValueError):
         return None
+
+
+def _is_transactional(batch):
+    return batch is not None and batch.is_transactional
 
 
 def _produce_error(exc, version):
@@ -131,31 +135,39 @@ class TxnHandlers:
             return self.transactions
         return view.transaction_coordinator(transactional_id)
 
-    def verify_produce(self, version, body):
-        """{tp: what Produce passes its append as `verification` (a guard, or None when the
-        transaction is open on tp already), or the error to answer for tp} for every
-        partition of a Produce that carries transactional batches (Kafka's
-        ReplicaManager.handleProduceAppend with transaction verification). Raises what
-        refuses the whole request, before anything is appended: transactional batches
-        without a transactional id (Kafka's KafkaApis.handleProduceRequest), or of two
-        producers (ReplicaManager: InvalidPidMappingException)."""
-        batches = {}
-        for topic in body.topic_data:
-            for partition in topic.partition_data:
-                batch = _first_transactional(partition.records)
-                if batch is not None:
-                    batches[TopicPartition(topic.name, partition.index)] = batch
-        if not batches:
-            return {}
-        if body.transactional_id is None:
+    def check_transactional_id(self, transactional_id, records):
+        """Refuse a whole Produce whose records (each partition's, as sent) open with a
+        transactional batch anywhere when it names no transactional id: Kafka's
+        KafkaApis.handleProduceRequest, before it looks at any partition, looks at each
+        partition's first batch (RequestUtils.hasTransactionalRecords) and answers
+        TRANSACTIONAL_ID_AUTHORIZATION_FAILED."""
+        if transactional_id is None and any(
+                _is_transactional(_first_batch(r)) for r in records):
             raise errors.TransactionalIdAuthorizationError(
                 "transactional records need the request's transactional id")
+
+    def verify_produce(self, version, transactional_id, records_by_tp):
+        """{tp: what Produce passes its append as `verification` (a guard, or None when the
+        transaction is open on tp already), or the error to answer for tp} for the
+        partitions of records_by_tp whose batch is transactional (Kafka's
+        ReplicaManager.handleProduceAppend with transaction verification). records_by_tp
+        holds only the partitions that passed the request's checks (one batch each), as
+        Kafka's handleProduceRequest passes on only those: a refused partition is never
+        verified. Raises what refuses the whole request, before anything is appended:
+        batches of two producers (ReplicaManager: InvalidPidMappingException)."""
+        batches = {}
+        for tp, records in records_by_tp.items():
+            batch = _first_batch(records)
+            if _is_transactional(batch):
+                batches[tp] = batch
+        if not batches:
+            return {}
         producers = {(b.producer_id, b.producer_epoch) for b in batches.values()}
         if len(producers) > 1:
             raise errors.InvalidProducerIdMappingError(
                 "transactional records of one request carry more than one producer id")
         (producer_id, epoch), = producers
-        return self._verify(body.transactional_id, producer_id, epoch, batches,
+        return self._verify(transactional_id, producer_id, epoch, batches,
                             lambda exc: _produce_error(exc, version))
 
     def _verify(self, transactional_id, producer_id, epoch, partitions, refusal):
