@@ -6,6 +6,7 @@ import datetime
 
 import pytest
 from kio.schema.add_offsets_to_txn.v3.request import AddOffsetsToTxnRequest
+from kio.schema.end_txn.v3.request import EndTxnRequest
 from kio.schema.errors import ErrorCode
 from kio.schema.init_producer_id.v4.request import InitProducerIdRequest
 from kio.schema.join_group.v5.request import JoinGroupRequest, JoinGroupRequestProtocol
@@ -237,3 +238,26 @@ def test_a_new_instance_during_an_open_transaction_gets_its_epoch_at_the_retry(d
     meta = find_transaction_coordinator(db._broker).describe("tx")
     assert (meta.state, meta.producer_epoch) == (TxnState.COMPLETE_ABORT, epoch + 1)
     assert init_producer_id(sock) == (ErrorCode.none, pid, epoch + 2)
+
+
+def test_a_new_instance_while_a_commit_is_completing_is_told_to_retry(db, sock, monkeypatch):
+    # TransactionCoordinator.prepareInitProducerIdTransit, case PrepareCommit/PrepareAbort:
+    # CONCURRENT_TRANSACTIONS while the markers are pending, which every client retries
+    # (aiokafka's InitPIDHandler fails for good on a code it does not know); the retry
+    # after the markers landed bumps the epoch.
+    pid, epoch = open_transaction(sock)
+    coordinator = find_transaction_coordinator(db._broker)
+
+    def no_replicas(markers):
+        raise streamlog.errors.NotEnoughReplicasError("too few in-sync replicas for a marker")
+    monkeypatch.setattr(db._broker, "write_txn_markers", no_replicas)
+    answer = call(sock, EndTxnRequest(transactional_id="tx", producer_id=i64(pid),
+                                      producer_epoch=i16(epoch), committed=True))
+    assert answer.error_code != ErrorCode.none
+    assert coordinator.describe("tx").state == TxnState.PREPARE_COMMIT
+    assert init_producer_id(sock) == (ErrorCode.concurrent_transactions, -1, -1)
+    monkeypatch.undo()
+    assert init_producer_id(sock) == (ErrorCode.concurrent_transactions, -1, -1)
+    meta = coordinator.describe("tx")
+    assert (meta.state, meta.producer_epoch) == (TxnState.COMPLETE_COMMIT, epoch)
+    assert init_producer_id(sock) == (ErrorCode.none, pid, epoch + 1)

@@ -3,8 +3,9 @@
 Kafka's TransactionCoordinator (KAFKA_REFERENCE.md §6.2) in one process. The
 requests are method calls that answer synchronously: EndTxn writes its
 markers before it returns, so the PrepareCommit/PrepareAbort states last only
-as long as that call, or until the next open if the process stopped in
-between (the open finishes them: `_finish_pending`).
+as long as that call, until the next open if the process stopped in between
+(the open finishes them: `_finish_pending`), or until the next try if a
+marker's append failed (the id's next request, or the timeout check).
 
     init_producer_id(id, timeout[, (pid, epoch)])
                                     new id: a producer id, epoch 0. Known id:
@@ -15,10 +16,14 @@ between (the open finishes them: `_finish_pending`).
                                     fences that instance everywhere, and the
                                     answer is ConcurrentTransactionsError: the
                                     caller retries (init_producer_id_retrying)
-                                    and gets the epoch after. A caller naming
-                                    its producer id and epoch (KIP-360) is
-                                    fenced unless they are the current ones, or
-                                    the last ones (a retry: no new bump).
+                                    and gets the epoch after. A transaction
+                                    left completing (Prepare*) gets the same
+                                    answer once its markers are tried again;
+                                    the retry after they land bumps the epoch.
+                                    A caller naming its producer id and epoch
+                                    (KIP-360) is fenced unless they are the
+                                    current ones, or the last ones (a retry: no
+                                    new bump).
     add_partitions(id, pid, epoch, tps) / add_offsets(..., group)
                                     Ongoing, with the partitions added.
     end_txn(id, pid, epoch, commit) PrepareCommit/PrepareAbort written, a marker
@@ -131,8 +136,13 @@ class TransactionCoordinator:
             else:
                 self._check_expected_producer_id(meta, expected)
                 if meta.state in PREPARING or meta.state == S.PREPARE_EPOCH_FENCE:
-                    self._complete(meta)   # a stop cut it short; finish it first
-                    meta = self._log.transactions[transactional_id]
+                    # Kafka's prepareInitProducerIdTransit answers CONCURRENT_TRANSACTIONS
+                    # while a completion's markers are pending, whether they land now or
+                    # not; the client retries, and finds the transaction complete.
+                    self._finish_completion(meta)
+                    raise ConcurrentTransactionsError(
+                        f"transaction {transactional_id!r} was completing; retry "
+                        "InitProducerId")
                 if meta.state == S.ONGOING:
                     # Kafka's handleInitProducerId: the open transaction is aborted with a
                     # bumped epoch (prepareFenceProducerEpoch), an epoch "never returned to
@@ -300,16 +310,7 @@ class TransactionCoordinator:
         """_owned, with a completion a stop or a failure cut short finished first."""
         meta = self._owned(transactional_id, producer_id, epoch)
         if meta.state in PREPARING or meta.state == S.PREPARE_EPOCH_FENCE:
-            # An earlier completion failed part way (a marker's append): finish it now,
-            # or say why not; the caller's retry then finds it complete.
-            try:
-                self._complete(meta)
-            except (LogClosedError, TimerClosedError):
-                raise
-            except StreamlogError as exc:
-                raise ConcurrentTransactionsError(
-                    f"transaction {transactional_id!r} is still completing ({exc}); "
-                    "retry") from exc
+            self._finish_completion(meta)
             meta = self._log.transactions[transactional_id]
             if meta.producer_epoch != epoch:
                 raise ProducerFencedError(
@@ -317,6 +318,20 @@ class TransactionCoordinator:
                     f"{transactional_id!r} was fenced while its transaction completed; close "
                     "this producer")
         return meta
+
+    def _finish_completion(self, meta):
+        """Finish a completion that a stop or a failure cut short (a marker's append), or
+        say why not as ConcurrentTransactionsError, which the caller's client retries
+        (Kafka answers so while the markers are pending); the retry then finds it
+        complete."""
+        try:
+            self._complete(meta)
+        except (LogClosedError, TimerClosedError):
+            raise
+        except StreamlogError as exc:
+            raise ConcurrentTransactionsError(
+                f"transaction {meta.transactional_id!r} is still completing ({exc}); "
+                "retry") from exc
 
     def _fence_and_abort(self, meta, why):
         """Abort an Ongoing transaction with a bumped epoch, which fences its producer."""
