@@ -163,6 +163,11 @@ class InvalidRequestError(StreamlogError):
     """A request is malformed for its state (wrong arguments for the call)."""
 
 
+class InvalidRegularExpressionError(InvalidRequestError):
+    """A request's pattern is no regular expression RE2/J compiles (Kafka's
+    INVALID_REGULAR_EXPRESSION)."""
+
+
 class RequestTimedOutError(StreamlogError):
     """An operation did not complete within its timeout."""
 

@@ -88,6 +88,40 @@ def test_unknown_state_filters_come_back_and_match_nothing(db, server):
     assert answer.transaction_states == ()
 
 
+def test_a_transactional_id_pattern_lists_the_ids_it_matches_whole(db, server, admin):
+    # KIP-1152 (ListTransactions 2): TransactionalIdPattern, an RE2/J pattern, ANDed with
+    # the other filters; empty or null passes every id; a pattern that does not compile is
+    # INVALID_REGULAR_EXPRESSION for the whole request.
+    import socket
+
+    from kio.schema.errors import ErrorCode
+    from kio.schema.list_transactions.v2.request import ListTransactionsRequest
+    open_transaction(db, "orders-1")
+    open_transaction(db, "orders-2", partition=1)
+    open_transaction(db, "billing-1")
+
+    def listed(pattern, **filters):
+        with socket.create_connection((server.host, server.port)) as sock:
+            answer = call(sock, ListTransactionsRequest(transactional_id_pattern=pattern,
+                                                        **filters))
+        return answer.error_code, sorted(t.transactional_id for t in answer.transaction_states)
+    assert listed("orders-.*") == (ErrorCode.none, ["orders-1", "orders-2"])
+    assert listed("orders") == (ErrorCode.none, [])           # the whole id must match
+    assert listed("") == listed(None) == \
+        (ErrorCode.none, ["billing-1", "orders-1", "orders-2"])
+    assert listed(".*-1", state_filters=("Ongoing",)) == \
+        (ErrorCode.none, ["billing-1", "orders-1"])
+    assert listed(".*-1", state_filters=("CompleteCommit",)) == (ErrorCode.none, [])
+    for invalid in ("orders-(", "orders(?=-1)", r"(o)\1.*"):   # lookarounds, backreferences:
+        assert listed(invalid) == (ErrorCode.invalid_regular_expression, [])   # not RE2
+    (listing,) = admin.list_transactions(transactional_id_pattern="billing-.*").values()
+    assert [t.transactional_id for t in listing] == ["billing-1"]
+    # kafka-python has no class of its own for the code: it raises one made for it.
+    with pytest.raises(kerrors.UnknownError) as refused:
+        admin.list_transactions(transactional_id_pattern="[")
+    assert refused.value.errno == ErrorCode.invalid_regular_expression
+
+
 def test_describe_producers_shows_each_producers_sequence_and_open_transaction(db, admin):
     plain = db.producer(acks="all")             # idempotent: a producer id of its own
     for _ in range(3):

@@ -50,11 +50,13 @@ import threading
 import time
 
 from ..errors import (ConcurrentTransactionsError, InvalidProducerIdMappingError,
-                      InvalidRequestError, InvalidTransactionTimeoutError, InvalidTxnStateError,
+                      InvalidRegularExpressionError, InvalidRequestError,
+                      InvalidTransactionTimeoutError, InvalidTxnStateError,
                       LogClosedError, NotCoordinatorError, ProducerFencedError, ReadOnlyError,
                       StreamlogError, TimerClosedError, TransactionAbortableError,
                       TransactionalIdNotFoundError, TransactionCoordinatorFencedError,
                       UnknownTopicOrPartitionError)
+from ..re2j import PatternError, compile_pattern
 from .group_coordinator import find_coordinator
 from .offsets import OFFSETS_TOPIC
 from .transaction import COMPLETED, PREPARING, STATE_NAMED, S, TransactionMetadata
@@ -95,6 +97,18 @@ def init_producer_id_retrying(coordinator, transactional_id, timeout_ms, expecte
             if retries:
                 time.sleep(min(RETRY_BACKOFF_S, max(deadline - time.monotonic(), 0)))
             retries += 1
+
+
+def _id_matcher(pattern):
+    """A test of a transactional id against ListTransactions' pattern: every id passes
+    without one."""
+    if not pattern:
+        return lambda transactional_id: True
+    try:
+        compiled = compile_pattern(pattern)
+    except PatternError as exc:
+        raise InvalidRegularExpressionError(str(exc)) from None
+    return lambda transactional_id: compiled.fullmatch(transactional_id) is not None
 
 
 class TransactionCoordinator:
@@ -267,12 +281,16 @@ class TransactionCoordinator:
                     f"transactional id {transactional_id!r} is not known here")
             return meta
 
-    def list_transactions(self, producer_ids=(), state_names=(), min_duration_ms=-1):
+    def list_transactions(self, producer_ids=(), state_names=(), min_duration_ms=-1,
+                          id_pattern=None):
         """([metadata of each id this broker coordinates that passes the filters], [the state
         names that name no state]), as Kafka's listTransactionStates: an empty filter passes
-        every id; min_duration_ms >= 0 passes the transactions open longer than it; Dead
-        ids are never listed. CoordinatorLoadInProgressError while a partition of the
-        transaction log this broker leads is loading."""
+        every id; min_duration_ms >= 0 passes the transactions open longer than it;
+        id_pattern (KIP-1152; None or empty: no filter) passes the ids it matches whole, an
+        RE2/J pattern, InvalidRegularExpressionError when it is none; Dead ids are never
+        listed. CoordinatorLoadInProgressError while a partition of the transaction log this
+        broker leads is loading."""
+        matches = _id_matcher(id_pattern)
         states = {STATE_NAMED[name] for name in state_names if name in STATE_NAMED}
         unknown = [name for name in state_names if name not in STATE_NAMED]
         producer_ids = set(producer_ids)
@@ -284,7 +302,8 @@ class TransactionCoordinator:
                       if meta.state != S.DEAD and self._log.leads(meta.transactional_id)
                       and (not producer_ids or meta.producer_id in producer_ids)
                       and (not state_names or meta.state in states)
-                      and (min_duration_ms < 0 or now - meta.start_ms > min_duration_ms)]
+                      and (min_duration_ms < 0 or now - meta.start_ms > min_duration_ms)
+                      and matches(meta.transactional_id)]
         return listed, unknown
 
     # --- internals --------------------------------------------------------------------------

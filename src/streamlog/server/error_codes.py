@@ -40,6 +40,7 @@ _ERROR_CODES = [
     (errors.InvalidTimestampError, ErrorCode.invalid_timestamp),
     (errors.CorruptRecordError, ErrorCode.corrupt_message),
     (errors.UnsupportedCompressionTypeError, ErrorCode.unsupported_compression_type),
+    (errors.InvalidRegularExpressionError, ErrorCode.invalid_regular_expression),
     (errors.InvalidRequestError, ErrorCode.invalid_request),
     (errors.RequestTimedOutError, ErrorCode.request_timed_out),
     (errors.KafkaStorageError, ErrorCode.kafka_storage_error),

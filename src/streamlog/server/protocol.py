@@ -72,7 +72,7 @@ SUPPORTED = {
     27: (1, 1),   # WriteTxnMarkers (an admin's abort; 0 is gone from Kafka 4's schemas)
     61: (0, 0),   # DescribeProducers
     65: (0, 0),   # DescribeTransactions
-    66: (0, 1),   # ListTransactions (2 filters ids by a RE2/J pattern, KIP-1152)
+    66: (0, 2),   # ListTransactions
 }
 
 

@@ -375,16 +375,17 @@ class TxnHandlers:
         return build(cls, throttle_time=NO_THROTTLE, transaction_states=tuple(states))
 
     def list_transactions(self, version, body, context):
-        """The transactional ids this broker coordinates, filtered by state, producer id and
-        (version 1 on) how long the transaction has been open (Kafka's
-        listTransactionStates); state names it does not know come back in
-        unknown_state_filters."""
+        """The transactional ids this broker coordinates, filtered by state, producer id,
+        (version 1 on) how long the transaction has been open and (version 2 on, KIP-1152)
+        an RE2/J pattern the id matches (Kafka's listTransactionStates); state names it does
+        not know come back in unknown_state_filters."""
         cls, types = response_types(LIST_TRANSACTIONS, version)
         listed, unknown, exc = [], [], None
         try:
             listed, unknown = self.transactions.list_transactions(
                 [int(p) for p in body.producer_id_filters], list(body.state_filters),
-                int(getattr(body, "duration_filter", -1)))
+                int(getattr(body, "duration_filter", -1)),
+                getattr(body, "transactional_id_pattern", None))
         except errors.StreamlogError as exc_:
             exc = exc_
         return build(cls, throttle_time=NO_THROTTLE, error_code=error_code(exc),
