@@ -72,7 +72,7 @@ def test_the_high_watermark_waits_for_a_follower_the_leader_is_adding(cluster):
     seen = []
     alter_partition = cluster.controller.alter_partition
 
-    def racing_alter_partition(broker_id, tp_, leader_epoch, partition_epoch, isr):
+    def racing_alter_partition(broker_id, tp_, leader_epoch, partition_epoch, isr, epochs):
         if joining in isr and joining not in cluster.controller.partitions[tp_].isr and \
                 not seen:
             end = cluster.produce("t", 0, values(b"meanwhile", 5), acks=1) + 5
@@ -82,7 +82,7 @@ def test_the_high_watermark_waits_for_a_follower_the_leader_is_adding(cluster):
             state = cluster.partition_state("t", 0)
             seen.append((state.replica_states[leader].high_watermark,
                          state.replica_states[joining].log_end_offset))
-        return alter_partition(broker_id, tp_, leader_epoch, partition_epoch, isr)
+        return alter_partition(broker_id, tp_, leader_epoch, partition_epoch, isr, epochs)
 
     cluster.controller.alter_partition = racing_alter_partition
     cluster.heal(joining)
@@ -112,7 +112,7 @@ def test_min_insync_replicas_counts_the_committed_isr_before_an_append_the_maxim
     seen = {}
     alter_partition = cluster.controller.alter_partition
 
-    def while_pending(broker_id, tp_, leader_epoch, partition_epoch, isr):
+    def while_pending(broker_id, tp_, leader_epoch, partition_epoch, isr, epochs):
         if joining in isr and not seen:   # the leader's fetch thread: recorded, not raised
             seen["maximal"] = manager._replicas[tp].maximal_isr()
             try:
@@ -121,7 +121,7 @@ def test_min_insync_replicas_counts_the_committed_isr_before_an_append_the_maxim
                 seen["append"] = exc
             seen["answer"] = []
             manager.when_replicated(tp, 5, seen["answer"].append)   # at the high watermark
-        return alter_partition(broker_id, tp_, leader_epoch, partition_epoch, isr)
+        return alter_partition(broker_id, tp_, leader_epoch, partition_epoch, isr, epochs)
 
     cluster.controller.alter_partition = while_pending
     cluster.heal(joining)
@@ -399,6 +399,44 @@ def test_a_restarted_follower_counts_only_once_it_fetched_in_its_new_incarnation
         cluster.wait_in_sync("t")
         assert cluster.replica_records("t", 0, follower) == \
             cluster.replica_records("t", 0, leader)
+
+
+def test_an_isr_change_naming_a_member_that_restarted_since_is_refused(cluster):
+    # KIP-903 at the controller (ReplicationControlManager.validateAlterPartitionData,
+    # ineligibleReplicasForIsr): AlterPartition names each member of the new ISR with the
+    # broker epoch the leader saw it fetch in (Partition.addBrokerEpochToIsr); a member
+    # whose current epoch is another is INELIGIBLE_REPLICA, and the ISR stays as it was.
+    # Here the leader decides to take the follower back on a fetch of its incarnation
+    # then, which is killed (its unflushed records lost) and restarted before the
+    # controller hears of the change: taken in, it would be electable without them.
+    cluster.create_topic("t", 1, 3)
+    tp = TopicPartition("t", 0)
+    leader, _, follower = cluster.partition_state("t", 0).replicas
+    cluster.produce("t", 0, values(b"a", 10))
+    cluster.wait_in_sync("t")
+    manager, epoch = _fetching_for(cluster, follower)
+    isr = cluster.partition_state("t", 0).isr
+    earlier = cluster.controller.broker_epochs[follower]
+    alter_partition = cluster.controller.alter_partition
+
+    def restarting_first(broker_id, tp_, leader_epoch, partition_epoch, new_isr, *epochs):
+        if follower in new_isr:
+            cluster.kill(follower)
+            cluster.restart(follower)   # still cut off: it fetches nothing
+        return alter_partition(broker_id, tp_, leader_epoch, partition_epoch, new_isr,
+                               *epochs)
+
+    cluster.controller.alter_partition = restarting_first
+    answer = manager.replica_fetch(follower, {tp: (10, epoch)}, broker_epoch=earlier)[tp]
+    assert answer.error is None
+    assert cluster.controller.broker_epochs[follower] > earlier
+    assert cluster.partition_state("t", 0).isr == isr
+    assert manager._replicas[tp].pending_isr is None
+    cluster.controller.alter_partition = alter_partition
+    cluster.heal(follower)
+    cluster.wait_in_sync("t")   # its new incarnation joins once it fetched
+    assert cluster.replica_records("t", 0, follower) == \
+        cluster.replica_records("t", 0, leader)
 
 
 def _fetcher_threads():

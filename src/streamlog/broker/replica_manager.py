@@ -24,7 +24,8 @@ replica and another leads. Kafka's rules, as kept here:
     offset joins it again. ISR changes go through the controller (AlterPartition), one at
     a time per partition, each naming the leader and partition epochs of the state it was
     decided from: a decision the state has moved past since is refused, never applied to
-    the newer state.
+    the newer state. It also names each member's broker epoch as the leader last saw it
+    (below): a member that restarted since is refused too.
   - From the moment the leader decides to add a follower, the high watermark waits for
     that follower too (Kafka's "maximal ISR", Partition.scala PendingExpandIsr): were it
     computed over the committed ISR alone until the controller answers, it could pass
@@ -138,9 +139,9 @@ class ReplicaManager:
     def __init__(self, broker, node_id, controller,
                  replica_lag_time_max_ms=DEFAULT_REPLICA_LAG_TIME_MAX_MS):
         """controller: what this broker asks of the controller --
-        alter_partition(node_id, tp, leader_epoch, partition_epoch, isr) -> PartitionState
-        or None when refused (stale), allocate_producer_ids(node_id) -> range -- and
-        knows of it: alive, the ids of the brokers in the cluster now (Kafka's unfenced
+        alter_partition(node_id, tp, leader_epoch, partition_epoch, isr, broker_epochs) ->
+        PartitionState, or None when refused (stale, or a member no longer eligible),
+        allocate_producer_ids(node_id) -> range -- and knows of it: alive, the ids of the brokers in the cluster now (Kafka's unfenced
         brokers of the metadata cache), and broker_epochs, {broker id: the broker epoch of
         its current incarnation} of those."""
         self.broker = broker
@@ -599,23 +600,40 @@ class ReplicaManager:
             return tuple(r for r in state.replicas if r in state.isr or r == replica_id)
         return None
 
-    @staticmethod
-    def _propose_isr(replica, isr):
+    def _propose_isr(self, replica, isr):
         """Under self._lock: mark isr (None: no change) pending on replica, unless a change
         is already pending there; returns the proposal for _alter_isr, or None."""
         if isr is None or replica.pending_isr is not None:
             return None
         replica.pending_isr = isr
         state = replica.state
-        return replica.tp, isr, state.leader_epoch, state.partition_epoch
+        return (replica.tp, isr, state.leader_epoch, state.partition_epoch,
+                self._member_broker_epochs(replica, isr))
 
-    def _alter_isr(self, tp, isr, leader_epoch, partition_epoch):
+    def _member_broker_epochs(self, replica, isr):
+        """{broker id: broker epoch} of each member of a proposed ISR, as this leader knows
+        it (Partition.addBrokerEpochToIsr): its own, a follower's of its last fetch, -1 for
+        one that has not fetched from this leader or named no epoch. The controller refuses
+        the change if any is not the broker's current one (KIP-903): the follower restarted
+        since the leader decided, and may lack what it had fetched."""
+        epochs = {}
+        for replica_id in isr:
+            if replica_id == self.node_id:
+                epochs[replica_id] = self.broker_epoch
+            else:
+                follower = replica.followers.get(replica_id)
+                known = None if follower is None else follower.broker_epoch
+                epochs[replica_id] = -1 if known is None else known
+        return epochs
+
+    def _alter_isr(self, tp, isr, leader_epoch, partition_epoch, broker_epochs):
         """Send a proposal of _propose_isr to the controller (outside our lock: it calls
         apply()); whatever it answers, the change is no longer pending."""
         log.info("broker %d: proposing the ISR %s for %s", self.node_id, list(isr), tp)
         try:
-            accepted = self.controller.alter_partition(self.node_id, tp, leader_epoch,
-                                                       partition_epoch, isr) is not None
+            accepted = self.controller.alter_partition(
+                self.node_id, tp, leader_epoch, partition_epoch, isr,
+                broker_epochs) is not None
         finally:
             with self._lock:
                 replica = self._replicas.get(tp)
@@ -623,8 +641,8 @@ class ReplicaManager:
                     replica.pending_isr = None
                     self._maybe_advance_high_watermark(replica)
         if not accepted:
-            log.info("broker %d: ISR change of %s to %s refused as stale", self.node_id, tp,
-                     list(isr))
+            log.info("broker %d: ISR change of %s to %s refused (stale, or a member's broker "
+                     "epoch is not its current one)", self.node_id, tp, list(isr))
 
     def log_end_offsets(self, tp):
         """(log start, log end) of tp on its leader, for a follower whose fetch offset

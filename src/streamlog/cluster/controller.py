@@ -26,7 +26,9 @@ PartitionChangeBuilder.java):
     afresh.
   - AlterPartition (a leader's ISR change) is applied only when it names the current
     leader epoch and partition epoch, keeps the leader in the ISR, and lists only live
-    replicas; each applied change bumps the partition epoch.
+    replicas, each at its current broker epoch where the leader names one (KIP-903's
+    INELIGIBLE_REPLICA: a follower that restarted after the leader saw it fetch may lack
+    what it had); each applied change bumps the partition epoch.
 """
 import logging
 import os
@@ -218,18 +220,41 @@ class Controller:
 
     # --- requests from brokers ------------------------------------------------------
 
-    def alter_partition(self, broker_id, tp, leader_epoch, partition_epoch, isr):
-        """A leader's ISR change; the new PartitionState, or None when refused."""
+    def alter_partition(self, broker_id, tp, leader_epoch, partition_epoch, isr,
+                        broker_epochs):
+        """A leader's ISR change, broker_epochs naming each member's broker epoch as the
+        leader knows it (-1: unknown); the new PartitionState, or None when refused."""
         with self._lock:
             state = self.partitions.get(tp)
             if state is None or state.leader != broker_id or \
                     state.leader_epoch != leader_epoch or \
                     state.partition_epoch != partition_epoch or broker_id not in isr or \
-                    any(r not in state.replicas or r not in self.alive for r in isr):
+                    any(r not in state.replicas for r in isr):
+                return None
+            ineligible = self._ineligible_replicas(isr, broker_epochs)
+            if ineligible:
+                log.info("refused the ISR %s of %s from broker %d: %s", list(isr), tp,
+                         broker_id, "; ".join(ineligible))
                 return None
             new = state._replace(isr=tuple(isr), partition_epoch=partition_epoch + 1)
             self._change({tp: new})
             return new
+
+    def _ineligible_replicas(self, isr, broker_epochs):
+        """Why members of a proposed ISR may not be in it (ReplicationControlManager.
+        ineligibleReplicasForIsr, Kafka's INELIGIBLE_REPLICA): a broker not in the cluster
+        now, or one named with a broker epoch other than its current one (it restarted
+        since the leader saw it fetch; -1 skips the check)."""
+        reasons = []
+        for replica_id in isr:
+            current = self.broker_epochs.get(replica_id)
+            named = broker_epochs.get(replica_id, -1)
+            if replica_id not in self.alive or current is None:
+                reasons.append(f"broker {replica_id} is not in the cluster")
+            elif named != -1 and named != current:
+                reasons.append(f"broker {replica_id} is named at broker epoch {named}, "
+                               f"its current one is {current}")
+        return reasons
 
     def allocate_producer_ids(self, broker_id):
         """A block of producer ids no broker of the cluster was given before. Under a lock
