@@ -337,6 +337,18 @@ class LeaderNotAvailableError(StreamlogError):
     retriable = True
 
 
+class PreferredLeaderNotAvailableError(StreamlogError):
+    """A preferred-leader election found the partition's first replica down or out of the
+    in-sync replicas (Kafka's PREFERRED_LEADER_NOT_AVAILABLE): let it catch up first."""
+
+    retriable = True
+
+
+class ElectionNotNeededError(StreamlogError):
+    """A preferred-leader election for a partition its first replica already leads
+    (Kafka's ELECTION_NOT_NEEDED)."""
+
+
 class OffsetNotAvailableError(StreamlogError):
     """A leader elected moments ago whose high watermark has not reached the start of its
     leader epoch yet: the offsets it would answer are older than the partition's; a

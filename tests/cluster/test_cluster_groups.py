@@ -8,6 +8,7 @@ from streamlog.cluster import Cluster
 from streamlog.coordinator.offsets import OFFSETS_TOPIC, partition_for
 
 from support import wait_until
+from support.cluster_steps import led_by_another_than_preferred
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
 
@@ -109,3 +110,28 @@ def test_a_stale_load_retry_does_not_load_a_partition_already_loaded(cluster):
     manager._elections.put(fresh)
     wait_until(lambda: fresh in calls, "the failed partition's load")
     assert loaded not in calls          # one loader thread: the stale retry came first
+
+
+def test_a_coordinator_that_loses_its_partition_alive_unloads_its_groups(tmp_path):
+    # A preferred-leader election moves the group's __consumer_offsets partition away from
+    # a live coordinator: it unloads the partition's groups (Kafka's GroupMetadataManager.
+    # removeGroupsForPartition, onGroupUnloaded): a member waiting on its JoinGroup there
+    # is answered NOT_COORDINATOR at once, to find the new coordinator, instead of a join
+    # answer from a broker that coordinates the group no longer.
+    from streamlog.coordinator.group_coordinator import find_coordinator
+    from streamlog.errors import NotCoordinatorError
+    config = {"group.initial.rebalance.delay.ms": 600_000}   # the join waits for good
+    with Cluster(3, path=str(tmp_path / "c"), replica_lag_time_max_ms=1000,
+                 config=config) as cluster:
+        tp, old = led_by_another_than_preferred(cluster, "g-moved", 0)
+        wait_until(lambda: cluster.replica_manager(old).loaded(tp), "the coordinator's load")
+        resigned = find_coordinator(cluster.broker(old))
+        waiting = resigned.join_group("g-moved", "", None, "c-1", 10_000, 60_000, "consumer",
+                                      [("range", b"")], lambda event, member_id: None)
+        assert not waiting.done()
+        new = cluster.elect_preferred_leader(tp.topic, tp.partition).leader
+        assert cluster.coordinator_for("g-moved") == new != old
+        assert waiting.wait(30), "the waiting join was not answered"
+        with pytest.raises(NotCoordinatorError):
+            waiting.result()
+        assert "g-moved" not in resigned._groups

@@ -21,6 +21,7 @@ from streamlog.storage.record_batch import build_batch
 from streamlog.structs import TopicPartition
 
 from support import wait_until
+from support.cluster_steps import led_by_another_than_preferred
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
 TRANSACTION = 1
@@ -380,3 +381,31 @@ def test_a_restarted_replica_keeps_the_lso_below_a_marker_the_high_watermark_lac
         cluster.heal(lagging)
         wait_until(lambda: cluster.leader("t", 0) == lagging, "the lagging one to lead")
         assert cluster.broker(lagging).partition_log(tp).last_stable_offset == 0   # open
+
+
+def test_a_coordinator_that_loses_its_partition_alive_unloads_it_and_is_fenced(tmp_path):
+    """A preferred-leader election moves the id's __transaction_state partition away from
+    a live coordinator: it answers NOT_COORDINATOR and forgets the partition's ids (Kafka's
+    TransactionStateManager.removeTransactionsForTxnTopicPartition); the new leader loads
+    them at a higher coordinator epoch, so a marker the old one still sends is refused
+    (TRANSACTION_COORDINATOR_FENCED) once the new one has written there."""
+    with in_process_cluster(tmp_path) as cluster:
+        tx_tp, old = led_by_another_than_preferred(cluster, "tx-e", TRANSACTION)
+        pid, epoch, tps = open_transaction(cluster, "tx-e", [b"e0", b"e1", b"e2"])
+        resigned = coordinator_of(cluster, "tx-e")
+        assert cluster.coordinator_for("tx-e", TRANSACTION) == old
+        old_coordinator_epoch = resigned._log.coordinator_epoch("tx-e")
+        new = cluster.elect_preferred_leader(tx_tp.topic, tx_tp.partition).leader
+        assert cluster.coordinator_for("tx-e", TRANSACTION) == new != old
+        with pytest.raises(NotCoordinatorError):
+            resigned.end_txn("tx-e", pid, epoch, True)
+        wait_until(lambda: "tx-e" not in resigned._log.transactions,
+                   "the old coordinator to unload the partition")
+        until_served(lambda: coordinator_of(cluster, "tx-e").end_txn("tx-e", pid, epoch, True))
+        assert coordinator_of(cluster, "tx-e")._log.coordinator_epoch("tx-e") > \
+            old_coordinator_epoch
+        leader = cluster.broker(cluster.leader("out", 0))
+        with pytest.raises(TransactionCoordinatorFencedError):
+            leader.write_txn_markers_here([(tps[0], pid, epoch, old_coordinator_epoch, False)])
+        assert sorted(committed_values(cluster.bootstrap_servers, "out", 3)) == \
+            [b"e0", b"e1", b"e2"]

@@ -10,8 +10,9 @@ import pytest
 
 from streamlog.broker.replica_manager import HIGH_WATERMARK_CHECKPOINT
 from streamlog.cluster import Cluster
-from streamlog.errors import (LeaderNotAvailableError, NotEnoughReplicasError,
-                              NotLeaderOrFollowerError, OffsetOutOfRangeError,
+from streamlog.errors import (ElectionNotNeededError, LeaderNotAvailableError,
+                              NotEnoughReplicasError, NotLeaderOrFollowerError,
+                              OffsetOutOfRangeError, PreferredLeaderNotAvailableError,
                               RequestTimedOutError)
 from streamlog.storage.checkpoint import OffsetCheckpointFile
 from streamlog.storage.leader_epoch_cache import LeaderEpochCache
@@ -437,6 +438,34 @@ def test_an_isr_change_naming_a_member_that_restarted_since_is_refused(cluster):
     cluster.wait_in_sync("t")   # its new incarnation joins once it fetched
     assert cluster.replica_records("t", 0, follower) == \
         cluster.replica_records("t", 0, leader)
+
+
+def test_a_preferred_leader_election_hands_leadership_back_to_the_first_replica(cluster):
+    # ReplicationControlManager.electLeader, PREFERRED: the first replica leads again, at a
+    # new leader epoch, when it is alive and in the ISR (else PREFERRED_LEADER_NOT_AVAILABLE;
+    # ELECTION_NOT_NEEDED when it leads already); the leader it replaces goes on following.
+    cluster.create_topic("t", 1, 3)
+    preferred = cluster.partition_state("t", 0).replicas[0]
+    cluster.produce("t", 0, values(b"a", 5))
+    cluster.kill(preferred)
+    cluster.produce("t", 0, values(b"b", 5))
+    cluster.isolate(preferred)
+    cluster.restart(preferred)   # alive, but out of the ISR
+    with pytest.raises(PreferredLeaderNotAvailableError):
+        cluster.elect_preferred_leader("t", 0)
+    cluster.heal(preferred)
+    cluster.wait_in_sync("t")
+    before = cluster.partition_state("t", 0)
+    after = cluster.elect_preferred_leader("t", 0)
+    assert (after.leader, after.leader_epoch, after.isr) == \
+        (preferred, before.leader_epoch + 1, before.isr)
+    with pytest.raises(ElectionNotNeededError):
+        cluster.elect_preferred_leader("t", 0)
+    cluster.produce("t", 0, values(b"c", 5))
+    cluster.wait_in_sync("t")
+    assert cluster.replica_records("t", 0, before.leader) == \
+        cluster.replica_records("t", 0, preferred)
+    assert len(cluster.replica_records("t", 0, preferred)) == 15
 
 
 def _fetcher_threads():

@@ -162,6 +162,10 @@ class ReplicaManager:
         # they now lead. Not on the controller's thread: a load writes and waits for the
         # followers, which learn of the change only after the controller's push to them.
         self.leadership_listeners = []
+        # Called with tp, on the same thread and in order with the loads, when this broker
+        # stops leading a partition its listeners loaded while it stays alive (a preferred
+        # leader election): the coordinators unload it (Kafka's onResignation).
+        self.resignation_listeners = []
         self._elections = queue.SimpleQueue()
         self._loaded = {}   # tp -> the leader epoch its listeners last finished loading
         self._loader = threading.Thread(target=self._run_listeners, daemon=True,
@@ -195,6 +199,8 @@ class ReplicaManager:
             old = None if replica is None else replica.state
             new_epoch = old is None or state.leader_epoch != old.leader_epoch
             elected = state.leader == self.node_id and new_epoch
+            resigned = old is not None and old.leader == self.node_id and \
+                state.leader != self.node_id
             if replica is None:
                 partition_log = self.broker.partition_log(tp)
                 partition_log.start_replication(self._checkpointed.get(tp, 0))
@@ -223,7 +229,8 @@ class ReplicaManager:
                     f"broker {self.node_id} no longer leads {tp}"))
             else:
                 replica.state = state
-            if elected and self.leadership_listeners:
+            if (elected and self.leadership_listeners) or \
+                    (resigned and self.resignation_listeners):
                 self._elections.put(tp)
         with self._appended:
             self.version += 1
@@ -235,7 +242,10 @@ class ReplicaManager:
             if tp is None:
                 return
             replica = self._replicas.get(tp)
-            if replica is None or replica.state.leader != self.node_id or self._fenced:
+            if replica is None or self._fenced:
+                continue
+            if replica.state.leader != self.node_id:
+                self._resign(tp)
                 continue
             epoch, loaded = replica.state.leader_epoch, True
             if self._loaded.get(tp) == epoch:
@@ -259,6 +269,17 @@ class ReplicaManager:
                 retry = threading.Timer(LOAD_RETRY_S, self._elections.put, (tp,))
                 retry.daemon = True
                 retry.start()
+
+    def _resign(self, tp):
+        """This broker no longer leads tp: what its listeners loaded of it is unloaded."""
+        if self._loaded.pop(tp, None) is None:
+            return
+        for listener in self.resignation_listeners:
+            try:
+                listener(tp)
+            except Exception:
+                if not self._closed.is_set():
+                    log.exception("broker %d: unloading %s failed", self.node_id, tp)
 
     def check_loaded(self, tp):
         """For a coordinator's request about a key of tp (an internal topic's partition):

@@ -219,6 +219,13 @@ class Cluster:
                     # The leader epoch is the coordinator epoch of the markers it writes.
                     transactions.take_over(tp.partition, leader_epoch)
             manager.leadership_listeners.append(take_over)
+
+            def resign(tp):
+                if tp.topic == OFFSETS_TOPIC:
+                    groups.resign(tp.partition)
+                elif tp.topic == TRANSACTION_STATE_TOPIC:
+                    transactions.resign(tp.partition)
+            manager.resignation_listeners.append(resign)
             server = KafkaServer(broker, self.host, slot.port, cluster_id=self.cluster_id)
         except BaseException:
             broker.close()
@@ -471,6 +478,12 @@ class Cluster:
         states = self.controller.create_partitions(name, total,
                                                    self._on_live_broker(self._create_local))
         return {tp.partition: state for tp, state in states.items()}
+
+    def elect_preferred_leader(self, topic, partition):
+        """Hand the partition's leadership back to its first replica (Kafka's preferred
+        leader election), which must be alive and in sync; the leader it replaces goes on
+        as a follower. Returns the new PartitionState."""
+        return self.controller.elect_preferred_leader(TopicPartition(topic, partition))
 
     def _on_live_broker(self, action):
         """action(broker, ...) as a controller callback taking a broker id."""

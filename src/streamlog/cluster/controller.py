@@ -16,7 +16,9 @@ PartitionChangeBuilder.java):
   - Election: the first replica in assignment order that is alive and in the ISR; else,
     only with unclean.leader.election.enable, the first alive replica, which becomes the
     whole ISR (it may lack acknowledged records: an unclean election loses data); else
-    no leader (-1). Every leader change bumps the leader epoch.
+    no leader (-1). Every leader change bumps the leader epoch. A preferred-leader
+    election (asked for: elect_preferred_leader) hands leadership back to the first
+    replica when it is alive and in the ISR, its live leader becoming a follower.
   - A broker that dies leaves every ISR, except where it is the last member (Kafka
     without eligible leader replicas keeps it: the partition then waits for it).
   - Each start of a broker gets a new broker epoch (KRaft's registration: BrokerRegistration
@@ -38,8 +40,10 @@ import uuid
 import msgpack
 
 from ..broker.replica_manager import NO_LEADER, PartitionState
-from ..errors import (InvalidPartitionsError, InvalidReplicationFactorError, InvalidRequestError,
-                      TopicAlreadyExistsError, UnknownTopicOrPartitionError)
+from ..errors import (ElectionNotNeededError, InvalidPartitionsError,
+                      InvalidReplicationFactorError, InvalidRequestError,
+                      PreferredLeaderNotAvailableError, TopicAlreadyExistsError,
+                      UnknownTopicOrPartitionError)
 from ..storage.keyed_log import encode_changes, replay
 from ..storage.log_config import LogConfig
 from ..storage.partition_log import PartitionLog, wall_clock_ms
@@ -214,6 +218,27 @@ class Controller:
             return state
         return state._replace(leader=leader, leader_epoch=state.leader_epoch + 1, isr=isr,
                               partition_epoch=state.partition_epoch + 1)
+
+    def elect_preferred_leader(self, tp):
+        """Make tp's first replica its leader again (Kafka's ElectLeaders, PREFERRED:
+        ReplicationControlManager.electLeader), with a new leader epoch; the leader it
+        replaces stays alive as a follower. ElectionNotNeededError when it leads already,
+        PreferredLeaderNotAvailableError when it is down or out of the ISR."""
+        with self._lock:
+            state = self.partitions.get(tp)
+            if state is None:
+                raise UnknownTopicOrPartitionError(f"{tp} does not exist", tp.topic)
+            preferred = state.replicas[0]
+            if state.leader == preferred:
+                raise ElectionNotNeededError(f"broker {preferred} leads {tp} already")
+            if preferred not in self.alive or preferred not in state.isr:
+                raise PreferredLeaderNotAvailableError(
+                    f"broker {preferred}, the preferred leader of {tp}, is "
+                    f"{'not in the ISR' if preferred in self.alive else 'down'}")
+            new = state._replace(leader=preferred, leader_epoch=state.leader_epoch + 1,
+                                 partition_epoch=state.partition_epoch + 1)
+            self._change({tp: new})
+            return new
 
     def _config(self, topic):
         return LogConfig.from_dict(self.topics.get(topic, {}).get("config", {}))

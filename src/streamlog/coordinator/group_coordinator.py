@@ -200,6 +200,36 @@ class GroupCoordinator:
                 if group is not None:
                     self._groups[group_id] = group
 
+    def resign(self, partition):
+        """This broker no longer leads `partition` of __consumer_offsets but stays up (a
+        cluster's preferred-leader election): its groups are unloaded, as Kafka's
+        GroupMetadataManager.removeGroupsForPartition (onGroupUnloaded): each goes Dead,
+        its timers stop, and a member waiting on a join or sync is answered
+        NOT_COORDINATOR at once, to find the new coordinator."""
+        with self._locked():
+            moved = NotCoordinatorError(f"this broker no longer coordinates the groups of "
+                                        f"partition {partition} of __consumer_offsets")
+            for group in [g for g in self._groups.values()
+                          if self._store.partition_of(g.group_id).partition == partition]:
+                self._unload(group, moved)
+
+    def _unload(self, group, error):
+        self._stop_group(group, error)
+        for task in group.pending_members.values():
+            self._cancel(task)
+        group.transition(DEAD)
+        del self._groups[group.group_id]
+
+    def _stop_group(self, group, error):
+        """Stop the group's timers and answer every waiting member with error."""
+        self._cancel(group.rebalance_task)
+        for member in group.members.values():
+            self._stop_session(member)
+            for waiter in (member.join_waiter, member.sync_waiter):
+                if waiter is not None:
+                    waiter.fail(error)
+            member.join_waiter = member.sync_waiter = None
+
     def _load(self):
         """Groups known to the offsets log start Empty: their members died with the writer."""
         now = self._broker.clock_ms()
@@ -910,11 +940,6 @@ class GroupCoordinator:
             self._cancel(self._expiry_task)
             closed = LogClosedError(f"the database {self._broker.root} was closed")
             for group in self._groups.values():
-                self._cancel(group.rebalance_task)
+                self._stop_group(group, closed)
                 for member in group.members.values():
-                    self._stop_session(member)
-                    for waiter in (member.join_waiter, member.sync_waiter):
-                        if waiter is not None:
-                            waiter.fail(closed)
-                    member.join_waiter = member.sync_waiter = None
                     self._defer(member.notify, REMOVED, member.member_id)

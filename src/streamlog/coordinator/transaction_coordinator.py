@@ -424,6 +424,15 @@ class TransactionCoordinator:
                                     "check tries again", transactional_id, meta.state.name,
                                     exc)
 
+    def resign(self, partition):
+        """This broker no longer leads `partition` of __transaction_state but stays up (a
+        cluster's preferred-leader election): its ids are unloaded (Kafka's
+        TransactionStateManager.removeTransactionsForTxnTopicPartition). Requests about
+        them answer NOT_COORDINATOR already (the leadership check); the new leader loads
+        them at a higher coordinator epoch, which fences this broker's markers."""
+        with self._lock:
+            self._log.unload_partition(partition)
+
     def _finish_pending(self):
         """At open: complete what a stop left between Prepare* and Complete* (in a cluster,
         of the ids this broker coordinates; take_over does the others' when it may)."""

@@ -194,6 +194,15 @@ class TransactionLog:
         """The coordinator epoch of the id's markers: 0 on a database on its own."""
         return self._coordinator_epochs.get(self.partition_of(transactional_id).partition, 0)
 
+    def unload_partition(self, partition):
+        """Forget the ids of `partition` and its coordinator epoch (a cluster's broker that
+        no longer leads it: Kafka's removeTransactionsForTxnTopicPartition)."""
+        self._coordinator_epochs.pop(partition, None)
+        if self.partitions:
+            for transactional_id in [t for t in self.transactions
+                                     if partition_for(t, self.partitions) == partition]:
+                del self.transactions[transactional_id]
+
     def reload_partition(self, partition, coordinator_epoch):
         """Forget the ids of `partition` and replay it from its start (a cluster's broker
         that now leads it, at leader epoch coordinator_epoch); returns the ids it holds."""
