@@ -141,9 +141,9 @@ class ReplicaManager:
         """controller: what this broker asks of the controller --
         alter_partition(node_id, tp, leader_epoch, partition_epoch, isr, broker_epochs) ->
         PartitionState, or None when refused (stale, or a member no longer eligible),
-        allocate_producer_ids(node_id) -> range -- and knows of it: alive, the ids of the brokers in the cluster now (Kafka's unfenced
-        brokers of the metadata cache), and broker_epochs, {broker id: the broker epoch of
-        its current incarnation} of those."""
+        allocate_producer_ids(node_id) -> range -- and knows of it: alive, the ids of the
+        brokers in the cluster now (Kafka's unfenced brokers of the metadata cache), and
+        broker_epochs, {broker id: the broker epoch of its current incarnation} of those."""
         self.broker = broker
         self.node_id = node_id
         self.broker_epoch = -1   # this incarnation's, given by the controller as it starts
