@@ -50,9 +50,9 @@ from .leader_epoch_cache import LeaderEpochCache
 from .log_cleaner import CleanerSnapshot
 from .log_loader import list_directory, load_log, settled_listing
 from .open_files import OpenSegments
-from .record_batch import (CONTROL_ABORT, CONTROL_COMMIT, LOG_APPEND_TIME, LOG_OVERHEAD,
-                           NO_TIMESTAMP, RECORD_BATCH_OVERHEAD, RecordBatch, build_control_batch,
-                           iter_batches, recompressed, set_log_append_time)
+from .record_batch import (CONTROL_ABORT, CONTROL_COMMIT, CREATE_TIME, LOG_APPEND_TIME,
+                           LOG_OVERHEAD, NO_TIMESTAMP, RECORD_BATCH_OVERHEAD, RecordBatch,
+                           build_control_batch, iter_batches, recompressed, set_max_timestamp)
 from .producer_state import (CLIENT, COORDINATOR, DEFAULT_PRODUCER_ID_EXPIRATION_MS, REPLICA,
                              UNVERIFIED, ProducerState, producer_batch)
 from .segment import BatchInfo, LogSegment, open_readonly_segments
@@ -627,11 +627,19 @@ class PartitionLog:
                         f"{self.name} empty, and only a compacted log may skip offsets")
             last = base + batch.last_offset_delta
             piece = batch.view()
-            if assign_offsets and self.config.log_append_time:
-                # The leader stamps (LogValidator); a follower stores the leader's bytes as
-                # they are (appendAsFollower), stamp and CRC included.
+            if assign_offsets and (self.config.log_append_time or
+                                   batch.timestamp_type == LOG_APPEND_TIME):
+                # The leader gives every batch its topic's timestamp type (LogValidator's
+                # setMaxTimestamp): a LogAppendTime topic's stamped now, and a batch marked
+                # LogAppendTime that a CreateTime topic took (its time checked above) kept
+                # at its maxTimestamp but marked CreateTime, so no reader takes its time for
+                # the broker's. A follower stores the leader's bytes as they are
+                # (appendAsFollower), stamp and CRC included.
                 piece = bytearray(piece)
-                set_log_append_time(piece, 0, now_ms)
+                if self.config.log_append_time:
+                    set_max_timestamp(piece, 0, LOG_APPEND_TIME, now_ms)
+                else:
+                    set_max_timestamp(piece, 0, CREATE_TIME, batch.max_timestamp)
                 batch = RecordBatch(piece)
             if assign_offsets and leader_epoch is not None:
                 # partitionLeaderEpoch lies outside the CRC, as the base offset does.

@@ -551,12 +551,16 @@ def set_base_offset(buf, position, base_offset):
     _I64.pack_into(buf, position + BASE_OFFSET_OFFSET, base_offset)
 
 
-def set_log_append_time(buf, position, timestamp):
-    """Mark the batch at buf[position:] LogAppendTime with maxTimestamp = timestamp; re-CRC."""
+def set_max_timestamp(buf, position, timestamp_type, max_timestamp):
+    """Give the batch at buf[position:] timestamp_type and maxTimestamp = max_timestamp;
+    re-CRC (Kafka's DefaultRecordBatch.setMaxTimestamp). Marked LogAppendTime, its records
+    read as max_timestamp; marked CreateTime, as its baseTimestamp plus their deltas."""
     batch = RecordBatch(buf, position)
-    _I64.pack_into(buf, position + MAX_TIMESTAMP_OFFSET, timestamp)
-    struct.pack_into(">h", buf, position + ATTRIBUTES_OFFSET,
-                     batch.attributes | TIMESTAMP_TYPE_MASK)
+    attributes = batch.attributes & ~TIMESTAMP_TYPE_MASK
+    if timestamp_type == LOG_APPEND_TIME:
+        attributes |= TIMESTAMP_TYPE_MASK
+    _I64.pack_into(buf, position + MAX_TIMESTAMP_OFFSET, max_timestamp)
+    struct.pack_into(">h", buf, position + ATTRIBUTES_OFFSET, attributes)
     _recrc(buf, position, batch.size_in_bytes)
 
 

@@ -660,6 +660,22 @@ def test_a_client_batch_marked_log_append_time_is_refused_where_kafka_refuses_it
     created.close()
 
 
+def test_a_client_batch_marked_log_append_time_is_stored_as_create_time(log_dir):
+    # Kafka's LogValidator (assignOffsetsNonCompressed, and the in-place compressed path)
+    # calls setMaxTimestamp(topic's timestamp type, ...) on every batch it takes: a batch
+    # marked LogAppendTime that a CreateTime topic accepts is stored marked CreateTime,
+    # with its maxTimestamp kept and its CRC recomputed.
+    from streamlog.storage.record_batch import CREATE_TIME, LOG_APPEND_TIME, RecordBatch
+    clock = FakeClock()
+    log = small_log(log_dir, clock)
+    log.append(build_batch([b"v", b"w"], timestamp=clock.now_ms - 5,
+                           timestamp_type=LOG_APPEND_TIME))
+    stored = RecordBatch(bytes(log.read(0).batches[0].view()))
+    assert (stored.timestamp_type, stored.max_timestamp) == (CREATE_TIME, clock.now_ms - 5)
+    assert stored.is_valid()
+    log.close()
+
+
 def test_a_read_of_a_negative_size_is_refused_where_there_is_something_to_read(log_dir):
     # Kafka's LogSegment.read: IllegalArgumentException for a size below 0; LocalLog.read
     # answers a read at the end of what is visible empty before any segment is read.

@@ -184,7 +184,7 @@ def test_control_type_refuses_a_bad_key_and_checks_the_crc_unless_told_not_to():
 
 def test_log_append_time_uses_max_timestamp_for_every_record():
     built = rb.build_batch([b"a", b"b"], timestamps=[1, 2])
-    rb.set_log_append_time(built, 0, 999)
+    rb.set_max_timestamp(built, 0, rb.LOG_APPEND_TIME, 999)
     batch = rb.RecordBatch(built)
     assert batch.timestamp_type == rb.LOG_APPEND_TIME and batch.is_valid()
     assert batch.records().timestamps.tolist() == [999, 999]
