@@ -429,6 +429,40 @@ def test_a_negative_partition_max_bytes_fails_that_partitions_read_when_it_has_r
     assert fetch(1, -1) == [(ErrorCode.none, 0), (ErrorCode.none, 1)]
 
 
+def test_a_negative_max_bytes_fails_the_first_partition_and_leaves_0_for_the_others(db, sock):
+    # Kafka's ReplicaManager.readFromLog starts limitBytes at the request's max_bytes and sets
+    # it to max(0, limitBytes - what was read) after each partition: the first partition is
+    # read with the negative size, which LogSegment.read refuses when there are records
+    # (UNKNOWN_SERVER_ERROR), and the next one with 0, which still gives the first batch
+    # (minOneMessage). KafkaApis.handleFetchRequest caps min_bytes at max_bytes, so such a
+    # fetch, and one whose min_bytes is above its max_bytes, is answered without waiting.
+    from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
+    db.create_topic("two", partitions=2)
+    producer = db.producer()
+    for p in (0, 1):
+        producer.send("two", b"v", partition=p)
+    producer.flush()
+
+    def fetch(offsets, max_bytes, min_bytes=1, max_wait_s=0):
+        answer = call(sock, FetchRequest(
+            max_wait=i32Timedelta.parse(datetime.timedelta(seconds=max_wait_s)),
+            min_bytes=i32(min_bytes), max_bytes=i32(max_bytes),
+            topics=(FetchTopic(topic="two", partitions=tuple(
+                FetchPartition(partition=i32(p), fetch_offset=i64(offset),
+                               partition_max_bytes=i32(1 << 20))
+                for p, offset in enumerate(offsets))),),
+            forgotten_topics_data=()))
+        return [(p.error_code, len(list(record_batch.iter_batches(bytes(p.records)))))
+                for p in answer.responses[0].partitions]
+    assert fetch([0, 0], -1) == [(ErrorCode.unknown_server_error, 0), (ErrorCode.none, 1)]
+    assert fetch([1, 0], -1) == [(ErrorCode.none, 0), (ErrorCode.none, 1)]
+    # A wait of 10 minutes would outlast the socket's timeout: the answers come at once.
+    sock.settimeout(60)
+    assert fetch([1, 1], -1, max_wait_s=600) == [(ErrorCode.none, 0), (ErrorCode.none, 0)]
+    assert fetch([0, 1], 10, min_bytes=1 << 20, max_wait_s=600) == \
+        [(ErrorCode.none, 1), (ErrorCode.none, 0)]
+
+
 def test_a_database_of_its_own_stamps_produced_batches_with_the_epoch_its_metadata_names(
         db, sock):
     # Kafka's leader stamps its leader epoch on every batch it appends (LogValidator sets

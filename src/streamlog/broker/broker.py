@@ -636,6 +636,10 @@ class Broker:
     def _read(self, positions, max_bytes, partition_max_bytes, max_offsets, read_committed):
         result = {}
         total = 0
+        # What is left of max_bytes, as Kafka's ReplicaManager.readFromLog counts it: a
+        # request's max_bytes below 0 reaches the first partition as it is (its read is
+        # refused when it has records) and is 0 from the next partition on.
+        left = max_bytes
         failed = False
         for tp, offset in positions.items():
             try:
@@ -647,7 +651,7 @@ class Broker:
                 stable = partition_log.last_stable_offset
                 if read_committed:
                     limit = stable if limit is None else min(limit, stable)
-                budget = min(partition_max_bytes[tp], max(max_bytes - total, 0))
+                budget = min(partition_max_bytes[tp], left)
                 fetched = partition_log.read(offset, budget, max_offset=limit,
                                              min_one_batch=total == 0)
                 aborted = None
@@ -668,6 +672,7 @@ class Broker:
                 entry = PartitionFetch([], hw, start, hw, exc)
                 failed = True
             result[tp] = entry
+            left = max(left - entry.size, 0)
         return result, total, failed
 
     # --- requests: list offsets ------------------------------------------------

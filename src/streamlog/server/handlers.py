@@ -377,7 +377,9 @@ class Handlers:
                 results.update(self.broker.fetch(
                     {tp: positions[tp] for tp in known},
                     max_wait_ms=max_wait_ms,
-                    min_bytes=body.min_bytes, max_bytes=body.max_bytes,
+                    # Kafka's KafkaApis.handleFetchRequest asks for no more than max_bytes:
+                    # one below 0 is answered at once.
+                    min_bytes=min(body.min_bytes, body.max_bytes), max_bytes=body.max_bytes,
                     partition_max_bytes={tp: partition_max[tp] for tp in known},
                     wakeup_key=context.connection,   # woken when the connection closes,
                     interrupted=context.connection.closed.is_set,   # or closed before
