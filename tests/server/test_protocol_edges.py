@@ -561,6 +561,53 @@ def test_a_refused_produce_names_the_records_at_fault_in_record_errors(db, sock)
         (ErrorCode.none, (), None)
 
 
+def test_a_refused_append_answers_the_log_start_offset_where_kafka_answers_it(db, sock):
+    # Kafka's ReplicaManager.appendToLocalLog answers a failed append with the partition's log
+    # start offset (processFailedRecord: record validation, a control batch from a client, a
+    # sequence out of order, a base offset other than 0 in UnifiedLog.analyzeAndValidateRecords),
+    # but UNKNOWN_LOG_APPEND_INFO's -1 for the failures it expects (RecordTooLarge,
+    # CorruptRecord, ...); what KafkaApis refuses before the append (ProduceRequest
+    # .validateRecords: no batch, magic other than 2) answers PartitionResponse(error): -1.
+    db.create_topic("small", config={"max.message.bytes": 100})
+    producer = db.producer()
+    for value in (b"a", b"b"):
+        producer.send("t", value, partition=0)
+    producer.flush()
+    db._broker.delete_records({streamlog.TopicPartition("t", 0): 1})
+    now = int(time.time() * 1000)
+    damaged = bytearray(record_batch.build_batch([b"x"], timestamp=now))
+    damaged[-1] ^= 1
+    old_magic = bytearray(record_batch.build_batch([b"x"], timestamp=now))
+    old_magic[16] = 1
+    first = record_batch.build_batch([b"x"], timestamp=now, producer_id=7, producer_epoch=0,
+                                     base_sequence=0)
+    assert call(sock, produce("t", batch=bytes(first))).responses[0] \
+        .partition_responses[0].error_code == ErrorCode.none
+    cases = [
+        ("t", record_batch.build_batch([b"x"], timestamp=-1,
+                                       timestamp_type=record_batch.LOG_APPEND_TIME),
+         ErrorCode.invalid_timestamp, 1),
+        ("t", record_batch.build_batch([b"marker"], keys=[b"control"], timestamp=now,
+                                       is_control=True),
+         ErrorCode.invalid_record, 1),
+        ("t", record_batch.build_batch([b"x"], timestamp=now, producer_id=7, producer_epoch=0,
+                                       base_sequence=5),
+         ErrorCode.out_of_order_sequence_number, 1),
+        ("t", record_batch.build_batch([b"x"], timestamp=now, base_offset=5),
+         ErrorCode.invalid_record, 1),
+        ("t", damaged, ErrorCode.corrupt_message, -1),
+        ("t", old_magic, ErrorCode.invalid_record, -1),
+        ("t", b"", ErrorCode.invalid_record, -1),
+        ("small", record_batch.build_batch([b"x" * 200], timestamp=now),
+         ErrorCode.message_too_large, -1)]
+    answers = []
+    for topic, batch, _, _ in cases:
+        answer = call(sock, produce(topic, batch=bytes(batch))).responses[0] \
+            .partition_responses[0]
+        answers.append((answer.error_code, answer.log_start_offset))
+    assert answers == [(code, start) for _, _, code, start in cases]
+
+
 def test_a_zstd_batch_before_produce_7_is_unsupported_compression_type(db, sock):
     # Kafka's ProduceRequest.validateRecords (KIP-110): zstd came with Produce 7 (and Fetch
     # 10), so a broker never holds zstd batches that older clients would be fed;

@@ -21,7 +21,7 @@ from ..broker.broker import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from ..broker.metadata import overrides_after, validate_partitions, validate_topic_name
 from ..storage.compression import ZSTD
 from ..storage.partition_log import UNREPLICATED_LEADER_EPOCH
-from ..storage.record_batch import iter_batches
+from ..storage.record_batch import MAGIC, iter_batches
 from ..structs import TopicPartition
 from .error_codes import error_code, error_message, failure
 from .group_handlers import GroupHandlers
@@ -253,30 +253,9 @@ class Handlers:
             parts = []
             for partition in topic.partition_data:
                 tp = TopicPartition(topic.name, partition.index)
-                answer = {"index": partition.index, "error": None, "base": -1,
-                          "append_time": None, "start": -1}
-                try:
-                    if tp in refused:
-                        raise refused[tp]
-                    # None for a partition without transactional batches: a client's
-                    # transactional batch is only ever taken verified.
-                    verification = verified.get(tp)
-                    if isinstance(verification, errors.StreamlogError):
-                        raise verification
-                    self._check_not_internal(tp.topic, "append to")
-                    if self.broker.has_partition(tp):   # else UNKNOWN_TOPIC_OR_PARTITION
-                        _check_base_offset(partition.records)
-                    info = self.broker.produce(tp, partition.records or b"", acks=body.acks,
-                                               verification=verification)
-                    answer["base"] = info.first_offset
-                    if info.log_append_time >= 0:
-                        answer["append_time"] = datetime.datetime.fromtimestamp(
-                            info.log_append_time / 1000, datetime.timezone.utc)
-                    answer["start"] = self.broker.partition_log(tp).log_start_offset
-                    if body.acks == -1:
-                        waits.append((self._durable(tp, info.last_offset + 1), answer))
-                except errors.StreamlogError as exc:
-                    answer["error"] = exc
+                answer = self._produce_partition(body.acks, tp, partition.records,
+                                                 refused.get(tp), verified.get(tp), waits)
+                answer["index"] = partition.index
                 parts.append(answer)
             answers.append((topic.name, parts))
         if body.acks == 0:
@@ -320,6 +299,47 @@ class Handlers:
             except errors.StreamlogError as exc:
                 refused[tp] = exc
         return refused
+
+    def _produce_partition(self, acks, tp, records, refusal, verification, waits):
+        """One partition's Produce answer (error, base, append_time, start), its wait for
+        acks=all added to waits. refusal: _refused_up_front's error for it, or None;
+        verification: what verifying its transaction gave (None for a partition without
+        transactional batches: a client's transactional batch is only ever taken
+        verified)."""
+        answer = {"error": None, "base": -1, "append_time": None, "start": -1}
+        appending = False   # refused before the append: no log start answered
+        try:
+            if refusal is not None:
+                raise refusal
+            if isinstance(verification, errors.StreamlogError):
+                raise verification
+            self._check_not_internal(tp.topic, "append to")
+            appending = True
+            if self.broker.has_partition(tp):   # else UNKNOWN_TOPIC_OR_PARTITION
+                _check_base_offset(records)
+            info = self.broker.produce(tp, records or b"", acks=acks, verification=verification)
+            answer["base"] = info.first_offset
+            if info.log_append_time >= 0:
+                answer["append_time"] = datetime.datetime.fromtimestamp(
+                    info.log_append_time / 1000, datetime.timezone.utc)
+            answer["start"] = self.broker.partition_log(tp).log_start_offset
+            if acks == -1:
+                waits.append((self._durable(tp, info.last_offset + 1), answer))
+        except errors.StreamlogError as exc:
+            answer["error"] = exc
+            if appending:
+                answer["start"] = self._log_start_after_failed_append(tp, exc)
+        return answer
+
+    def _log_start_after_failed_append(self, tp, exc):
+        """The log_start_offset a Produce answers for an append the log refused: Kafka's
+        ReplicaManager.appendToLocalLog gives the partition's (processFailedRecord), but for
+        the failures it expects of a partition that is not there to take the batch, or of a
+        batch too large or damaged, which it answers with UNKNOWN_LOG_APPEND_INFO's -1."""
+        if isinstance(exc, _APPEND_ERRORS_WITHOUT_LOG_START) or \
+                not self.broker.has_partition(tp):
+            return -1
+        return self.broker.partition_log(tp).log_start_offset
 
     def _check_not_internal(self, topic, action):
         """Clients do not write the coordinators' topics (Kafka's ReplicaManager refuses:
@@ -791,21 +811,28 @@ def _config_text(value):
 
 
 def _check_one_batch(version, records):
-    """Kafka's ProduceRequest.validateRecords for one partition's records (the versions
-    served are all 3+, magic 2), which KafkaApis.handleProduceRequest applies to each
-    partition before anything else is done for it: exactly one record batch, INVALID_RECORD
-    otherwise, that partition alone; a zstd batch before Produce 7 (KIP-110: older clients
-    cannot read it back) is UNSUPPORTED_COMPRESSION_TYPE. The log's append takes several
-    batches (its in-process writers hand it what they built): the rule is a client
-    request's, so it is checked where the request arrives. Records that do not parse are
-    left to the append, which refuses them with the error of what is wrong."""
+    """Kafka's ProduceRequest.validateRecords, which KafkaApis.handleProduceRequest applies
+    to each partition's records before anything else is done for it (the versions served
+    are all 3+): one record batch of magic 2, INVALID_RECORD otherwise, that partition
+    alone; a zstd batch before Produce 7 (KIP-110: older clients cannot read it back) is
+    UNSUPPORTED_COMPRESSION_TYPE. The log's append takes several batches (its in-process
+    writers hand it what they built): the rules are a client request's, so they are checked
+    where the request arrives. Records that do not parse are left to the append, which
+    refuses them with the error of what is wrong."""
     try:
         batches = iter_batches(records or b"")
         first = next(batches, None)
         second = next(batches, None)
     except errors.CorruptRecordError:   # a length no batch has
         return
-    if first is not None and version < 7 and first.compression == ZSTD:
+    if first is None:
+        raise errors.InvalidRecordError("a Produce request carries a record batch for each "
+                                        "partition it names; this partition has none")
+    if first.magic != MAGIC:
+        raise errors.InvalidRecordError(
+            f"a Produce request of version {version} carries record batches of magic {MAGIC}; "
+            f"this one has magic {first.magic}")
+    if version < 7 and first.compression == ZSTD:
         raise errors.UnsupportedCompressionTypeError(
             f"a zstd batch needs Produce version 7 or later; this request is version "
             f"{version}")
@@ -816,17 +843,26 @@ def _check_one_batch(version, records):
 
 
 def _check_base_offset(records):
-    """A client's batch starts at base offset 0, the log assigns its offsets (Kafka's
-    UnifiedLog.analyzeAndValidateRecords, for a client's append): INVALID_RECORD otherwise.
-    Kafka checks it in the append, so after the transaction verification."""
+    """A client's batch starts at base offset 0, the log assigning offsets (Kafka's
+    UnifiedLog.analyzeAndValidateRecords, part of the append, so after the transaction
+    verification: INVALID_RECORD). The log's own append takes any base offset from its
+    in-process writers."""
     try:
         first = next(iter_batches(records or b""), None)
-    except errors.CorruptRecordError:   # left to the append, as above
+    except errors.CorruptRecordError:   # a length no batch has: the append refuses it
         return
     if first is not None and first.base_offset != 0:
         raise errors.InvalidRecordError(
             f"a produced record batch starts at base offset 0 (the log assigns offsets); "
             f"this one says {first.base_offset}")
+
+
+# The append failures Kafka's ReplicaManager.appendToLocalLog answers without the log start
+# offset (UnknownTopicOrPartition, NotLeaderOrFollower, RecordTooLarge, RecordBatchTooLarge,
+# CorruptRecord, KafkaStorage exceptions); a closed log answers as a partition not led here.
+_APPEND_ERRORS_WITHOUT_LOG_START = (
+    errors.UnknownTopicOrPartitionError, errors.NotLeaderOrFollowerError, errors.LogClosedError,
+    errors.RecordTooLargeError, errors.CorruptInputBatchError, errors.KafkaStorageError)
 
 
 def _record_errors(types, exc):
