@@ -580,6 +580,11 @@ class PartitionLog:
                 raise InvalidRecordError(
                     f"a produced batch spans {batch.last_offset_delta + 1} offsets but holds "
                     f"{batch.records_count} records")
+            if batch.is_control and origin == CLIENT:
+                # A batch's own rules come before its records' (Kafka's LogValidator runs
+                # validateBatch before validateRecord), so a marker is refused as one.
+                raise InvalidRecordError("a client may not write a control batch; transaction "
+                                         "markers come from the transaction coordinator")
             decoded = None   # the client's records, decoded once for the checks reading them
             if self.config.compact and origin == CLIENT and not batch.is_control and \
                     batch.records_count:
@@ -599,9 +604,6 @@ class PartitionLog:
                     with self._refusing():
                         decoded = batch.records(verify=False)
                 _check_timestamps(decoded, now_ms, window, self.name)
-            if batch.is_control and origin == CLIENT:
-                raise InvalidRecordError("a client may not write a control batch; transaction "
-                                         "markers come from the transaction coordinator")
             if origin == CLIENT and batch.timestamp_type == LOG_APPEND_TIME:
                 self._check_client_log_append_time(batch)
             if codec is not None and origin == CLIENT and batch.compression != codec:

@@ -676,6 +676,23 @@ def test_a_client_batch_marked_log_append_time_is_stored_as_create_time(log_dir)
     log.close()
 
 
+def test_a_client_control_batch_is_invalid_record_before_its_timestamps_are_checked(tmp_path):
+    # Kafka's LogValidator runs validateBatch (a client's control batch: InvalidRecordException)
+    # before validateRecord (each record's timestamp: INVALID_TIMESTAMP), so a marker from a
+    # client is INVALID_RECORD whatever its time.
+    from streamlog.storage.record_batch import LOG_APPEND_TIME
+    clock = FakeClock()
+    recent = small_log(str(tmp_path / "recent-0"), clock, message_timestamp_before_max_ms=60_000)
+    appended = small_log(str(tmp_path / "appended-0"), clock,
+                         message_timestamp_type="LogAppendTime")
+    for log, timestamp_type in ((recent, 0), (appended, LOG_APPEND_TIME)):
+        marker = build_batch([b"marker"], keys=[b"control"], timestamp=clock.now_ms - 3_600_000,
+                             timestamp_type=timestamp_type, is_control=True)
+        with pytest.raises(InvalidRecordError, match="control batch"):
+            log.append(marker)
+        log.close()
+
+
 def test_a_read_of_a_negative_size_is_refused_where_there_is_something_to_read(log_dir):
     # Kafka's LogSegment.read: IllegalArgumentException for a size below 0; LocalLog.read
     # answers a read at the end of what is visible empty before any segment is read.
