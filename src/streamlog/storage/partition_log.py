@@ -43,6 +43,7 @@ from ..errors import (CorruptInputBatchError, CorruptRecordError, InvalidRecordE
                       InvalidTimestampError, KafkaStorageError, LogClosedError,
                       NotLeaderOrFollowerError, OffsetOutOfRangeError, ReadOnlyError,
                       RecordBatchTooLargeError, RecordTooLargeError)
+from ..parsing import LONG_MAX
 from . import files
 from .durable import fsync_dir
 from .file_records import IncompleteBatch
@@ -129,16 +130,25 @@ def _check_timestamps(records, now_ms, window, name):
     lag = now_ms - timestamps
     bad = ((lag > before) | (-lag > after)) & (timestamps != NO_TIMESTAMP)
     if bad.any():
-        low, high = now_ms - before, now_ms + after
+        allowed = _allowed_timestamps(now_ms, before, after)
         # Every record out of the window is named, as Kafka's record errors name them.
         indexes = bad.nonzero()[0].tolist()
         index = indexes[0]
         raise InvalidTimestampError(
             f"timestamp {int(timestamps[index])} of record {index} of a batch for {name} is "
-            f"out of range: it should be within [{low}, {high}] (message.timestamp.before"
-            f".max.ms / after.max.ms of the topic, at this append)",
-            [(i, f"timestamp {int(timestamps[i])} is outside [{low}, {high}]")
-             for i in indexes])
+            f"out of range: it should be {allowed} (message.timestamp.before.max.ms / "
+            "after.max.ms of the topic, at this append)",
+            [(i, f"timestamp {int(timestamps[i])} should be {allowed}") for i in indexes])
+
+
+def _allowed_timestamps(now_ms, before, after):
+    """The timestamps a window allows at now_ms, in words. A side left unbounded (Long.MAX
+    ms, the default) is not named: its bound would lie past what a timestamp can be."""
+    if before == LONG_MAX:
+        return f"at most {now_ms + after}"
+    if after == LONG_MAX:
+        return f"at least {now_ms - before}"
+    return f"within [{now_ms - before}, {now_ms + after}]"
 
 
 class PartitionLog:

@@ -693,6 +693,26 @@ def test_a_client_control_batch_is_invalid_record_before_its_timestamps_are_chec
         log.close()
 
 
+def test_a_timestamp_refusal_names_only_the_bounds_the_topic_sets(tmp_path):
+    # A side of the window left at its default (Long.MAX ms) bounds nothing: naming now plus
+    # it would show a bound no timestamp can reach.
+    from streamlog.errors import InvalidTimestampError
+    clock = FakeClock()
+    cases = [(dict(message_timestamp_before_max_ms=60_000), clock.now_ms - 3_600_000,
+              f"at least {clock.now_ms - 60_000}"),
+             (dict(message_timestamp_after_max_ms=60_000), clock.now_ms + 3_600_000,
+              f"at most {clock.now_ms + 60_000}"),
+             (dict(message_timestamp_before_max_ms=10, message_timestamp_after_max_ms=20),
+              clock.now_ms + 30, f"within [{clock.now_ms - 10}, {clock.now_ms + 20}]")]
+    for i, (window, timestamp, allowed) in enumerate(cases):
+        log = small_log(str(tmp_path / f"t-{i}"), clock, **window)
+        with pytest.raises(InvalidTimestampError) as refused:
+            log.append(build_batch([b"v"], timestamp=timestamp))
+        assert f"should be {allowed} (" in str(refused.value)
+        assert refused.value.record_errors == ((0, f"timestamp {timestamp} should be {allowed}"),)
+        log.close()
+
+
 def test_a_read_of_a_negative_size_is_refused_where_there_is_something_to_read(log_dir):
     # Kafka's LogSegment.read: IllegalArgumentException for a size below 0; LocalLog.read
     # answers a read at the end of what is visible empty before any segment is read.
