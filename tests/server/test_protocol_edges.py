@@ -429,6 +429,24 @@ def test_a_negative_partition_max_bytes_fails_that_partitions_read_when_it_has_r
     assert fetch(1, -1) == [(ErrorCode.none, 0), (ErrorCode.none, 1)]
 
 
+def test_only_a_negative_read_size_becomes_a_partitions_error(db, monkeypatch):
+    # The read of a negative size is the one a fetch answers as that partition's failure
+    # (above); a ValueError from anywhere else in the read path is a fault, raised, not
+    # turned into UNKNOWN_SERVER_ERROR.
+    from streamlog.storage.partition_log import PartitionLog
+    tp = streamlog.TopicPartition("t", 0)
+    producer = db.producer()
+    producer.send("t", b"v", partition=0)
+    producer.flush()
+    assert db._broker.fetch({tp: 0}, partition_max_bytes=-1)[tp].error is not None
+
+    def broken(*args, **kwargs):
+        raise ValueError("a fault in the read path")
+    monkeypatch.setattr(PartitionLog, "read", broken)
+    with pytest.raises(ValueError, match="a fault in the read path"):
+        db._broker.fetch({tp: 0})
+
+
 def test_a_negative_max_bytes_fails_the_first_partition_and_leaves_0_for_the_others(db, sock):
     # Kafka's ReplicaManager.readFromLog starts limitBytes at the request's max_bytes and sets
     # it to max(0, limitBytes - what was read) after each partition: the first partition is

@@ -39,7 +39,7 @@ from ..errors import (InvalidConfigurationError, KafkaStorageError, LogClosedErr
 from ..storage import files, partition_metadata
 from ..storage.cleaner_manager import log_to_clean
 from ..storage.log_directory import LogDirectory
-from ..storage.partition_log import wall_clock_ms
+from ..storage.partition_log import NegativeReadSizeError, wall_clock_ms
 from ..storage.producer_state import UNVERIFIED
 from ..structs import TopicPartition
 from ..timer import SystemTimer
@@ -662,10 +662,11 @@ class Broker:
                                        fetched.log_start_offset, stable, None, aborted)
                 total += entry.size
             except (OffsetOutOfRangeError, UnknownTopicOrPartitionError, LogClosedError,
-                    ValueError) as exc:
-                # ValueError: a size below 0 that a Kafka client sent (PartitionLog.read);
-                # that partition alone fails, as Kafka's ReplicaManager.readFromLog answers
-                # any failed read (UNKNOWN_SERVER_ERROR for this one).
+                    NegativeReadSizeError) as exc:
+                # NegativeReadSizeError: a size below 0 that a Kafka client sent; that
+                # partition alone fails, as Kafka's ReplicaManager.readFromLog answers any
+                # failed read (UNKNOWN_SERVER_ERROR for this one). Any other error is a fault
+                # of the read path and is not turned into an error code here.
                 partition_log = self.partitions.get(tp)
                 hw = partition_log.high_watermark if partition_log is not None else -1
                 start = partition_log.log_start_offset if partition_log is not None else -1

@@ -109,6 +109,11 @@ class FetchData(NamedTuple):
         return sum(b.size_in_bytes for b in self.batches)
 
 
+class NegativeReadSizeError(ValueError):
+    """A read asked for fewer than 0 bytes where there was something to read (Kafka's
+    LogSegment.read refuses it: IllegalArgumentException)."""
+
+
 class _MissingOffsets(CorruptRecordError):
     """Offsets inside the log that no segment holds (see PartitionLog._read)."""
 
@@ -960,8 +965,8 @@ class PartitionLog:
                 # As Kafka's LogSegment.read (IllegalArgumentException): a size below 0 is
                 # refused once there is something to read; at the end of what is visible the
                 # read is empty whatever its size.
-                raise ValueError(f"cannot read {max_bytes} bytes of {self.name}: a read's "
-                                 "size is 0 or more")
+                raise NegativeReadSizeError(f"cannot read {max_bytes} bytes of {self.name}: a "
+                                            "read's size is 0 or more")
             if fetch_offset < bases[0]:
                 raise _MissingOffsets(
                     f"offsets {fetch_offset}..{bases[0] - 1} of {self.name} are missing: the "
