@@ -625,7 +625,7 @@ class PartitionLog:
                 # Kafka's LogValidator rebuilds a produced batch whose codec differs from the
                 # topic's, keeping its records and producer fields.
                 with self._refusing():
-                    batch = RecordBatch(recompressed(batch, codec))
+                    batch = RecordBatch(recompressed(batch, codec, decoded))
                 if batch.size_in_bytes > size_limit:
                     self._check_batch_size(batch.size_in_bytes)
             if assign_offsets:

@@ -258,3 +258,14 @@ def test_encoding_into_a_reused_buffer_gives_the_same_bytes(codec):
         assert isinstance(reused, memoryview) and bytes(reused) == bytes(fresh)
         assert rb.RecordBatch(bytes(reused)).records().values() == values
         reused.release()  # the view must be gone before the buffer is reused
+
+
+def test_recompressed_from_records_decoded_already_is_the_same_batch():
+    # The log hands recompressed the records its checks decoded: the copy must not differ.
+    for source in (compression.NONE, compression.GZIP):
+        built = rb.build_batch([b"a" * 50, None, b"c"], keys=[b"k", b"l", None],
+                               timestamps=[5, 3, 9], compression_type=source)
+        batch = rb.RecordBatch(built)
+        for target in (compression.NONE, compression.GZIP):
+            assert rb.recompressed(batch, target, batch.records()) == \
+                rb.recompressed(batch, target)
