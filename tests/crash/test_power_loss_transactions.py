@@ -22,14 +22,11 @@ Every CHECK_EVERY cuts, and at the end, this process reopens the database, takes
 transactional id over (fencing the dead writer and aborting what it left open) and
 checks all of that with a read_committed consumer (KAFKA_REFERENCE.md §6)."""
 import os
-import pickle
-import subprocess
-import sys
 from collections import Counter
 
 import streamlog
 from streamlog import TopicPartition
-from support.power_loss import put_back
+from support.power_loss import run_cut_writer
 
 SYNCS = 36      # a transaction here makes about 12; the setup is not counted
 CHECK_EVERY = 9
@@ -38,7 +35,6 @@ TPS = [TopicPartition("t", 0), TopicPartition("t", 1)]
 INPUT = TopicPartition("in", 0)
 CONFIG = {"transaction.state.log.num.partitions": 2, "offsets.topic.num.partitions": 2,
           "segment.bytes": 8192}
-TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # Transaction i of run r: RECORDS records to both partitions, to 0 or to 1 (i % 3), the
 # group's offset of INPUT set to r * 1000 + i + 1 with them; the second of every four
@@ -46,10 +42,9 @@ TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # ("C r i" once commit_transaction() returned).
 WRITER = """
 import os, sys
-sys.path.insert(0, %r)
 import streamlog
 from support.power_loss import die_at_sync
-root, run, cut, durable = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+root, cut, durable, run = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
 db = streamlog.open(root, config=%r)
 for topic in ("t", "in"):
     if topic not in db.topics():
@@ -71,21 +66,13 @@ for i in range(1000):
         p.commit_transaction()
         print("C", run, i, flush=True)
 die()
-""" % (TESTS, CONFIG, RECORDS)
+""" % (CONFIG, RECORDS)
 
 
 def cut_one(root, run, cut):
     """One writer, cut at its cut-th sync; its segment files put back. Returns the
     transactions it reported committed, and those it reported aborted."""
-    durable = root + ".durable"
-    child = subprocess.run([sys.executable, "-c", WRITER, root, str(run), str(cut), durable],
-                           capture_output=True, text=True, timeout=300)
-    assert child.returncode == -9, child.stderr
-    with open(durable, "rb") as f:
-        put_back(root, pickle.load(f))
-    os.unlink(durable)
-    # Only whole lines: the cut may come while one is being printed.
-    fields = [line.split() for line in child.stdout.split("\n")[:-1]]
+    fields = run_cut_writer(WRITER, root, cut, run)
     done = {(f[0], int(f[1]), int(f[2])) for f in fields if len(f) == 3}
     return {t[1:] for t in done if t[0] == "C"}, {t[1:] for t in done if t[0] == "A"}
 

@@ -14,11 +14,13 @@ again.
 die_at_sync() is the same watch in a child process that the power loss kills at a
 chosen sync, with nothing after it run: files written whole and renamed in (snapshots,
 checkpoints) exist exactly when their fsync came before the cut. The parent puts the
-segment files back with put_back().
+segment files back with put_back(); run_cut_writer() does all of it.
 """
 import os
 import pickle
 import signal
+import subprocess
+import sys
 import threading
 
 from streamlog.storage.file_records import FileRecords
@@ -116,3 +118,24 @@ def die_at_sync(root, at, durable_path):
     os.fsync, os.fdatasync = gated(os.fsync), gated(os.fdatasync)
     SparseIndex.flush = gated(SparseIndex.flush)
     return die
+
+
+TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def run_cut_writer(script, root, cut, *args):
+    """Run `python -c script root cut durable_path *args`, a writer that calls
+    die_at_sync(root, cut, durable_path) once ready (tests/ is on its sys.path); once the
+    power has gone, put its segment files back. Returns the writer's whole output lines,
+    split into fields (the cut may come while one is being printed)."""
+    durable = root + ".durable"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [TESTS] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
+    child = subprocess.run([sys.executable, "-c", script, root, str(cut), durable,
+                            *map(str, args)], capture_output=True, text=True, timeout=300,
+                           env=env)
+    assert child.returncode == -signal.SIGKILL, child.stderr
+    with open(durable, "rb") as f:
+        put_back(root, pickle.load(f))
+    os.unlink(durable)
+    return [line.split() for line in child.stdout.split("\n")[:-1]]
