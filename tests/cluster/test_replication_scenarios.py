@@ -308,8 +308,12 @@ def _fetching_for(cluster, follower):
     cluster.isolate(follower)
     wait_until(lambda: follower not in cluster.partition_state("t", 0).isr,
                "the cut follower to leave the ISR")
-    leader = cluster.leader("t", 0)
-    return cluster.replica_manager(leader), cluster.partition_state("t", 0).leader_epoch
+    manager = cluster.replica_manager(cluster.leader("t", 0))
+    # The controller makes the smaller ISR known before the leader's proposal is done:
+    # until then a fetch cannot propose taking the follower back (one change at a time).
+    wait_until(lambda: manager._replicas[TopicPartition("t", 0)].pending_isr is None,
+               "the leader's ISR change to finish")
+    return manager, cluster.partition_state("t", 0).leader_epoch
 
 
 def test_the_high_watermark_waits_for_a_caught_up_follower_outside_the_isr(tmp_path):
