@@ -7,10 +7,15 @@ retriable (the producer retries the batch; Kafka's Errors.java marks them
 RetriableException); TOPIC_AUTHORIZATION_FAILED is not (the record fails); a bumped epoch
 fences the producer of a transactional id (KAFKA_REFERENCE.md §6, PRODUCER_FENCED).
 """
+import contextlib
+import random
+import socket
+
 import pytest
 
 import streamlog
 from streamlog import TopicPartition
+from streamlog.server import network
 from streamlog.testing import records
 
 from support import wait_until
@@ -104,6 +109,41 @@ def test_the_listener_stops_and_comes_back_on_the_same_port(db, server):
     assert producer.flush(30) == 0 and reports == [None]
     assert server.port == port
     assert values(db) == [b"before", b"while-down"]
+
+
+def test_a_listener_on_any_port_takes_one_no_client_connection_can_take_meanwhile(db,
+                                                                                  monkeypatch):
+    # A port of the kernel's ephemeral range, freed by stop_listening() (or by a cluster's
+    # broker going down), can become the local end of any outgoing connection meanwhile,
+    # and the listener could not come back on it (EADDRINUSE). Port 0 is a free port below
+    # that range, one that is taken being passed over.
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            lowest_ephemeral = int(f.read().split()[0])
+    except OSError:
+        pytest.skip("no ephemeral port range to read here")
+    with network.KafkaServer(db._broker) as listener:
+        assert listener.port < lowest_ephemeral
+    taken = socket.socket()
+    taken.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    while True:
+        port = random.randrange(network._LOWEST_CHOSEN_PORT, lowest_ephemeral)
+        with contextlib.suppress(OSError):
+            taken.bind(("127.0.0.1", port))
+            break
+    taken.listen()
+    choices = iter([port])
+    real = random.randrange
+    monkeypatch.setattr(network.random, "randrange", lambda *a: next(choices, None) or real(*a))
+    try:
+        with network.KafkaServer(db._broker) as listener:
+            assert network._LOWEST_CHOSEN_PORT <= listener.port < lowest_ephemeral
+            assert listener.port != port
+            listener.stop_listening()
+            listener.start_listening()
+            assert listener.listening
+    finally:
+        taken.close()
 
 
 def test_a_forced_rebalance_reassigns_the_group(db, server):

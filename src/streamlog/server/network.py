@@ -10,7 +10,8 @@ A request of an API or version not served is answered UNSUPPORTED_VERSION (proto
 frame that does not decode closes that one connection (logged); the server and every other
 connection go on.
 
-Lifecycle: KafkaServer() binds and starts serving; close() stops accepting, closes every
+Lifecycle: KafkaServer() binds (port 0: a free port below the kernel's ephemeral range,
+which no client connection can take while the listener is down) and starts serving; close() stops accepting, closes every
 connection, waits for the requests in progress, and ends the threads. For resilience tests,
 stop_listening() / start_listening() take the listener down and up again on the same port
 (the threads stay), drop_connections() closes every client connection, and `faults`
@@ -18,8 +19,10 @@ stop_listening() / start_listening() take the listener down and up again on the 
 """
 import asyncio
 import concurrent.futures
+import errno
 import functools
 import logging
+import random
 import struct
 import threading
 
@@ -41,6 +44,30 @@ MAX_REQUEST_BYTES = 100 << 20
 _WORKERS = 256
 
 
+# Where a listener asked for any port looks first (Linux's ephemeral range starts at 32768
+# by default): below the range, where no connection's local end is ever put.
+_EPHEMERAL_RANGE = "/proc/sys/net/ipv4/ip_local_port_range"
+_LOWEST_CHOSEN_PORT = 10000
+_TRIES_BELOW_THE_RANGE = 32
+
+
+def _ports_to_try(port):
+    """port itself when it names one; for 0, random ports below the ephemeral range, then 0
+    (the kernel's choice) if they are all taken or the range is not known."""
+    if port != 0:
+        yield port
+        return
+    try:
+        with open(_EPHEMERAL_RANGE) as f:
+            lowest_ephemeral = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        lowest_ephemeral = 0
+    if lowest_ephemeral > _LOWEST_CHOSEN_PORT + _TRIES_BELOW_THE_RANGE:
+        for _ in range(_TRIES_BELOW_THE_RANGE):
+            yield random.randrange(_LOWEST_CHOSEN_PORT, lowest_ephemeral)
+    yield 0
+
+
 class KafkaServer:
     def __init__(self, broker, host="127.0.0.1", port=0, cluster_id="streamlog"):
         self._broker = broker
@@ -57,8 +84,7 @@ class KafkaServer:
         def run():
             asyncio.set_event_loop(self._loop)
             try:
-                self._server = self._loop.run_until_complete(
-                    asyncio.start_server(self._serve_connection, host, port))
+                self._server = self._loop.run_until_complete(self._bind(host, port))
             except Exception as exc:   # any: the caller waits on `started`
                 # OSError (a port taken), but also OverflowError (a port above 65535), a
                 # host that does not parse...: each raised to the caller, never a thread's
@@ -79,6 +105,19 @@ class KafkaServer:
             raise errors.StreamlogError(f"cannot listen on {host}:{port}: {failure[0]}") \
                 from failure[0]
         self.host, self.port = self._server.sockets[0].getsockname()[:2]
+
+    async def _bind(self, host, port):
+        """The asyncio server listening on host:port; for port 0, on a free port below the
+        kernel's range of ephemeral ports where it has one: a port from that range, freed
+        by stop_listening() or by a cluster's broker going down, can be taken meanwhile by
+        any client connection's local end, and the listener could not come back on it."""
+        for candidate in _ports_to_try(port):
+            try:
+                return await asyncio.start_server(self._serve_connection, host, candidate)
+            except OSError as exc:
+                if candidate == 0 or exc.errno != errno.EADDRINUSE:
+                    raise
+        raise AssertionError("_ports_to_try ends with 0")
 
     @property
     def bootstrap_servers(self):
