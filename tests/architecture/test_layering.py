@@ -9,7 +9,8 @@ SRC = os.path.join(os.path.dirname(__file__), "..", "..", "src", "streamlog")
 
 # Lowest first. A module may import its own layer and the ones before it.
 LAYERS = [
-    ("shared", ["streamlog.errors", "streamlog.structs", "streamlog.parsing"]),
+    ("shared", ["streamlog.errors", "streamlog.structs", "streamlog.parsing",
+                "streamlog.re2j"]),
     ("native", ["streamlog.native", "streamlog._native", "streamlog.timer",
                 "streamlog.timer_py"]),
     ("storage", ["streamlog.storage"]),
