@@ -23,7 +23,8 @@ from kio.schema.types import BrokerId
 from kio.static.primitive import i8, i16, i32, i32Timedelta, i64
 from streamlog.storage import record_batch
 
-from support.wire import call, encode, list_offsets
+from support import wait_until
+from support.wire import ANSWER_BOUND_S, NEVER_S, call, call_without_long_poll, encode, list_offsets
 
 pytest.importorskip("confluent_kafka")
 
@@ -100,19 +101,21 @@ def test_a_null_topic_config_value_fails_that_topic_only(db, sock):
 def test_a_long_poll_ends_with_its_connection_even_before_it_starts_waiting(db, server):
     from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
     # The fetch is held (an injected delay) until after its connection closed: it must
-    # not then wait its whole max_wait (a minute) on a worker that close() joins.
+    # not then wait its whole max_wait (NEVER_S) on a worker that close() joins.
     server.faults.delay("Fetch", 0.3, count=1)
-    fetch = FetchRequest(max_wait=i32Timedelta.parse(datetime.timedelta(seconds=60)),
+    fetch = FetchRequest(max_wait=i32Timedelta.parse(datetime.timedelta(seconds=NEVER_S)),
                          min_bytes=i32(1), topics=(FetchTopic(topic="t", partitions=(
                              FetchPartition(partition=i32(0), fetch_offset=i64(0),
                                             partition_max_bytes=i32(1 << 20)),)),),
                          forgotten_topics_data=())
     with socket.create_connection((server.host, server.port)) as s:
         s.sendall(len(encode(fetch)).to_bytes(4, "big") + encode(fetch))
-        time.sleep(0.1)   # the request is in the server, held by the delay
+        wait_until(lambda: server.faults.pending() == 0,
+                   "the request is in the server, held by the delay")
     closed = threading.Event()
     threading.Thread(target=lambda: (server.close(), closed.set()), daemon=True).start()
-    assert closed.wait(30), "close() waited on the closed connection's long poll"
+    # A bound far below the max_wait, far above any close(): only a failing test reaches it.
+    assert closed.wait(ANSWER_BOUND_S), "close() waited on the closed connection's long poll"
 
 
 
@@ -267,14 +270,13 @@ def test_a_fetch_with_a_partition_that_fails_answers_at_once_without_its_long_po
     from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
     db.create_topic("two", partitions=2)
     server.faults.error("Fetch", "NOT_LEADER_OR_FOLLOWER", topic="two", partition=1)
-    started = time.monotonic()
-    answer = call(sock, FetchRequest(
-        max_wait=i32Timedelta.parse(datetime.timedelta(seconds=5)), min_bytes=i32(1),
+    # max_wait is NEVER_S: an answer at all is one that did not wait it out.
+    answer = call_without_long_poll(sock, FetchRequest(
+        max_wait=i32Timedelta.parse(datetime.timedelta(seconds=NEVER_S)), min_bytes=i32(1),
         topics=(FetchTopic(topic="two", partitions=tuple(
             FetchPartition(partition=i32(p), fetch_offset=i64(0),
                            partition_max_bytes=i32(1 << 20)) for p in (0, 1))),),
         forgotten_topics_data=()))
-    assert time.monotonic() - started < 2.5, "the fetch waited out its max_wait"
     assert [p.error_code for p in answer.responses[0].partitions] == [
         ErrorCode.none, ErrorCode.not_leader_or_follower]
 
@@ -411,7 +413,7 @@ def test_a_negative_partition_max_bytes_fails_that_partitions_read_when_it_has_r
     producer.flush()
 
     def fetch(offset, limit, max_wait_s=0):
-        answer = call(sock, FetchRequest(
+        answer = call_without_long_poll(sock, FetchRequest(
             max_wait=i32Timedelta.parse(datetime.timedelta(seconds=max_wait_s)),
             min_bytes=i32(1 << 20), max_bytes=i32(1 << 20),
             topics=(FetchTopic(topic="two", partitions=(
@@ -422,10 +424,9 @@ def test_a_negative_partition_max_bytes_fails_that_partitions_read_when_it_has_r
             forgotten_topics_data=()))
         return [(p.error_code, len(list(record_batch.iter_batches(bytes(p.records)))))
                 for p in answer.responses[0].partitions]
-    started = time.monotonic()
-    assert fetch(0, -1, max_wait_s=5) == [(ErrorCode.unknown_server_error, 0),
-                                          (ErrorCode.none, 1)]
-    assert time.monotonic() - started < 4, "a failed read did not end the long poll"
+    # max_wait is NEVER_S: an answer at all is one where the failed read ended the long poll.
+    assert fetch(0, -1, max_wait_s=NEVER_S) == [(ErrorCode.unknown_server_error, 0),
+                                                (ErrorCode.none, 1)]
     assert fetch(1, -1) == [(ErrorCode.none, 0), (ErrorCode.none, 1)]
 
 

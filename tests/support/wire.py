@@ -59,3 +59,26 @@ def list_offsets(sock, topic, partition, timestamp, current_leader_epoch=-1,
                 partition_index=i32(partition), current_leader_epoch=i32(current_leader_epoch),
                 timestamp=i64(timestamp)),)),)))
     return answer.topics[0].partitions[0]
+
+
+# A fetch's max_wait that no machine's slowness comes near, for the tests that a fetch is
+# answered without its long poll: such a fetch is answered long before it, a fetch that
+# waits out its max_wait is not answered within ANSWER_BOUND_S.
+NEVER_S = 15 * 60
+ANSWER_BOUND_S = 120.0
+
+
+def call_without_long_poll(sock, body, correlation_id=1):
+    """call() for a request whose max_wait is NEVER_S: its response, or AssertionError if
+    none came within ANSWER_BOUND_S (the server was waiting out the max_wait).
+
+    The bound only ends a failing test: no verdict rests on how fast the answer came."""
+    previous = sock.gettimeout()
+    sock.settimeout(ANSWER_BOUND_S)
+    try:
+        return call(sock, body, correlation_id)
+    except TimeoutError:
+        raise AssertionError(f"no answer within {ANSWER_BOUND_S:g} s: the fetch was waiting "
+                             f"out its max_wait ({NEVER_S} s)") from None
+    finally:
+        sock.settimeout(previous)
