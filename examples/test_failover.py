@@ -35,19 +35,31 @@ class PaymentRecorder:
         self.producer.poll(0)
 
     def flush(self):
-        self.producer.flush(60)
+        # Until every payment has its delivery report, recorded or failed: the client's
+        # message.timeout.ms (5 minutes by default) bounds the wait, not a guess at how long
+        # a failover takes.
+        self.producer.flush()
 
 
 def read_all(bootstrap_servers, topic):
-    consumer = confluent_kafka.Consumer({"bootstrap.servers": bootstrap_servers,
-                                         "group.id": "audit", "auto.offset.reset": "earliest"})
+    """Every record of the (one-partition) topic, up to its end when the read starts: the
+    consumer reports the partition's end (enable.partition.eof) once it has read them all.
+    A pause in the records, however long, is not taken for the end."""
+    consumer = confluent_kafka.Consumer({
+        "bootstrap.servers": bootstrap_servers, "group.id": "audit",
+        "auto.offset.reset": "earliest", "enable.partition.eof": True})
     consumer.subscribe([topic])
-    values, idle_since = [], time.monotonic()
-    while time.monotonic() - idle_since < 3:
+    values, deadline = [], time.monotonic() + 120   # only a broken build reaches it
+    while True:
+        assert time.monotonic() < deadline, f"read {len(values)} records, never the end"
         message = consumer.poll(0.2)
-        if message is not None and not message.error():
-            values.append(message.value())
-            idle_since = time.monotonic()
+        if message is None:
+            continue
+        if message.error():
+            if message.error().code() == confluent_kafka.KafkaError._PARTITION_EOF:
+                break
+            continue
+        values.append(message.value())
     consumer.close()
     return values
 
@@ -72,7 +84,7 @@ def test_no_recorded_payment_is_lost_when_the_leader_dies(kafka_cluster):
     stored = read_all(kafka_cluster.bootstrap_servers, "payments")
     assert sorted(stored) == sorted(app.recorded)      # each exactly once
     kafka_cluster.restart(leader)                      # it truncates, catches up, rejoins
-    kafka_cluster.wait_in_sync("payments")
+    kafka_cluster.wait_in_sync("payments", timeout=120)
 
 
 def test_without_enough_in_sync_replicas_payments_wait_then_fail(kafka_cluster):
@@ -83,12 +95,15 @@ def test_without_enough_in_sync_replicas_payments_wait_then_fail(kafka_cluster):
         if broker_id != leader:
             kafka_cluster.stop(broker_id)
     outcome = []
-    for retries in (0, 2147483647):
+    # The client that does not retry has a minute to reach the broker (its refusal comes at
+    # once); the one that retries gives up after 2 s of refusals. flush() returns when the
+    # message has its delivery report, however long that took.
+    for retries, timeout_ms in ((0, 60_000), (2147483647, 2000)):
         producer = confluent_kafka.Producer({
             "bootstrap.servers": kafka_cluster.bootstrap_servers, "acks": "all",
-            "retries": retries, "message.timeout.ms": 2000})
+            "retries": retries, "message.timeout.ms": timeout_ms})
         producer.produce("payments", b"p-x", on_delivery=lambda err, msg: outcome.append(err))
-        producer.flush(10)
+        producer.flush()
     # The broker refuses with NOT_ENOUGH_REPLICAS (retriable): a client that does not retry
     # reports it; one that does retries until its delivery timeout, then reports that.
     assert [err.code() for err in outcome] == [confluent_kafka.KafkaError.NOT_ENOUGH_REPLICAS,
