@@ -218,15 +218,17 @@ def test_reaper_is_woken_early_by_an_earlier_task():
         assert fired.wait(GENEROUS_S)
 
 
-def test_idle_reaper_does_not_poll():
+def test_idle_reaper_does_not_poll(monkeypatch):
     clock = FakeClock(0)
-    with SystemTimer("idle", clock_ms=clock) as timer:
-        time.sleep(0.1)
+    timer, timeouts = recording_timer(monkeypatch, "idle", clock)
+    with timer:
+        # The reaper is in its first wait (it reads the clock only before it), not merely
+        # given 0.1 s to get there: a late start cannot count as a poll in the window.
+        assert wait_until(lambda: timeouts == [None])
         reads = clock.reads
         time.sleep(0.5)
         assert clock.reads == reads  # nothing pending: waits without a timeout
-        timer.add(3_600_000, lambda: None)  # an hour away on the fake clock
-        time.sleep(0.1)
+        asleep_for_a_far_task(timer, timeouts, 3_600_000)  # an hour away on the fake clock
         reads = clock.reads
         time.sleep(0.5)
         assert clock.reads - reads <= 2  # one long wait, not a polling loop
@@ -428,7 +430,7 @@ def test_far_future_tasks_do_not_kill_the_reaper(caplog):
         time.sleep(0.05)  # the reaper plans its sleep for the earliest of them
         fired = threading.Event()
         timer.add(1, fired.set)
-        assert fired.wait(5)
+        assert fired.wait(GENEROUS_S)
         assert timer.thread.is_alive()
         assert len(timer) == 3
     assert "reaper failed" not in caplog.text  # no error loop either: the sleep is clamped
