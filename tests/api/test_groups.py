@@ -277,7 +277,9 @@ def test_a_member_that_stops_heartbeating_is_evicted_and_its_partitions_reassign
         frozen = db.consumer(group_id="g", session_timeout_ms=300, **FAST)
         frozen.subscribe(["t"])
         poll_until(frozen, lambda r: frozen.assignment(), "the first member has partitions")
-        healthy = GroupReader(db, ["t"], "healthy", session_timeout_ms=300, **FAST)
+        # Only `frozen` is to be evicted: a healthy member whose heartbeats a loaded machine
+        # delays by a fraction of a second must not be.
+        healthy = GroupReader(db, ["t"], "healthy", session_timeout_ms=30_000, **FAST)
         healthy.start()
         poll_until(frozen, lambda r: len(frozen.assignment()) == 2, "the partitions are shared")
         # Test hook: the member's heartbeats stop, as if its process froze.
@@ -296,13 +298,16 @@ def test_a_member_that_stops_heartbeating_is_evicted_and_its_partitions_reassign
 def test_heartbeats_keep_a_member_that_does_not_poll_for_several_sessions(db_path):
     with streamlog.open(db_path, config={"group.min.session.timeout.ms": 50}) as db:
         fill(db, 4)
-        consumer = db.consumer(group_id="g", session_timeout_ms=500, **FAST)
+        # A session 40 heartbeats long: only a timer thread that does not heartbeat at all
+        # (not one a loaded machine delays by a second) lets it expire.
+        session_s = 2.0
+        consumer = db.consumer(group_id="g", session_timeout_ms=int(session_s * 1000), **FAST)
         consumer.subscribe(["t"])
         poll_until(consumer, lambda r: consumer.assignment(), "assigned")
         generation = db.describe_group("g").generation
-        # Four sessions without a poll (the timer thread heartbeats): the time passing is the
+        # Two sessions without a poll (the timer thread heartbeats): the time passing is the
         # scenario, and the verdict is checked all along it, not once after a sleep.
-        quiet_until = time.monotonic() + 4 * 0.5
+        quiet_until = time.monotonic() + 2 * session_s
         while time.monotonic() < quiet_until:
             d = db.describe_group("g")
             assert (d.state, d.generation, len(d.members)) == ("Stable", generation, 1)
