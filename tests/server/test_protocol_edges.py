@@ -627,6 +627,32 @@ def test_a_refused_append_answers_the_log_start_offset_where_kafka_answers_it(db
     assert answers == [(code, start) for _, _, code, start in cases]
 
 
+def test_a_batch_with_a_producer_id_and_a_negative_sequence_is_an_invalid_record(db, sock):
+    # Kafka's LogValidator.validateBatch (a client's append): a batch that carries a producer
+    # id but a base sequence below 0 is refused, INVALID_RECORD, answered with the log start
+    # offset (ReplicaManager.appendToLocalLog's processFailedRecord). Without a producer id
+    # the sequence is not read (RecordBatch.hasProducerId), so such a batch is taken.
+    now = int(time.time() * 1000)
+    answers = []
+    for producer_id, sequence in ((7, -1), (8, -5), (9, -2 ** 31)):
+        batch = record_batch.build_batch([b"x"], timestamp=now, producer_id=producer_id,
+                                         producer_epoch=0, base_sequence=sequence)
+        answer = call(sock, produce("t", batch=bytes(batch))).responses[0] \
+            .partition_responses[0]
+        answers.append((answer.error_code, answer.log_start_offset))
+    assert answers == [(ErrorCode.invalid_record, 0)] * 3
+    assert db.describe_topic("t").partitions[0].log_end_offset == 0
+    unstamped = record_batch.build_batch([b"x"], timestamp=now, base_sequence=-5)
+    answer = call(sock, produce("t", batch=bytes(unstamped))).responses[0] \
+        .partition_responses[0]
+    assert (answer.error_code, answer.base_offset) == (ErrorCode.none, 0)
+    # The producer refused above starts cleanly at sequence 0.
+    first = record_batch.build_batch([b"y"], timestamp=now, producer_id=7, producer_epoch=0,
+                                     base_sequence=0)
+    answer = call(sock, produce("t", batch=bytes(first))).responses[0].partition_responses[0]
+    assert (answer.error_code, answer.base_offset) == (ErrorCode.none, 1)
+
+
 def test_a_zstd_batch_before_produce_7_is_unsupported_compression_type(db, sock):
     # Kafka's ProduceRequest.validateRecords (KIP-110): zstd came with Produce 7 (and Fetch
     # 10), so a broker never holds zstd batches that older clients would be fed;

@@ -600,6 +600,13 @@ class PartitionLog:
                 # validateBatch before validateRecord), so a marker is refused as one.
                 raise InvalidRecordError("a client may not write a control batch; transaction "
                                          "markers come from the transaction coordinator")
+            if origin == CLIENT and batch.producer_id >= 0 and batch.base_sequence < 0:
+                # Kafka's LogValidator.validateBatch: a client numbers every batch it stamps
+                # with a producer id; a new producer's first batch would otherwise be taken
+                # at any sequence, and its next ones judged against a negative one.
+                raise InvalidRecordError(
+                    f"a batch of producer {batch.producer_id} has base sequence "
+                    f"{batch.base_sequence}; a producer's batches are numbered from 0")
             decoded = None   # the client's records, decoded once for the checks reading them
             if self.config.compact and origin == CLIENT and not batch.is_control and \
                     batch.records_count:
