@@ -194,6 +194,45 @@ def test_a_partition_that_fails_its_fetch_gets_empty_records_never_null(db, sock
         (ErrorCode.none, b""), (ErrorCode.unknown_topic_or_partition, b"")]
 
 
+def test_a_partition_whose_fetch_fails_answers_its_offsets_as_minus_one(db, sock):
+    # Kafka's ReplicaManager.readFromLog answers every failed read through
+    # createLogReadResult(e): high watermark and log start offset -1, and no last stable
+    # offset, which KafkaApis.handleFetchRequest answers -1 (INVALID_LAST_STABLE_OFFSET).
+    # An offset out of range is one (handleOffsetOutOfRangeError keeps the offsets only for
+    # an offset moved to tiered storage), as is a read refused for its size (LogSegment.read:
+    # IllegalArgumentException, UNKNOWN_SERVER_ERROR), or a partition not here. A partition
+    # read beside them keeps its own.
+    from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
+    db.create_topic("beside")
+    producer = db.producer()
+    for value in (b"a", b"b", b"c"):
+        producer.send("t", value, partition=0)
+        producer.send("beside", value, partition=0)
+    producer.flush()
+    db._broker.delete_records({streamlog.TopicPartition("t", 0): 1})
+
+    def fetch(partition=0, offset=1, max_bytes=1 << 20):
+        answer = call(sock, FetchRequest(
+            max_wait=i32Timedelta.parse(datetime.timedelta(0)), min_bytes=i32(0),
+            topics=(FetchTopic(topic="beside", partitions=(
+                FetchPartition(partition=i32(0), fetch_offset=i64(2),
+                               partition_max_bytes=i32(1 << 20)),)),
+                    FetchTopic(topic="t", partitions=(
+                        FetchPartition(partition=i32(partition), fetch_offset=i64(offset),
+                                       partition_max_bytes=i32(max_bytes)),))),
+            forgotten_topics_data=()))
+        read, failed = (topic.partitions[0] for topic in answer.responses)
+        assert (read.error_code, read.high_watermark, read.last_stable_offset,
+                read.log_start_offset, len(read.records) > 0) == (ErrorCode.none, 3, 3, 0, True)
+        return (failed.error_code, failed.high_watermark, failed.last_stable_offset,
+                failed.log_start_offset, len(failed.records) > 0)
+
+    assert fetch(offset=1) == (ErrorCode.none, 3, 3, 1, True)
+    assert fetch(offset=4) == (ErrorCode.offset_out_of_range, -1, -1, -1, False)
+    assert fetch(offset=0) == (ErrorCode.offset_out_of_range, -1, -1, -1, False)
+    assert fetch(max_bytes=-1) == (ErrorCode.unknown_server_error, -1, -1, -1, False)
+    assert fetch(partition=5) == (ErrorCode.unknown_topic_or_partition, -1, -1, -1, False)
+
 def test_a_zstd_topic_is_unsupported_compression_type_to_a_fetch_before_version_10(db, sock):
     # KafkaApis.maybeConvertFetchedData: a topic whose compression.type is zstd answers a
     # Fetch of version 9 or older UNSUPPORTED_COMPRESSION_TYPE (KIP-110: such a client may

@@ -666,11 +666,12 @@ class Broker:
                 # NegativeReadSizeError: a size below 0 that a Kafka client sent; that
                 # partition alone fails, as Kafka's ReplicaManager.readFromLog answers any
                 # failed read (UNKNOWN_SERVER_ERROR for this one). Any other error is a fault
-                # of the read path and is not turned into an error code here.
-                partition_log = self.partitions.get(tp)
-                hw = partition_log.high_watermark if partition_log is not None else -1
-                start = partition_log.log_start_offset if partition_log is not None else -1
-                entry = PartitionFetch([], hw, start, hw, exc)
+                # of the read path and is not turned into an error code here. A failed read
+                # tells nothing of the partition: high watermark, log start and last stable
+                # offset are -1, as Kafka's ReplicaManager.createLogReadResult(e) gives every
+                # failed read of a log without tiered storage (handleOffsetOutOfRangeError
+                # included), and as KafkaApis then answers them.
+                entry = PartitionFetch([], -1, -1, -1, exc)
                 failed = True
             result[tp] = entry
             left = max(left - entry.size, 0)
