@@ -253,7 +253,7 @@ def test_a_new_instance_while_a_commit_is_completing_is_told_to_retry(db, sock, 
     monkeypatch.setattr(db._broker, "write_txn_markers", no_replicas)
     answer = call(sock, EndTxnRequest(transactional_id="tx", producer_id=i64(pid),
                                       producer_epoch=i16(epoch), committed=True))
-    assert answer.error_code != ErrorCode.none
+    assert answer.error_code == ErrorCode.none   # decided (see the test below)
     assert coordinator.describe("tx").state == TxnState.PREPARE_COMMIT
     assert init_producer_id(sock) == (ErrorCode.concurrent_transactions, -1, -1)
     monkeypatch.undo()
@@ -261,3 +261,33 @@ def test_a_new_instance_while_a_commit_is_completing_is_told_to_retry(db, sock, 
     meta = coordinator.describe("tx")
     assert (meta.state, meta.producer_epoch) == (TxnState.COMPLETE_COMMIT, epoch)
     assert init_producer_id(sock) == (ErrorCode.none, pid, epoch + 1)
+
+
+def test_an_end_whose_markers_cannot_be_written_yet_is_answered_once_decided(db, sock,
+                                                                              monkeypatch):
+    # TransactionCoordinator.endTransaction answers EndTxn as soon as PrepareCommit is
+    # written and leaves the markers to its marker channel, which retries them: a client
+    # takes any other answer for an end that failed (the Java producer's EndTxnHandler
+    # raises a fatal error on one it does not know). Until the markers land, the id's next
+    # request answers CONCURRENT_TRANSACTIONS, which clients retry; once they can be
+    # written, that retry finishes them and goes on.
+    pid, epoch = open_transaction(sock)
+    coordinator = find_transaction_coordinator(db._broker)
+
+    def no_replicas(markers):
+        raise streamlog.errors.NotEnoughReplicasError("too few in-sync replicas for a marker")
+    monkeypatch.setattr(db._broker, "write_txn_markers", no_replicas)
+    answer = call(sock, EndTxnRequest(transactional_id="tx", producer_id=i64(pid),
+                                      producer_epoch=i16(epoch), committed=True))
+    assert answer.error_code == ErrorCode.none
+    assert coordinator.describe("tx").state == TxnState.PREPARE_COMMIT
+
+    def add_offsets():
+        return call(sock, AddOffsetsToTxnRequest(transactional_id="tx", producer_id=i64(pid),
+                                                 producer_epoch=i16(epoch),
+                                                 group_id="g")).error_code
+    assert add_offsets() == ErrorCode.concurrent_transactions
+    monkeypatch.undo()
+    assert add_offsets() == ErrorCode.none       # the markers, then the next transaction
+    meta = coordinator.describe("tx")
+    assert (meta.state, meta.producer_epoch) == (TxnState.ONGOING, epoch)

@@ -28,7 +28,9 @@ marker's append failed (the id's next request, or the timeout check).
                                     Ongoing, with the partitions added.
     end_txn(id, pid, epoch, commit) PrepareCommit/PrepareAbort written, a marker
                                     to every partition of the transaction, then
-                                    CompleteCommit/CompleteAbort written.
+                                    CompleteCommit/CompleteAbort written. Over
+                                    the wire it is answered once the decision is
+                                    written, whatever its markers do (retried).
     timeouts                        every transaction.abort.timed.out.transaction.
                                     cleanup.interval.ms, an Ongoing transaction
                                     older than its timeout is aborted as a fence
@@ -243,8 +245,16 @@ class TransactionCoordinator:
                         f"{tp} was not added to transaction {transactional_id!r}")
                     for tp in partitions}
 
-    def end_txn(self, transactional_id, producer_id, epoch, commit):
-        """Commit or abort the open transaction: every marker is written when this returns."""
+    def end_txn(self, transactional_id, producer_id, epoch, commit, answer_when_decided=False):
+        """Commit or abort the open transaction: every marker is written when this returns,
+        or the first failure is raised (the caller's retry finishes the markers).
+        answer_when_decided (the wire's EndTxn): once PrepareCommit/PrepareAbort is durable,
+        a marker that cannot be written yet (a disk error, too few in-sync replicas) does
+        not fail the call: Kafka's coordinator answers EndTxn as soon as the decision is
+        written and its marker channel retries the markers, and a client takes any other
+        answer for a failed end (fatal to its producer). The id's next request and the
+        periodic check retry them here; until they land, the id's requests answer
+        CONCURRENT_TRANSACTIONS."""
         with self._lock:
             meta = self._checked(transactional_id, producer_id, epoch)
             if meta.state in COMPLETED:
@@ -259,7 +269,17 @@ class TransactionCoordinator:
             now = self._broker.clock_ms()
             meta = meta.prepare(S.PREPARE_COMMIT if commit else S.PREPARE_ABORT, now)
             self._log.write(meta, now)
-            self._complete(meta)
+            if not answer_when_decided:
+                self._complete(meta)
+                return
+            try:
+                self._complete(meta)
+            except (LogClosedError, TimerClosedError):
+                raise
+            except StreamlogError as exc:
+                log.warning("transaction %r: %s is written, a marker is not yet (%s); the "
+                            "id's next request or the periodic check writes it",
+                            transactional_id, meta.state.wire_name, exc)
 
     def describe(self, transactional_id):
         """The id's TransactionMetadata, or None."""

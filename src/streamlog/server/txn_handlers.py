@@ -304,7 +304,8 @@ class TxnHandlers:
     def end_txn(self, version, body, context):
         cls, _ = response_types(END_TXN, version)
         exc = failure(self._call, "end_txn", body.transactional_id,
-                      int(body.producer_id), int(body.producer_epoch), bool(body.committed))
+                      int(body.producer_id), int(body.producer_epoch), bool(body.committed),
+                      True)   # answered once the decision is durable, as Kafka answers it
         return build(cls, throttle_time=NO_THROTTLE, error_code=_code(exc, END_TXN, version))
 
     # --- the transaction admin APIs (KIP-664: what `kafka-transactions.sh` asks) -----------
