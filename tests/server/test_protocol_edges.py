@@ -176,6 +176,29 @@ def test_offset_for_leader_epoch_on_a_database_of_its_own(db, sock):
         (ErrorCode.none, -1, -1), (ErrorCode.unknown_topic_or_partition, -1, -1)]
 
 
+def test_fetch_and_list_offsets_check_the_current_leader_epoch_on_a_database_of_its_own(
+        db, sock):
+    # Partition.localLogWithEpochOrThrow (KIP-320) for Fetch 9+ and ListOffsets 4+, as for
+    # OffsetForLeaderEpoch above: epoch 0 is this database's (its Metadata says so), -1 names
+    # none, a newer one is UNKNOWN_LEADER_EPOCH.
+    from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
+
+    def fetch(epoch):
+        answer = call(sock, FetchRequest(
+            max_wait=i32Timedelta.parse(datetime.timedelta(0)), min_bytes=i32(0),
+            topics=(FetchTopic(topic="t", partitions=(
+                FetchPartition(partition=i32(0), current_leader_epoch=i32(epoch),
+                               fetch_offset=i64(0), partition_max_bytes=i32(1 << 20)),)),),
+            forgotten_topics_data=()))
+        return answer.responses[0].partitions[0].error_code
+    assert [fetch(epoch) for epoch in (0, -1, 1, 7)] == [
+        ErrorCode.none, ErrorCode.none, ErrorCode.unknown_leader_epoch,
+        ErrorCode.unknown_leader_epoch]
+    assert [list_offsets(sock, "t", 0, -1, current_leader_epoch=epoch).error_code
+            for epoch in (0, -1, 1)] == [
+        ErrorCode.none, ErrorCode.none, ErrorCode.unknown_leader_epoch]
+
+
 def test_a_partition_that_fails_its_fetch_gets_empty_records_never_null(db, sock):
     # Kafka's ReplicaManager answers a partition's read error with MemoryRecords.EMPTY;
     # librdkafka refuses a null records field ("invalid MessageSetSize -1") and drops the

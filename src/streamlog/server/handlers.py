@@ -143,9 +143,15 @@ class Handlers:
         has every partition's log, but only its replicas' logs are written: a broker with
         no replica of a replicated topic's partition answers NOT_LEADER_OR_FOLLOWER, as
         Kafka's ReplicaManager.getPartitionOrError does, rather than read its empty copy.
-        The internal topics are each broker's own (not replicated)."""
+        The internal topics are each broker's own (not replicated). A database on its own
+        leads every partition in epoch 0 (its Metadata says so): a newer epoch is unknown
+        there."""
         replicas = self.broker.replicas
         if replicas is None:
+            if int(current_leader_epoch) > UNREPLICATED_LEADER_EPOCH:
+                raise errors.UnknownLeaderEpochError(
+                    f"leader epoch {current_leader_epoch} of {tp} is newer than this "
+                    f"database's {UNREPLICATED_LEADER_EPOCH}")
             return
         if not replicas.manages(tp):
             info = self.broker.topics().get(tp.topic)
@@ -518,13 +524,10 @@ class Handlers:
         # partition the metadata knows), not an answer from its copy, which nothing
         # replicates to: epoch 0 ending at its empty copy's end told a consumer validating
         # its position (KIP-320) that the records before it had been truncated.
-        self._check_leader(tp)
+        self._check_leader(tp, current_epoch)
         end = self.broker.partition_log(tp).log_end_offset
-        # A database on its own leads its partitions in epoch 0 for ever (its Metadata says
-        # so): epoch 0 ends at the log end; any other epoch is unknown here.
-        if current_epoch > UNREPLICATED_LEADER_EPOCH:
-            raise errors.UnknownLeaderEpochError(
-                f"leader epoch {current_epoch} of {tp} is newer than {UNREPLICATED_LEADER_EPOCH}")
+        # A database on its own leads its partitions in epoch 0 for ever: epoch 0 ends at
+        # the log end; any other epoch is unknown here.
         return (epoch, end) if epoch == UNREPLICATED_LEADER_EPOCH else (-1, -1)
 
     def _epoch_of_offset(self, tp, offset):
