@@ -11,6 +11,8 @@ application takes over from a stalled first one: init_transactions() fences the
 first, whose commit fails with ProducerFencedError. The invoice topic ends up with
 exactly one invoice per order.
 """
+import time
+
 import streamlog
 from streamlog import TopicPartition
 from streamlog.errors import ProducerFencedError
@@ -80,8 +82,11 @@ def main():
             producer.commit_transaction()
         except ProducerFencedError:
             print("the stalled copy was fenced: its transaction was aborted")
-        while process_one_poll(consumer2, producer2):
-            pass
+        # It bills what the first copy did not commit, however long its group join takes.
+        left, deadline = ORDERS - billed, time.monotonic() + 120
+        while left:
+            assert time.monotonic() < deadline, f"the second copy left {left} orders unbilled"
+            left -= process_one_poll(consumer2, producer2)
         consumer2.close()
 
         reader = db.consumer(isolation_level="read_committed", auto_offset_reset="earliest")
