@@ -302,6 +302,16 @@ def test_kip_101_two_leaders_in_turn_and_a_hard_crash_end_with_identical_logs(cl
     assert epochs_a == cluster.broker(b).partition_log(tp).epochs.entries
 
 
+def _ten_records_then_the_last_replica_cut(cluster):
+    """t-0, three replicas, holding 10 records in sync; then its last replica cut off as
+    _fetching_for does: (its replicas, the leader's replica manager, the leader epoch)."""
+    cluster.create_topic("t", 1, 3)
+    cluster.produce("t", 0, values(b"a", 10))
+    cluster.wait_in_sync("t")
+    replicas = cluster.partition_state("t", 0).replicas
+    return (replicas, *_fetching_for(cluster, replicas[2]))
+
+
 def _fetching_for(cluster, follower):
     """Cut the follower of t-0 off (the test fetches for it from then on) and wait for it to
     leave the ISR; (the leader's replica manager, the leader epoch)."""
@@ -323,12 +333,9 @@ def test_the_high_watermark_waits_for_a_caught_up_follower_outside_the_isr(tmp_p
     # high watermark the other replicas' log end, appends between its fetches would keep
     # it ahead of the follower, which would not come back into the ISR under load.
     with Cluster(3, path=str(tmp_path / "c"), replica_lag_time_max_ms=3000) as cluster:
-        cluster.create_topic("t", 1, 3)
         tp = TopicPartition("t", 0)
-        leader, other, returning = cluster.partition_state("t", 0).replicas
-        cluster.produce("t", 0, values(b"a", 10))
-        cluster.wait_in_sync("t")
-        manager, epoch = _fetching_for(cluster, returning)
+        (leader, other, returning), manager, epoch = \
+            _ten_records_then_the_last_replica_cut(cluster)
 
         def fetch_as_returning(offset):
             assert manager.replica_fetch(returning, {tp: (offset, epoch)})[tp].error is None
@@ -349,12 +356,8 @@ def test_a_follower_fetch_out_of_range_leaves_the_followers_state_as_it_was(clus
     # successful read (ReplicaManager.readFromLog answers OFFSET_OUT_OF_RANGE otherwise):
     # an offset past the leader's log end is not the follower's log end offset. Taken for
     # it, the follower would look caught up and join the ISR without the records.
-    cluster.create_topic("t", 1, 3)
     tp = TopicPartition("t", 0)
-    leader, _, follower = cluster.partition_state("t", 0).replicas
-    cluster.produce("t", 0, values(b"a", 10))
-    cluster.wait_in_sync("t")
-    manager, epoch = _fetching_for(cluster, follower)
+    (leader, _, follower), manager, epoch = _ten_records_then_the_last_replica_cut(cluster)
     cluster.produce("t", 0, values(b"b", 5))
     view = manager._replicas[tp].followers[follower]
     before = (view.leo, view.last_caught_up_ms, view.last_fetch_ms)
@@ -414,12 +417,8 @@ def test_an_isr_change_naming_a_member_that_restarted_since_is_refused(cluster):
     # Here the leader decides to take the follower back on a fetch of its incarnation
     # then, which is killed (its unflushed records lost) and restarted before the
     # controller hears of the change: taken in, it would be electable without them.
-    cluster.create_topic("t", 1, 3)
     tp = TopicPartition("t", 0)
-    leader, _, follower = cluster.partition_state("t", 0).replicas
-    cluster.produce("t", 0, values(b"a", 10))
-    cluster.wait_in_sync("t")
-    manager, epoch = _fetching_for(cluster, follower)
+    (leader, _, follower), manager, epoch = _ten_records_then_the_last_replica_cut(cluster)
     isr = cluster.partition_state("t", 0).isr
     earlier = cluster.controller.broker_epochs[follower]
     alter_partition = cluster.controller.alter_partition

@@ -240,11 +240,10 @@ def test_a_new_instance_during_an_open_transaction_gets_its_epoch_at_the_retry(d
     assert init_producer_id(sock) == (ErrorCode.none, pid, epoch + 2)
 
 
-def test_a_new_instance_while_a_commit_is_completing_is_told_to_retry(db, sock, monkeypatch):
-    # TransactionCoordinator.prepareInitProducerIdTransit, case PrepareCommit/PrepareAbort:
-    # CONCURRENT_TRANSACTIONS while the markers are pending, which every client retries
-    # (aiokafka's InitPIDHandler fails for good on a code it does not know); the retry
-    # after the markers landed bumps the epoch.
+def committed_while_markers_fail(db, sock, monkeypatch):
+    """An open transaction committed over the wire while no marker can be written (until
+    monkeypatch.undo()): EndTxn is answered NONE and the transaction is left PrepareCommit
+    (see the second test below). (pid, epoch, the coordinator)."""
     pid, epoch = open_transaction(sock)
     coordinator = find_transaction_coordinator(db._broker)
 
@@ -253,8 +252,17 @@ def test_a_new_instance_while_a_commit_is_completing_is_told_to_retry(db, sock, 
     monkeypatch.setattr(db._broker, "write_txn_markers", no_replicas)
     answer = call(sock, EndTxnRequest(transactional_id="tx", producer_id=i64(pid),
                                       producer_epoch=i16(epoch), committed=True))
-    assert answer.error_code == ErrorCode.none   # decided (see the test below)
+    assert answer.error_code == ErrorCode.none
     assert coordinator.describe("tx").state == TxnState.PREPARE_COMMIT
+    return pid, epoch, coordinator
+
+
+def test_a_new_instance_while_a_commit_is_completing_is_told_to_retry(db, sock, monkeypatch):
+    # TransactionCoordinator.prepareInitProducerIdTransit, case PrepareCommit/PrepareAbort:
+    # CONCURRENT_TRANSACTIONS while the markers are pending, which every client retries
+    # (aiokafka's InitPIDHandler fails for good on a code it does not know); the retry
+    # after the markers landed bumps the epoch.
+    pid, epoch, coordinator = committed_while_markers_fail(db, sock, monkeypatch)
     assert init_producer_id(sock) == (ErrorCode.concurrent_transactions, -1, -1)
     monkeypatch.undo()
     assert init_producer_id(sock) == (ErrorCode.concurrent_transactions, -1, -1)
@@ -271,16 +279,7 @@ def test_an_end_whose_markers_cannot_be_written_yet_is_answered_once_decided(db,
     # raises a fatal error on one it does not know). Until the markers land, the id's next
     # request answers CONCURRENT_TRANSACTIONS, which clients retry; once they can be
     # written, that retry finishes them and goes on.
-    pid, epoch = open_transaction(sock)
-    coordinator = find_transaction_coordinator(db._broker)
-
-    def no_replicas(markers):
-        raise streamlog.errors.NotEnoughReplicasError("too few in-sync replicas for a marker")
-    monkeypatch.setattr(db._broker, "write_txn_markers", no_replicas)
-    answer = call(sock, EndTxnRequest(transactional_id="tx", producer_id=i64(pid),
-                                      producer_epoch=i16(epoch), committed=True))
-    assert answer.error_code == ErrorCode.none
-    assert coordinator.describe("tx").state == TxnState.PREPARE_COMMIT
+    pid, epoch, coordinator = committed_while_markers_fail(db, sock, monkeypatch)
 
     def add_offsets():
         return call(sock, AddOffsetsToTxnRequest(transactional_id="tx", producer_id=i64(pid),
