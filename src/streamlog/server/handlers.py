@@ -30,7 +30,7 @@ from .protocol import (ALTER_CONFIGS, API_VERSIONS, CREATE_PARTITIONS, CREATE_TO
                        INCREMENTAL_ALTER_CONFIGS, LIST_OFFSETS, METADATA, NO_THROTTLE,
                        OFFSET_FOR_LEADER_EPOCH, PRODUCE, SUPPORTED, RecordsChunks, build,
                        response_types)
-from .txn_handlers import TxnHandlers
+from .txn_handlers import TxnHandlers, first_batch
 
 NODE_ID = 0
 # DescribeConfigs: Kafka's resource type of a topic, and config sources.
@@ -244,13 +244,14 @@ class Handlers:
             return _each_partition_error(cls, types, body, ErrorCode.invalid_required_acks)
         records = {TopicPartition(topic.name, partition.index): partition.records
                    for topic in body.topic_data for partition in topic.partition_data}
+        firsts = {tp: first_batch(data) for tp, data in records.items()}   # parsed once
         try:
-            self._txn.check_transactional_id(body.transactional_id, records.values())
+            self._txn.check_transactional_id(body.transactional_id, firsts.values())
             refused = self._refused_up_front(version, records)
             # Only the partitions that passed go on to the coordinator (Kafka's
             # KafkaApis.handleProduceRequest validates before ReplicaManager verifies).
             verified = self._txn.verify_produce(version, body.transactional_id, {
-                tp: data for tp, data in records.items() if tp not in refused})
+                tp: first for tp, first in firsts.items() if tp not in refused})
         except errors.StreamlogError as exc:
             return _each_partition_error(cls, types, body, error_code(exc))
         waits = []
@@ -259,7 +260,7 @@ class Handlers:
             parts = []
             for partition in topic.partition_data:
                 tp = TopicPartition(topic.name, partition.index)
-                answer = self._produce_partition(body.acks, tp, partition.records,
+                answer = self._produce_partition(body.acks, tp, partition.records, firsts[tp],
                                                  refused.get(tp), verified.get(tp), waits)
                 answer["index"] = partition.index
                 parts.append(answer)
@@ -306,9 +307,10 @@ class Handlers:
                 refused[tp] = exc
         return refused
 
-    def _produce_partition(self, acks, tp, records, refusal, verification, waits):
+    def _produce_partition(self, acks, tp, records, first, refusal, verification, waits):
         """One partition's Produce answer (error, base, append_time, start), its wait for
-        acks=all added to waits. refusal: _refused_up_front's error for it, or None;
+        acks=all added to waits. first: first_batch(records); refusal: _refused_up_front's
+        error for it, or None;
         verification: what verifying its transaction gave (None for a partition without
         transactional batches: a client's transactional batch is only ever taken
         verified)."""
@@ -322,7 +324,7 @@ class Handlers:
             self._check_not_internal(tp.topic, "append to")
             appending = True
             if self.broker.has_partition(tp):   # else UNKNOWN_TOPIC_OR_PARTITION
-                _check_base_offset(records)
+                _check_base_offset(first)
             info = self.broker.produce(tp, records or b"", acks=acks, verification=verification)
             answer["base"] = info.first_offset
             if info.log_append_time >= 0:
@@ -845,15 +847,12 @@ def _check_one_batch(version, records):
             "carries more")
 
 
-def _check_base_offset(records):
-    """A client's batch starts at base offset 0, the log assigning offsets (Kafka's
+def _check_base_offset(first):
+    """A client's batch (first: its header, None when there is none or it does not parse,
+    which the append refuses) starts at base offset 0, the log assigning offsets (Kafka's
     UnifiedLog.analyzeAndValidateRecords, part of the append, so after the transaction
     verification: INVALID_RECORD). The log's own append takes any base offset from its
     in-process writers."""
-    try:
-        first = next(iter_batches(records or b""), None)
-    except errors.CorruptRecordError:   # a length no batch has: the append refuses it
-        return
     if first is not None and first.base_offset != 0:
         raise errors.InvalidRecordError(
             f"a produced record batch starts at base offset 0 (the log assigns offsets); "

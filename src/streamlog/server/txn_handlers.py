@@ -50,7 +50,7 @@ def _code(exc, api_key, version):
     return code
 
 
-def _first_batch(records):
+def first_batch(records):
     """The header of the first batch of a Produce partition's records, or None (none there,
     or records that do not parse: the append refuses those)."""
     try:
@@ -135,31 +135,27 @@ class TxnHandlers:
             return self.transactions
         return view.transaction_coordinator(transactional_id)
 
-    def check_transactional_id(self, transactional_id, records):
-        """Refuse a whole Produce whose records (each partition's, as sent) open with a
-        transactional batch anywhere when it names no transactional id: Kafka's
+    def check_transactional_id(self, transactional_id, firsts):
+        """Refuse a whole Produce whose partitions' first batches (first_batch of each, as
+        sent) hold a transactional one when it names no transactional id: Kafka's
         KafkaApis.handleProduceRequest, before it looks at any partition, looks at each
         partition's first batch (RequestUtils.hasTransactionalRecords) and answers
         TRANSACTIONAL_ID_AUTHORIZATION_FAILED."""
-        if transactional_id is None and any(
-                _is_transactional(_first_batch(r)) for r in records):
+        if transactional_id is None and any(_is_transactional(b) for b in firsts):
             raise errors.TransactionalIdAuthorizationError(
                 "transactional records need the request's transactional id")
 
-    def verify_produce(self, version, transactional_id, records_by_tp):
+    def verify_produce(self, version, transactional_id, firsts_by_tp):
         """{tp: what Produce passes its append as `verification` (a guard, or None when the
         transaction is open on tp already), or the error to answer for tp} for the
-        partitions of records_by_tp whose batch is transactional (Kafka's
-        ReplicaManager.handleProduceAppend with transaction verification). records_by_tp
-        holds only the partitions that passed the request's checks (one batch each), as
+        partitions of firsts_by_tp ({tp: first_batch of its records}) whose batch is
+        transactional (Kafka's ReplicaManager.handleProduceAppend with transaction
+        verification). firsts_by_tp holds only the partitions that passed the request's
+        checks (one batch each), as
         Kafka's handleProduceRequest passes on only those: a refused partition is never
         verified. Raises what refuses the whole request, before anything is appended:
         batches of two producers (ReplicaManager: InvalidPidMappingException)."""
-        batches = {}
-        for tp, records in records_by_tp.items():
-            batch = _first_batch(records)
-            if _is_transactional(batch):
-                batches[tp] = batch
+        batches = {tp: b for tp, b in firsts_by_tp.items() if _is_transactional(b)}
         if not batches:
             return {}
         producers = {(b.producer_id, b.producer_epoch) for b in batches.values()}
