@@ -273,10 +273,8 @@ class TransactionCoordinator:
                 self._complete(meta)
                 return
             try:
-                self._complete(meta)
-            except (LogClosedError, TimerClosedError):
-                raise
-            except StreamlogError as exc:
+                self._finish_completion(meta)
+            except ConcurrentTransactionsError as exc:
                 log.warning("transaction %r: %s is written, a marker is not yet (%s); the "
                             "id's next request or the periodic check writes it",
                             transactional_id, meta.state.wire_name, exc)

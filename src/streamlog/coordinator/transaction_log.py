@@ -207,12 +207,10 @@ class TransactionLog:
         """Forget the ids of `partition` and replay it from its start (a cluster's broker
         that now leads it, at leader epoch coordinator_epoch); returns the ids it holds."""
         tp = TopicPartition(TRANSACTION_STATE_TOPIC, partition)
-        self._coordinator_epochs[partition] = coordinator_epoch
         if not self.partitions:
             self.partition_of("")
-        for transactional_id in [t for t in self.transactions
-                                 if partition_for(t, self.partitions) == partition]:
-            del self.transactions[transactional_id]
+        self.unload_partition(partition)
+        self._coordinator_epochs[partition] = coordinator_epoch
         self._replayed[partition] = replay(self._broker.partition_log(tp), 0,
                                            lambda k, v, _ts: self._apply(tp, k, v),
                                            to_log_end=True)
