@@ -10,7 +10,9 @@
 3. Transactions of 1,000 records (send_batch, begin + commit each) against the same
    records from a non-transactional producer with acks="all": target >= 0.7x.
 4. One transaction against one batch, medians, with the fdatasync/fsync calls each
-   makes counted and timed: where the transaction's time goes (not judged).
+   makes counted and timed: where the transaction's time goes (not judged); then both
+   with every fdatasync/fsync a no-op, the ratio the coordinator's own work allows
+   before any durability is paid for (a measurement only: nothing is durable then).
 5. read_committed poll_batch over a log where 10% of the transactions were aborted,
    against read_uncommitted over the same log: target >= 0.8x.
 """
@@ -136,32 +138,48 @@ class SyncClock:
         return timed
 
     @contextlib.contextmanager
-    def installed(self):
+    def installed(self, durable=True):
+        """durable=False makes every call a no-op (counted, not timed): a measurement of
+        what the rest costs, with nothing written durably."""
         saved = os.fdatasync, os.fsync
-        os.fdatasync, os.fsync = self._wrap(saved[0]), self._wrap(saved[1])
+        if durable:
+            os.fdatasync, os.fsync = self._wrap(saved[0]), self._wrap(saved[1])
+        else:
+            os.fdatasync = os.fsync = self._wrap(lambda fd: None)
         try:
             yield self
         finally:
             os.fdatasync, os.fsync = saved
 
 
+def _medians(rounds, functions, durable):
+    """{name: (median seconds, sync calls per round, seconds per sync call)}, the functions
+    called in turn, round after round, so that the machine's drift touches each alike."""
+    times = {name: [] for name in functions}
+    clocks = {name: SyncClock() for name in functions}
+    for _ in range(rounds):
+        for name, fn in functions.items():
+            with clocks[name].installed(durable):
+                start = time.perf_counter()
+                fn()
+                times[name].append(time.perf_counter() - start)
+    return {name: (statistics.median(times[name]), clocks[name].calls / rounds,
+                   clocks[name].seconds / max(clocks[name].calls, 1)) for name in functions}
+
+
 def bench_transaction_cost(results, tmp, rounds, per_txn):
     """Where one transaction's time goes next to one plain batch: the median time of each,
-    and the fdatasyncs each makes (count, time). Not judged; it says what bounds the
-    transaction ratio on this disk: a transaction must make at least the data's fdatasync
-    and PrepareCommit's before commit_transaction() returns, one more than the batch."""
+    and the fdatasyncs each makes (count, time); then both again with every fdatasync and
+    fsync a no-op. Not judged; it says what bounds the transaction ratio on this machine: a
+    transaction must make at least the data's fdatasync and PrepareCommit's before
+    commit_transaction() returns, one more than the batch, and the no-op run shows the ratio
+    that the coordinator's own work leaves before any durability is paid for."""
     with transaction_and_batch(tmp, "cost", per_txn) as (transaction, batch):
-        cost = {}
-        for name, fn in (("transaction", transaction), ("batch", batch)):
+        functions = {"transaction": transaction, "batch": batch}
+        for fn in functions.values():
             fn()   # the first of each opens files and makes the coordinator
-            times, clock = [], SyncClock()
-            with clock.installed():
-                for _ in range(rounds):
-                    start = time.perf_counter()
-                    fn()
-                    times.append(time.perf_counter() - start)
-            cost[name] = (statistics.median(times), clock.calls / rounds,
-                          clock.seconds / max(clock.calls, 1))
+        cost = _medians(rounds, functions, durable=True)
+        free = _medians(rounds, functions, durable=False)
     (t_txn, n_txn, s_txn), (t_plain, n_plain, s_plain) = cost["transaction"], cost["batch"]
     results.add(f"one transaction of {per_txn:,} records (median of {rounds})", t_txn * 1e6,
                 "us", ratio=t_plain / t_txn, baseline="one batch + flush, acks=all")
@@ -170,6 +188,10 @@ def bench_transaction_cost(results, tmp, rounds, per_txn):
           f"{(t_txn - n_txn * s_txn) * 1e3:.2f} ms against {(t_plain - n_plain * s_plain) * 1e3:.2f}"
           f" ms. With one fdatasync more than the batch and no other cost, a transaction "
           f"would reach {t_plain / (t_plain + s_plain):.2f}x.", flush=True)
+    t_txn, t_plain = free["transaction"][0], free["batch"][0]
+    results.add(f"the same, every fdatasync/fsync a no-op (median of {rounds})",
+                t_txn * 1e6, "us", ratio=t_plain / t_txn,
+                baseline="the batch, also with no fsync: nothing durable, a measurement only")
 
 
 def bench_read_committed(results, tmp, records, per_txn, repeats):
