@@ -126,6 +126,16 @@ def test_max_open_files_below_one_is_refused_and_minus_one_is_unbounded(db_path)
         assert db._broker.logs.open_files.max_open_files == -1
 
 
+def test_fetch_max_bytes_below_kafkas_minimum_is_refused(db_path):
+    # Kafka's ServerConfigs: fetch.max.bytes is at least 1024 (default 55 MiB).
+    with pytest.raises(streamlog.InvalidConfigurationError, match="fetch.max.bytes must be >= 1024"):
+        streamlog.open(db_path, config={"fetch.max.bytes": 1023})
+    with streamlog.open(db_path, config={"fetch.max.bytes": 1024}) as db:
+        assert db._broker.config.fetch_max_bytes == 1024
+    with streamlog.open(db_path) as db:
+        assert db._broker.config.fetch_max_bytes == 55 * 1024 * 1024
+
+
 def test_readonly_open_of_a_non_database_is_a_clear_error(tmp_path):
     with pytest.raises(streamlog.StreamlogError, match="not a streamlog database"):
         streamlog.open(str(tmp_path), readonly=True)

@@ -460,6 +460,33 @@ def test_a_fetch_reads_each_partition_within_its_own_partition_max_bytes(db, soc
     assert time.monotonic() - started >= 0.9, "bytes above partition_max_bytes ended the wait"
 
 
+def test_the_brokers_fetch_max_bytes_caps_what_a_fetch_asks_for(tmp_path):
+    # Kafka's KafkaApis.handleFetchRequest: fetchMaxBytes = min(request max_bytes, the
+    # broker's fetch.max.bytes), and min_bytes is capped at that: a fetch asking 1 MiB of a
+    # broker set to 1024 bytes gets the first batch (one whole batch even above the limit)
+    # and nothing more, and its 1 MiB min_bytes does not keep it waiting.
+    from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
+    with streamlog.open(str(tmp_path / "db"), config={"fetch.max.bytes": 1024}) as db, \
+            db.serve() as server, \
+            socket.create_connection((server.host, server.port)) as sock:
+        db.create_topic("two", partitions=2)
+        producer = db.producer()
+        for _ in range(3):
+            for p in (0, 1):
+                producer.send("two", b"v" * 600, partition=p)
+                producer.flush()   # a batch each, each below 1024 bytes
+        answer = call_without_long_poll(sock, FetchRequest(
+            max_wait=i32Timedelta.parse(datetime.timedelta(seconds=NEVER_S)),
+            min_bytes=i32(1 << 20), max_bytes=i32(1 << 20),
+            topics=(FetchTopic(topic="two", partitions=tuple(
+                FetchPartition(partition=i32(p), fetch_offset=i64(0),
+                               partition_max_bytes=i32(1 << 20)) for p in (0, 1))),),
+            forgotten_topics_data=()))
+        assert [(p.error_code, len(list(record_batch.iter_batches(bytes(p.records)))))
+                for p in answer.responses[0].partitions] == [(ErrorCode.none, 1),
+                                                             (ErrorCode.none, 0)]
+
+
 def test_a_negative_partition_max_bytes_fails_that_partitions_read_when_it_has_records(db,
                                                                                        sock):
     # Kafka's ReplicaManager.readFromLog reads min(partition_max_bytes, what is left of

@@ -34,6 +34,7 @@ _BROKER_KEYS = {
     "log.cleaner.enable": ("log_cleaner_enable", bool),
     "log.cleaner.dedupe.buffer.size": ("log_cleaner_dedupe_buffer_size", int),
     "log.cleaner.backoff.ms": ("log_cleaner_backoff_ms", int),
+    "fetch.max.bytes": ("fetch_max_bytes", int),
 }
 
 
@@ -72,6 +73,9 @@ class BrokerConfig:
     log_cleaner_enable: bool = True
     log_cleaner_dedupe_buffer_size: int = 128 << 20
     log_cleaner_backoff_ms: int = 15_000
+    # The most bytes a Kafka Fetch is answered with, whatever its max_bytes asks
+    # (Kafka's fetch.max.bytes broker setting and default, at least 1024).
+    fetch_max_bytes: int = 55 << 20
     topic_defaults: LogConfig = LogConfig()
 
     @classmethod
@@ -108,6 +112,8 @@ class BrokerConfig:
             raise InvalidConfigurationError(max_open_files_problem(config.max_open_files))
         if config.log_cleaner_dedupe_buffer_size < 1 << 20:
             raise InvalidConfigurationError("log.cleaner.dedupe.buffer.size must be >= 1 MiB")
+        if config.fetch_max_bytes < 1024:
+            raise InvalidConfigurationError("fetch.max.bytes must be >= 1024")
         if config.group_initial_rebalance_delay_ms < 0:
             raise InvalidConfigurationError("group.initial.rebalance.delay.ms must be >= 0")
         return replace(config, topic_defaults=LogConfig.from_dict(topic))

@@ -400,14 +400,16 @@ class Handlers:
         # long poll, as Kafka's ReplicaManager answers at once on any read error; one that
         # does not exist does not (Kafka's KafkaApis answers it beside the others' wait).
         max_wait_ms = 0 if results else int(body.max_wait.total_seconds() * 1000)
+        # Kafka's KafkaApis.handleFetchRequest: the request's max_bytes capped at the broker's
+        # fetch.max.bytes, min_bytes at that.
+        max_bytes = min(body.max_bytes, self.broker.config.fetch_max_bytes)
         if known:
             try:
                 results.update(self.broker.fetch(
                     {tp: positions[tp] for tp in known},
                     max_wait_ms=max_wait_ms,
-                    # Kafka's KafkaApis.handleFetchRequest asks for no more than max_bytes:
-                    # one below 0 is answered at once.
-                    min_bytes=min(body.min_bytes, body.max_bytes), max_bytes=body.max_bytes,
+                    # One below 0 is answered at once.
+                    min_bytes=min(body.min_bytes, max_bytes), max_bytes=max_bytes,
                     partition_max_bytes={tp: partition_max[tp] for tp in known},
                     wakeup_key=context.connection,   # woken when the connection closes,
                     interrupted=context.connection.closed.is_set,   # or closed before
