@@ -26,8 +26,8 @@ class Txn:
     def __init__(self, broker, pid, epoch=0):
         self.broker, self.pid, self.epoch, self.seq = broker, pid, epoch, 0
 
-    def send(self, *values, tp=TP):
-        data = build_batch(list(values), timestamp=int(time.time() * 1000),
+    def send(self, *values, tp=TP, keys=None):
+        data = build_batch(list(values), keys, timestamp=int(time.time() * 1000),
                            producer_id=self.pid, producer_epoch=self.epoch,
                            base_sequence=self.seq, is_transactional=True)
         self.seq += len(values)
@@ -398,6 +398,44 @@ def test_a_read_only_view_does_not_run_past_a_transaction_whose_start_it_never_s
         assert read(db, "read_committed", tp) == []
         assert read(view, "read_committed", tp) == []
         assert view._broker.partition_log(tp).last_stable_offset == writer.log_start_offset
+
+
+@pytest.mark.parametrize("commit", [True, False])
+def test_a_read_only_view_behind_the_cleaner_that_removed_a_marker_agrees_with_the_writer(
+        db, tmp_path, commit):
+    # Kafka's cleaner removes a transaction's marker once a pass finds none of its data left
+    # and delete.retention.ms has passed since (LogCleaner, CleanedTransactionMetadata.
+    # onControlBatchRead); an expired producer has no last batch the cleaner keeps. A view
+    # that had followed the transaction's start, not its marker, followed the cleaned log
+    # from where it stopped, never met the marker, and held its LSO at the transaction's
+    # start for good. It starts again from the writer's snapshot, as a view opened then does.
+    broker = db._broker
+    db.create_topic("c", partitions=1, config={"cleanup.policy": "compact",
+                                               "delete.retention.ms": 0})
+    tp = TopicPartition("c", 0)
+    writer = broker.partition_log(tp)
+    plain = db.producer(linger_ms=0)
+
+    def put(key, value):
+        plain.send("c", key=key, value=value, partition=0).result()
+    put(b"p", b"p0")
+    a = Txn(broker, A)
+    a.send(b"a0", keys=[b"x"], tp=tp)                         # A open at 1
+    with streamlog.open(str(tmp_path / "db"), readonly=True) as view:
+        view_log = view._broker.partition_log(tp)
+        assert read(view, "read_committed", tp) == [(0, b"p0")]   # held at A's start
+        a.end(commit=commit, tp=tp)                           # its marker at 2
+        put(b"x", b"p1")                                      # a committed a0 is superseded
+        state = writer.producer_state                         # a day later A is forgotten
+        assert state.expire(writer.clock_ms() + state.expiration_ms) >= 1
+        for i in range(3):       # a0 goes; the marker gets its horizon; the marker goes
+            put(b"q%d" % i, b"q")
+            db.compact("c")
+        assert not any(b.is_control for b in writer.read(0, below_high_watermark=False).batches)
+        expected = read(db, "read_committed", tp)
+        assert [v for _, v in expected] == [b"p0", b"p1", b"q", b"q", b"q"]
+        assert read(view, "read_committed", tp) == expected
+        assert view_log.last_stable_offset == writer.last_stable_offset
 
 
 @pytest.mark.parametrize("opened", ["before", "after"])

@@ -281,12 +281,18 @@ class PartitionLog:
         """Read-only: follow() the writer's batches up to end; an ABORT marker seen adds the
         entry the writer put in its .txnindex (this view need not list the file again)."""
         state = self.producer_state
-        if self._bases and state.map_end_offset < self._bases[0]:
+        if self._bases and (state.map_end_offset < self._bases[0] or (
+                self.config.compact and state.map_end_offset < self._bases[-1])):
             # The writer's retention removed batches this view had not followed yet: a
             # transaction's start or its marker may be among them, and the open
-            # transactions it knows are no longer right. It starts again from the writer's
-            # newest snapshot and .txnindex files, as a view opened now would. (Batches
-            # below a log start that DeleteRecords moved are still read while on disk.)
+            # transactions it knows are no longer right. So on a compacted log the writer
+            # rolled past: its cleaner rewrites every segment below the active one, and
+            # drops a marker once its transaction's data is gone and delete.retention.ms
+            # has passed (Kafka's LogCleaner, CleanedTransactionMetadata.onControlBatchRead)
+            # -- the transaction would stay open in this view for good. It starts again
+            # from the writer's newest snapshot (taken at that roll, above all the cleaner
+            # rewrote) and .txnindex files, as a view opened now would. (Batches below a
+            # log start that DeleteRecords moved are still read while on disk.)
             self._start_following()
         elif not self._follow(end):
             # Cut short: retention removed a segment under this view while it read. The
