@@ -18,7 +18,11 @@ Steps (writer), in order:
      stays unsealed, its index files made only when an entry or its close
      needs them, as a new segment's are). At the
      first invalid byte the log is cut, the cut is reported, and every later
-     segment is deleted (its data follows a hole, so it cannot be kept).
+     segment is deleted (its data follows a hole, so it cannot be kept). A log
+     that is not compacted is cut the same way where a recovered segment ends
+     below the next one's base: a power loss kept the later file and lost the
+     earlier one's unsynced tail at a batch boundary, leaving no invalid byte,
+     only offsets no segment holds (RecoveryReport.missing_gap).
   5. No segment left, or the log ends below the checkpointed log start
      offset: start over with one empty segment at the log start offset.
   6. The active segment's indexes get back segment.index.bytes as their maximum (the
@@ -57,12 +61,13 @@ class RecoveryReport:
     removed_files: list = field(default_factory=list)       # leftovers of interrupted work
     missing_head: tuple = None  # (log start, first segment base): the offsets between are gone
     missing_tail: tuple = None  # (end found, checkpointed end) of a clean log: the tail is gone
+    missing_gap: tuple = None   # (end found, next segment's base) after an unclean stop: cut there
 
     @property
     def noteworthy(self):
         """Whether the user should hear of this recovery (logged, and kept in the reports)."""
         return bool(self.dropped_data or self.rebuilt_indexes or self.missing_head or
-                    self.missing_tail)
+                    self.missing_tail or self.missing_gap)
 
     @property
     def dropped_data(self):
@@ -74,6 +79,10 @@ class RecoveryReport:
             path, pos = self.truncated_at
             parts.append(f"cut {self.truncated_bytes} bytes from {os.path.basename(path)} at byte "
                          f"{pos} ({self.truncation_reason})")
+        if self.missing_gap:
+            end, base = self.missing_gap
+            parts.append(f"offsets {end}..{base - 1} are missing: a segment ends at {end} but "
+                         f"the next one starts at {base} (an unsynced tail lost); cut at {end}")
         if self.deleted_segments:
             parts.append(f"deleted {len(self.deleted_segments)} later segment(s) "
                          f"{self.deleted_segments}")
@@ -263,16 +272,38 @@ def _recover_from(segments, recovery_point, report):
                                                                      segment.base_offset)
         if result.truncated_bytes or result.reason:
             _note_truncation(report, segment, result)
-            for later in segments[i + 1:]:
-                report.deleted_segments.append(later.base_offset)
-                later.delete()
-            del segments[i + 1:]
+            _delete_after(segments, i, report)
             break
-        if i + 1 < len(segments) and segments[i + 1].base_offset < next_offset:
+        if i + 1 == len(segments):
+            break
+        following = segments[i + 1].base_offset
+        if following < next_offset:
             raise KafkaStorageError(
-                f"segment {segments[i + 1].path} starts at offset {segments[i + 1].base_offset}, "
+                f"segment {segments[i + 1].path} starts at offset {following}, "
                 f"inside the previous segment (which ends at {next_offset - 1})")
+        if following > next_offset and segment.dense:
+            # Only the cleaner leaves offsets out (segment invariant 1), so the next segment's
+            # first batch skips offsets, which a batch inside a segment may not (recover()
+            # cuts there): a power loss kept that later file and lost this one's unsynced
+            # tail whole, at a batch boundary (a roll does not fsync it; Kafka's
+            # UnifiedLog.roll only schedules the flush). Kafka's LogLoader.recoverLog drops
+            # everything after the first loss in the unflushed range. It does not look for
+            # this loss (LocalLog.read steps over the hole), but here reads hold a log that
+            # is not compacted dense: kept, the later segments would read as damage for
+            # good, and a replica would never fetch the hole again (its log end is past it).
+            # What is deleted lies above the recovery point: never fsynced by a flush.
+            report.missing_gap = (next_offset, following)
+            _delete_after(segments, i, report)
+            break
     return next_offset
+
+
+def _delete_after(segments, i, report):
+    """Step 4's deletion of every segment after segments[i], whose data follows a loss."""
+    for later in segments[i + 1:]:
+        report.deleted_segments.append(later.base_offset)
+        later.delete()
+    del segments[i + 1:]
 
 
 # Read-only views of a compacted log: how many 1 ms looks a listing takes at a writer's swap.

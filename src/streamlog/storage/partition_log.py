@@ -345,8 +345,10 @@ class PartitionLog:
         """fsync the log files the recovery point does not cover yet. A producer snapshot is
         written durably (write_atomically), so it must never reach the disk before the
         batches it describes: after a power loss that kept it and lost their bytes, with a
-        later segment kept past the hole (the loader does not cut at a gap), it would be
-        trusted, and a producer's retry of a lost batch answered as a duplicate."""
+        later segment kept past the hole, it would be trusted, and a producer's retry of a
+        lost batch answered as a duplicate. The loader cuts a log at such a hole, and with
+        it the snapshots above the cut, only where the log is not compacted: a compacted
+        log's gaps are its cleaner's (log_loader step 4)."""
         for segment in self._segments[_holding(self._bases, self.recovery_point):]:
             segment.flush_log()
 

@@ -501,17 +501,23 @@ def idempotent(batch_no, sequence, records=5):
                       producer_epoch=0, base_sequence=sequence)
 
 
+COMPACTED = dict(CFG, cleanup_policy="compact")
+
+
 def test_a_roll_snapshot_is_never_durable_before_the_batches_it_holds(tmp_path, monkeypatch):
     # An acks="all" batch B is appended, not yet fsynced; two rolls follow (the second's
     # directory fsync makes the new segment names durable) and the power goes. B's bytes
     # are lost, a later (empty) segment survives past the hole. Had the snapshot taken at
     # the first roll been durable while B was not, the open would trust it: the producer's
-    # retry of B would be answered as a duplicate at offsets no segment holds.
+    # retry of B would be answered as a duplicate at offsets no segment holds. The log is
+    # compacted: one that is not is cut at such a hole by the loader (the test of an
+    # unsynced roll below), which deletes the snapshot above the cut too, but a compacted
+    # log's gaps are its cleaner's, so the later segment stays past the hole.
     root = str(tmp_path / "root")
     os.makedirs(root)
     power = PowerLoss(monkeypatch, root)
     directory = LogDirectory(root, max_open_files=-1)
-    log = directory.open_log(TP, config(**CFG))
+    log = directory.open_log(TP, config(**COMPACTED))
     for k in range(3):
         log.append(idempotent(k, 5 * k))
     log.flush()
@@ -521,7 +527,7 @@ def test_a_roll_snapshot_is_never_durable_before_the_batches_it_holds(tmp_path, 
     log.append(make_batch(4, 1))         # another writer's acks=1 record
     log.roll()
     power.lose()
-    reopened = LogDirectory(root, max_open_files=-1).open_log(TP, config(**CFG))
+    reopened = LogDirectory(root, max_open_files=-1).open_log(TP, config(**COMPACTED))
     retry = reopened.append(idempotent(3, 15))
     # Whether B survived (a duplicate) or not (written again), the offsets the retry is
     # answered with hold B's records.
@@ -579,3 +585,104 @@ def test_a_rolls_snapshot_syncs_only_what_is_not_synced_yet(tmp_path, monkeypatc
     assert log.recovery_point == 0            # nothing flushed
     assert max(per_roll[5:]) <= max(per_roll[:5]) == 1
     log.close()
+
+
+# --- a segment cut short at a batch boundary before a later one: the loss leaves a gap -----
+
+def base_of(path):
+    return int(os.path.basename(path)[:20])
+
+
+def cut_last_batch(path):
+    """Shorten a segment file to just before its last batch (what a power loss leaves of an
+    unsynced tail: no invalid byte); returns that batch's base offset."""
+    start, _, base = last_batch_span(path)
+    os.truncate(path, start)
+    return base
+
+
+def test_a_segment_cut_short_before_a_later_one_cuts_the_unflushed_log_at_the_gap(tmp_path):
+    # The middle segment lost its last batch whole; the later segments survived. Recovery
+    # found no invalid byte and kept them: the log ran past offsets no segment holds, a
+    # read there raised for good and appends went on after the hole. Kafka's
+    # LogLoader.recoverLog drops everything after the first loss in the unflushed range.
+    log_dir = str(tmp_path / "t-0")
+    rows = write_log(log_dir)
+    logs = segment_files(log_dir)
+    assert len(logs) >= 4
+    bases = [base_of(p) for p in logs]
+    cut = cut_last_batch(logs[1])
+    log = reopen(log_dir, recovery_point=bases[1] - 1)   # segment 0 holds it: all recovered
+    report = log.recovery_report
+    assert log.log_end_offset == cut
+    assert report.missing_gap == (cut, bases[2])
+    assert report.deleted_segments == bases[2:] and report.truncated_bytes == 0
+    assert report.noteworthy and f"offsets {cut}..{bases[2] - 1} are missing" in report.summary()
+    assert segment_files(log_dir) == logs[:2]
+    assert read_all(log) == [r for r in rows if r[0] < cut]
+    assert log.append(make_batch(99)).first_offset == cut   # the log goes on at the cut
+    assert log.recovery_point <= cut
+    log.close()
+
+
+def test_a_gap_at_or_below_the_recovery_point_deletes_nothing(tmp_path):
+    # Everything below the recovery point was fsynced: a segment there found short is
+    # damage the read reports, never a reason to delete the later segments.
+    log_dir = str(tmp_path / "t-0")
+    rows = write_log(log_dir)
+    logs = segment_files(log_dir)
+    bases = [base_of(p) for p in logs]
+    cut = cut_last_batch(logs[0])
+    log = reopen(log_dir, recovery_point=bases[1])   # recovery starts at segment 1
+    report = log.recovery_report
+    assert report.missing_gap is None and report.deleted_segments == []
+    assert segment_files(log_dir) == logs and log.log_end_offset == rows[-1][0] + 1
+    with pytest.raises(CorruptRecordError, match=f"offsets {cut}..{bases[1] - 1} .* missing"):
+        read_all(log)
+    assert read_all(log, bases[1]) == [r for r in rows if r[0] >= bases[1]]
+    log.close()
+
+
+def test_a_compacted_logs_gap_between_segments_is_kept(tmp_path):
+    # The cleaner leaves gaps between a compacted log's segments: no loss to be told apart.
+    log_dir = str(tmp_path / "t-0")
+    rows = write_log(log_dir, cleanup_policy="compact")
+    logs = segment_files(log_dir)
+    cut = cut_last_batch(logs[1])
+    log = reopen(log_dir, recovery_point=0, cleanup_policy="compact")
+    assert log.recovery_report.missing_gap is None
+    assert log.recovery_report.deleted_segments == []
+    assert segment_files(log_dir) == logs
+    assert read_all(log) == [r for r in rows if not cut <= r[0] < base_of(logs[2])]
+    log.close()
+
+
+def test_a_power_loss_after_an_unsynced_roll_leaves_no_hole(tmp_path, monkeypatch):
+    # acks=1 appends, then a roll: the roll does not fsync the old segment's tail (Kafka's
+    # UnifiedLog.roll only schedules that flush), so a power loss can take the tail and keep
+    # the new segment's file (here empty: never synced). The open used to end the log at
+    # that segment's base, past offsets no segment held.
+    root = str(tmp_path / "root")
+    os.makedirs(root)
+    power = PowerLoss(monkeypatch, root)
+    directory = LogDirectory(root, max_open_files=-1)
+    log = directory.open_log(TP, config(**CFG))
+    for b in range(3):
+        log.append(make_batch(b, 4))
+    synced = log.flush()
+    directory.checkpoint()
+    rows = read_all(log)
+    for b in range(3, 6):
+        log.append(make_batch(b, 4))
+    log.roll()
+    new_base = log.active_segment.base_offset
+    log.append(make_batch(6, 4))
+    power.lose()
+
+    reopened = LogDirectory(root, max_open_files=-1)
+    log = reopened.open_log(TP, config(**CFG))
+    assert log.log_end_offset == synced and read_all(log) == rows
+    assert log.recovery_report.missing_gap == (synced, new_base)
+    assert log.recovery_report in reopened.reports
+    assert log.append(make_batch(7, 4)).first_offset == synced
+    reopened.close()
