@@ -184,12 +184,15 @@ def cmd_compact(args, out=sys.stdout):
         results = db.compact(args.topic, progress=progress)
         bar.finish()
         for result in results:
-            stats = result.stats
-            if stats is None:
-                print(f"{result.tp.topic}-{result.tp.partition}: nothing to clean (next pass "
-                      f"starts at offset {result.first_dirty})", file=out)
+            stats, name = result.stats, f"{result.tp.topic}-{result.tp.partition}"
+            if result.aborted is not None:
+                print(f"{name}: not cleaned, {result.aborted}", file=out)
                 continue
-            print(f"{result.tp.topic}-{result.tp.partition}: kept {stats.records_kept:,} of "
+            if stats is None:
+                print(f"{name}: nothing to clean (next pass starts at offset "
+                      f"{result.first_dirty})", file=out)
+                continue
+            print(f"{name}: kept {stats.records_kept:,} of "
                   f"{stats.records_read:,} records, {stats.bytes_read:,} -> "
                   f"{stats.bytes_written:,} bytes in {stats.elapsed_s:.2f} s", file=out)
         if not results:

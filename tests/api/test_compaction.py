@@ -123,6 +123,84 @@ def test_min_compaction_lag_ms_holds_records_back(db):
     assert read_from(db, 0) == written
 
 
+@pytest.fixture
+def quiet_db(tmp_path):
+    """A database whose cleaner runs the passes db.compact asks for, and no others."""
+    database = streamlog.open(str(tmp_path / "db"), config={"log.cleaner.enable": False})
+    yield database
+    database.close()
+
+
+def change_before_each_swap(db, monkeypatch, change, times):
+    """Run change(log) on the cleaner thread just before each of the next `times` swaps of
+    table-0's passes: another thread's change to the log while a pass copied it. Returns
+    the log start before each call."""
+    log = db._broker.partition_log(TP)
+    swap = log.replace_segments
+    calls = []
+
+    def meanwhile(replacements, truncations):
+        if len(calls) < times:
+            calls.append(log.log_start_offset)
+            change(log)
+        return swap(replacements, truncations)
+    monkeypatch.setattr(log, "replace_segments", meanwhile)
+    return calls
+
+
+def drop_first_segment(log):
+    """The log start moved to the second segment (DeleteRecords), then retention: the first
+    segment goes."""
+    start = log.segments[1].base_offset
+    log.increase_log_start_offset(start)
+    log.delete_old_segments()
+    assert log.segments[0].base_offset == start   # (the flusher's retention may be first)
+
+
+def test_compact_says_so_when_every_pass_was_abandoned(quiet_db, monkeypatch):
+    # Kafka's cleaner lets an aborted cleaning go and cleans the log in a later round
+    # (LogCleaner.CleanerThread.cleanLog); db.compact retries a few passes, then its result
+    # must say the log was not cleaned and why, not look like "nothing to clean".
+    db = quiet_db
+    db.create_topic("table", config=dict(SMALL, **{"cleanup.policy": "compact,delete"}))
+    written = produce(db, updates(200, 8))
+    assert len(db._broker.partition_log(TP).segments) > 8   # more than the passes drop
+    calls = change_before_each_swap(db, monkeypatch, drop_first_segment, times=1000)
+    (result,) = db.compact("table")
+    assert len(calls) == 5 and calls == sorted(set(calls))   # five passes, each abandoned
+    assert result.stats is None
+    assert result.aborted.startswith("5 passes in a row abandoned: the log changed under")
+    start = db.describe_topic("table").partitions[0].log_start_offset
+    assert read_from(db, 0) == [row for row in written if row[0] >= start]   # nothing cleaned
+    monkeypatch.undo()
+    (result,) = db.compact("table")
+    assert result.aborted is None and result.stats.records_kept < result.stats.records_read
+
+
+def test_compact_retries_a_pass_that_retention_abandoned(quiet_db, monkeypatch):
+    db = quiet_db
+    db.create_topic("table", config=dict(SMALL, **{"cleanup.policy": "compact,delete"}))
+    written = produce(db, updates(200, 8))
+    calls = change_before_each_swap(db, monkeypatch, drop_first_segment, times=1)
+    (result,) = db.compact("table")
+    assert len(calls) == 1
+    assert result.aborted is None and result.stats is not None
+    start = db.describe_topic("table").partitions[0].log_start_offset
+    assert read_from(db, 0) == final_values([row for row in written if row[0] >= start])
+
+
+def test_compact_of_a_log_deleted_during_its_pass_says_so(quiet_db, monkeypatch):
+    db = quiet_db
+    db.create_topic("table", config=SMALL)
+    produce(db, updates(200, 8))
+    calls = change_before_each_swap(db, monkeypatch, lambda log: db.delete_topic("table"),
+                                    times=1000)
+    (result,) = db.compact("table")
+    assert len(calls) == 1   # no pass after the log is gone
+    assert result.stats is None and result.aborted == "the log was deleted during the pass"
+    assert "table" not in db.topics()
+
+
 def test_max_compaction_lag_ms_forces_a_pass_whatever_the_dirty_ratio(tmp_path):
     db = streamlog.open(str(tmp_path / "db"), config={"log.cleaner.backoff.ms": 20})
     db.create_topic("table", config=dict(SMALL, **{"min.cleanable.dirty.ratio": 0.99}))

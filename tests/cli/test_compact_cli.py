@@ -43,3 +43,14 @@ def test_compact_refuses_a_topic_that_is_not_compacted(path):
     assert refused.returncode == 1 and "not compacted" in refused.stderr
     missing = run("compact", "nope", "--path", path)
     assert missing.returncode == 1 and "does not exist" in missing.stderr
+
+
+def test_compact_says_when_a_pass_was_abandoned(path, monkeypatch, capfd):
+    # Every pass finds its log changed under it (storage.log_cleaner.clean_log returns None:
+    # retention removed a segment it read); the report must not say "nothing to clean".
+    from streamlog import cli
+    monkeypatch.setattr("streamlog.broker.cleaner.clean_log", lambda *args, **kwargs: None)
+    assert cli.main(["compact", "prices", "--path", path, "--quiet"]) == 0
+    out = capfd.readouterr().out
+    assert "prices-0: not cleaned, 5 passes in a row abandoned: the log changed" in out
+    assert "nothing to clean" not in out

@@ -12,6 +12,16 @@ ratio, after its active segment is rolled (Kafka never cleans the active
 segment; a caller asking for compaction now means what was written so far).
 min.compaction.lag.ms and the LSO still hold records back.
 
+A pass is abandoned, nothing of it swapped in, when the log changes under it:
+retention or DeleteRecords removed a segment it read, a truncation cut one,
+compaction was taken off the topic, or the log was deleted. Kafka's cleaner
+lets an aborted cleaning go and cleans the log in a later round
+(LogCleaner.CleanerThread.cleanLog: "task can be aborted, let it go"); the
+background rounds here do the same. compact() was asked for a pass now, so it
+measures a log that changed under its pass again and retries, at most
+_FORCED_ATTEMPTS passes; a pass abandoned for good, or the last of them, gives
+a result whose `aborted` says why.
+
 close() stops a pass in progress at its next segment (nothing of it is swapped in).
 A pass that fails (a damaged segment, a full disk) marks its log uncleanable,
 as Kafka does: logged, and skipped by later rounds until the database is
@@ -33,14 +43,21 @@ log = logging.getLogger("streamlog.broker")
 # How many passes compact() gives a log that retention changes under each of them.
 _FORCED_ATTEMPTS = 5
 
+_CHANGED = ("the log changed under the pass (retention or DeleteRecords removed a segment "
+            "it read, or a truncation cut one)")
+_UNCOMPACTED = "compaction was taken off the topic during the pass"
+_DELETED = "the log was deleted during the pass"
+
 
 class CompactionResult(NamedTuple):
     """One forced pass: where the log's next pass starts, and what this one did
-    (storage.log_cleaner.CleanStats), or stats None when nothing was cleanable."""
+    (storage.log_cleaner.CleanStats), or stats None when it did nothing: nothing was
+    cleanable (aborted None), or the pass was abandoned (aborted: why)."""
 
     tp: object
     first_dirty: int
     stats: object
+    aborted: object = None   # None, or why the last pass was abandoned (nothing swapped in)
 
 
 class _Request:
@@ -66,7 +83,6 @@ class LogCleaner:
         self._closing = False
         self.uncleanable = {}   # tp -> the error that stopped its last pass
         self.passes = 0         # passes completed (tests and describe wait on it)
-        self._changed_under_pass = False   # the last pass found the log changed (retention)
         self._thread = threading.Thread(target=self._run, name="streamlog-cleaner", daemon=True)
         self._thread.start()
 
@@ -123,10 +139,12 @@ class LogCleaner:
                 partition_log = self._logs.get(tp)
                 partition_log.roll()
                 for _ in range(_FORCED_ATTEMPTS):
-                    self._changed_under_pass = False
                     result = self._clean(tp, partition_log, request.progress, forced=True)
-                    if not self._changed_under_pass:
-                        break   # a compact,delete log's retention may move its start meanwhile
+                    if result.aborted != _CHANGED:
+                        break   # done, or abandoned for good (deleted, no longer compacted)
+                else:
+                    result = result._replace(aborted=f"{_FORCED_ATTEMPTS} passes in a row "
+                                                     f"abandoned: {result.aborted}")
                 request.results.append(result)
         except Exception as exc:
             request.error = exc
@@ -171,15 +189,15 @@ class LogCleaner:
             raise StreamlogError("the database closed during the cleaning pass") from None
         except Exception as exc:
             if partition_log.closed:
-                return CompactionResult(tp, measured.first_dirty, None)  # deleted meanwhile
+                return CompactionResult(tp, measured.first_dirty, None, _DELETED)
             self.uncleanable[tp] = exc
             log.error("cleaning %s failed; it is not cleaned again until the database is "
                       "reopened: %s", tp, exc)
             raise
         self.uncleanable.pop(tp, None)
-        if result is None:   # retention changed the log under the pass: the next one retries
-            self._changed_under_pass = True
-            return CompactionResult(tp, measured.first_dirty, None)
+        if result is None:   # nothing swapped in: the next pass starts where this one did
+            return CompactionResult(tp, measured.first_dirty, None,
+                                    _CHANGED if partition_log.config.compact else _UNCOMPACTED)
         self._logs.write_cleaner_checkpoint(tp, result.first_dirty)
         self.passes += 1
         stats = result.stats

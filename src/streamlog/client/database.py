@@ -165,7 +165,9 @@ class Database:
 
         The active segment is rolled first, so everything written so far may be cleaned;
         min.compaction.lag.ms and open transactions still hold records back. With wait,
-        returns [CompactionResult] once every pass is done; else None at once.
+        returns [CompactionResult] once every pass is done; else None at once. A result's
+        stats is None when its pass did nothing; its aborted then says why, when the log
+        changed under every pass tried (retention, DeleteRecords) or was deleted.
         progress(nbytes): called from the cleaner thread as each segment is read.
         """
         self._check()
