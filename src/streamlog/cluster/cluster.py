@@ -35,7 +35,7 @@ from typing import NamedTuple
 
 from ..broker.broker import Broker
 from ..coordinator.group_coordinator import find_coordinator
-from ..coordinator.offsets import OFFSETS_TOPIC, OFFSETS_TOPIC_CONFIG, partition_for
+from ..coordinator.offsets import OFFSETS_TOPIC, OFFSETS_TOPIC_CONFIG, cached_partition_for
 from ..coordinator.transaction_coordinator import find_transaction_coordinator
 from ..coordinator.transaction_log import TRANSACTION_STATE_CONFIG, TRANSACTION_STATE_TOPIC
 from ..broker.replica_manager import DEFAULT_REPLICA_LAG_TIME_MAX_MS, NO_LEADER, ReplicaManager
@@ -446,7 +446,7 @@ class Cluster:
             raise InvalidRequestError(f"coordinator key type {key_type} is not served")
         self._ensure_internal_topic(topic, partitions, config)
         count = self.controller.topics[topic]["partitions"]
-        return TopicPartition(topic, partition_for(key, count))
+        return TopicPartition(topic, cached_partition_for(key, count))
 
     def _broker_config(self):
         return Broker.config_from(self.config)

@@ -19,10 +19,15 @@ orders rather than on anything in the group:
   assignment but differs from Kafka's (Kafka's own tests pin the hash order:
   e.g. "consumer2" is visited before "consumer1").
 
+`java_string_hash` is also the coordinators' partition rule (offsets.partition_for).
+
 Not reproduced: the order inside a bucket that Java turned into a red-black
 tree (nine or more colliding keys in a table of 64+ buckets), which puts the
 tree's root first; a group would need nine member ids in one bucket.
 """
+
+import sys
+from operator import mul
 
 __all__ = ["java_string_key", "java_string_hash", "topic_partition_hash", "hashmap_order",
            "HashSetOrder"]
@@ -39,17 +44,36 @@ def java_string_key(text):
     return text.encode("utf-16-be", "surrogatepass")
 
 
+_POWERS = [1]   # 31**k mod 2**32 for k = 0, 1, ...; grown on demand by _powers_of_31
+_NATIVE_UTF16 = "utf-16-le" if sys.byteorder == "little" else "utf-16-be"
+
+
+def _powers_of_31(n):
+    """[31**0, 31**1, ...] mod 2**32, at least n of them."""
+    global _POWERS
+    powers = _POWERS
+    if len(powers) < n:
+        # Built aside, then rebound in one step: a thread reading the old list meanwhile
+        # never sees one half-grown.
+        target = max(n, 2 * len(powers))   # doubling: a long id grows it a few times at most
+        powers = list(powers)
+        while len(powers) < target:
+            powers.append(powers[-1] * 31 & _INT_MASK)
+        _POWERS = powers
+    return powers
+
+
 def java_string_hash(text):
-    """String.hashCode() as an unsigned 32-bit value: s[0]*31^(n-1) + ... + s[n-1]."""
-    h = 0
+    """String.hashCode() as an unsigned 32-bit value: s[0]*31^(n-1) + ... + s[n-1] over
+    the UTF-16 code units (a character above U+FFFF is two, its surrogates)."""
     if text.isascii():
-        for byte in text.encode("ascii"):
-            h = (31 * h + byte) & _INT_MASK
-        return h
-    units = text.encode("utf-16-be", "surrogatepass")
-    for i in range(0, len(units), 2):
-        h = (31 * h + (units[i] << 8 | units[i + 1])) & _INT_MASK
-    return h
+        units = text.encode("ascii")[::-1]
+    else:
+        units = memoryview(text.encode(_NATIVE_UTF16, "surrogatepass")).cast("H")[::-1]
+    # The sum as one dot product of the units, last first, with the powers (map stops at
+    # the shorter), reduced mod 2**32 once: the loop runs in C rather than as Horner's rule
+    # step by step in Python (a coordinator hashes every id it holds at a failover).
+    return sum(map(mul, units, _powers_of_31(len(units)))) & _INT_MASK
 
 
 def topic_partition_hash(tp):

@@ -22,7 +22,7 @@ from ..errors import CorruptRecordError, NotCoordinatorError, NotLeaderOrFollowe
 from ..storage.keyed_log import encode_changes, replay
 from ..storage.producer_state import COORDINATOR
 from ..structs import TopicPartition
-from .offsets import partition_for
+from .offsets import cached_partition_for, partition_for
 from .transaction import TransactionMetadata, TxnState
 
 TRANSACTION_STATE_TOPIC = "__transaction_state"
@@ -144,7 +144,7 @@ class TransactionLog:
                                           TRANSACTION_STATE_CONFIG, internal=True)
             self.partitions = info.partitions
         return TopicPartition(TRANSACTION_STATE_TOPIC,
-                              partition_for(transactional_id, self.partitions))
+                              cached_partition_for(transactional_id, self.partitions))
 
     def write(self, meta, now_ms, durable=True):
         """Append meta as the id's state (fsynced unless durable=False); only then is it

@@ -1,10 +1,13 @@
 """OffsetStore: Kafka's partitioning of __consumer_offsets, commits, tombstones, replay."""
 import msgpack
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from streamlog.broker.broker import Broker
+from streamlog.coordinator.java_order import java_string_hash
 from streamlog.coordinator.offsets import (OFFSETS_TOPIC, CommittedOffset, OffsetStore,
-                                           java_string_hash, partition_for)
+                                           partition_for)
 from streamlog.structs import OffsetAndMetadata, TopicPartition
 
 # Values of Java's "...".hashCode(), printed by a JVM (OpenJDK 17).
@@ -24,7 +27,7 @@ JAVA_HASHES = [
 
 @pytest.mark.parametrize("text,expected", JAVA_HASHES)
 def test_java_string_hash_matches_the_jvm(text, expected):
-    assert java_string_hash(text) == expected
+    assert java_string_hash(text) == expected & 0xFFFFFFFF   # unsigned: the int's 32 bits
 
 
 def test_partition_for_is_kafkas_abs_hash_mod_n():
@@ -32,6 +35,38 @@ def test_partition_for_is_kafkas_abs_hash_mod_n():
     assert partition_for("consumer-group", 50) == 1738392088 % 50
     # Kafka's Utils.abs maps Integer.MIN_VALUE to 0 (Math.abs would stay negative).
     assert partition_for("polygenelubricants", 50) == 0
+
+
+def reference_partition_for(text, partitions):
+    """Kafka's Utils.abs(text.hashCode()) % partitions, spelled out as the JDK does it:
+    String.hashCode is h = 31 * h + c over the UTF-16 code units in int arithmetic, and
+    Utils.abs(n) is (n == Integer.MIN_VALUE) ? 0 : Math.abs(n)."""
+    data = text.encode("utf-16-be", "surrogatepass")
+    h = 0
+    for i in range(0, len(data), 2):
+        h = (31 * h + int.from_bytes(data[i:i + 2], "big")) % (1 << 32)
+    signed = h - (1 << 32) if h >= 1 << 31 else h
+    return (0 if signed == -(1 << 31) else abs(signed)) % partitions
+
+
+# Any text, and text of non-BMP characters (two UTF-16 units each) and lone surrogates
+# (one unit each, as a Java String holds them), which any text rarely draws.
+ids = st.text(max_size=80) | st.text(st.characters(min_codepoint=0x10000) | st.characters(
+    min_codepoint=0xD800, max_codepoint=0xDFFF), max_size=20)
+
+
+@given(ids, st.integers(1, 1000))
+def test_partition_for_is_the_jdks_hash_code_and_kafkas_abs(text, partitions):
+    assert partition_for(text, partitions) == reference_partition_for(text, partitions)
+
+
+def test_partition_for_integer_min_value_hashes_and_long_ids():
+    # Strings whose hashCode is Integer.MIN_VALUE (found by the reference, checked by it):
+    # "polygenelubricants" and the same followed by "\0"s, since 31 * MIN_VALUE wraps to it.
+    for text in ("polygenelubricants", "polygenelubricants\0", "polygenelubricants\0\0"):
+        assert reference_partition_for(text, 7) == 0 == partition_for(text, 7)
+    long_id = "g\U0001F600" * 20_000      # longer than any id met so far: the powers grow
+    assert partition_for(long_id, 50) == reference_partition_for(long_id, 50)
 
 
 @pytest.fixture
