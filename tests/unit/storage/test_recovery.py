@@ -504,6 +504,16 @@ def idempotent(batch_no, sequence, records=5):
 COMPACTED = dict(CFG, cleanup_policy="compact")
 
 
+def power_loss_log(tmp_path, monkeypatch, settings):
+    """(root, PowerLoss, LogDirectory, log) of a fresh root whose files a power loss puts
+    back to their last sync, its one log opened with `settings`."""
+    root = str(tmp_path / "root")
+    os.makedirs(root)
+    power = PowerLoss(monkeypatch, root)
+    directory = LogDirectory(root, max_open_files=-1)
+    return root, power, directory, directory.open_log(TP, config(**settings))
+
+
 def test_a_roll_snapshot_is_never_durable_before_the_batches_it_holds(tmp_path, monkeypatch):
     # An acks="all" batch B is appended, not yet fsynced; two rolls follow (the second's
     # directory fsync makes the new segment names durable) and the power goes. B's bytes
@@ -513,11 +523,7 @@ def test_a_roll_snapshot_is_never_durable_before_the_batches_it_holds(tmp_path, 
     # compacted: one that is not is cut at such a hole by the loader (the test of an
     # unsynced roll below), which deletes the snapshot above the cut too, but a compacted
     # log's gaps are its cleaner's, so the later segment stays past the hole.
-    root = str(tmp_path / "root")
-    os.makedirs(root)
-    power = PowerLoss(monkeypatch, root)
-    directory = LogDirectory(root, max_open_files=-1)
-    log = directory.open_log(TP, config(**COMPACTED))
+    root, power, directory, log = power_loss_log(tmp_path, monkeypatch, COMPACTED)
     for k in range(3):
         log.append(idempotent(k, 5 * k))
     log.flush()
@@ -662,11 +668,7 @@ def test_a_power_loss_after_an_unsynced_roll_leaves_no_hole(tmp_path, monkeypatc
     # UnifiedLog.roll only schedules that flush), so a power loss can take the tail and keep
     # the new segment's file (here empty: never synced). The open used to end the log at
     # that segment's base, past offsets no segment held.
-    root = str(tmp_path / "root")
-    os.makedirs(root)
-    power = PowerLoss(monkeypatch, root)
-    directory = LogDirectory(root, max_open_files=-1)
-    log = directory.open_log(TP, config(**CFG))
+    root, power, directory, log = power_loss_log(tmp_path, monkeypatch, CFG)
     for b in range(3):
         log.append(make_batch(b, 4))
     synced = log.flush()
