@@ -290,6 +290,11 @@ class NonEmptyGroupError(StreamlogError):
     """The group still has members, so it cannot be deleted or reset."""
 
 
+class GroupSubscribedToTopicError(StreamlogError):
+    """A member of the group subscribes to the topic, so the group's committed offsets of
+    its partitions cannot be deleted (Kafka's GROUP_SUBSCRIBED_TO_TOPIC)."""
+
+
 class InconsistentGroupProtocolError(StreamlogError):
     """The member's assignors share none with the group's."""
 

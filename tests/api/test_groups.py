@@ -719,6 +719,41 @@ def test_describe_list_delete_and_reset_offsets(db):
         db.describe_group("g")
 
 
+def test_delete_group_offsets_spares_subscribed_topics_and_outlives_a_reopen(db_path):
+    # Kafka's OffsetDelete (OffsetMetadataManager.deleteOffsets and replay): a subscribed
+    # topic's offsets stay (GROUP_SUBSCRIBED_TO_TOPIC) while the others go, and an offset
+    # pending in an open transaction is dropped with the committed one, for good: the
+    # transaction's commit marker does not bring it back, after a reopen either.
+    db = streamlog.open(db_path)
+    fill(db, 8)
+    fill(db, 2, topic="u", partitions=1)
+    t0, u0 = TopicPartition("t", 0), TopicPartition("u", 0)
+    db.alter_group_offsets("g", {t0: 1, u0: 1})
+    producer = db.producer(transactional_id="tx")
+    producer.init_transactions()
+    producer.begin_transaction()
+    producer.send_offsets_to_transaction({u0: 2}, "g")
+    consumer = db.consumer(group_id="g", enable_auto_commit=False)
+    consumer.subscribe(["t"])
+    poll_until(consumer, lambda _: consumer.assignment(), "an assignment")
+    with pytest.raises(streamlog.GroupSubscribedToTopicError):
+        db.delete_group_offsets("g", [t0, u0])
+    producer.commit_transaction()
+    producer.close()
+    assert {tp: p.committed for tp, p in db.describe_group("g").partitions.items()
+            if p.committed is not None} == {t0: 1}
+    consumer.close()
+    db.close()
+    db = streamlog.open(db_path)
+    try:
+        assert {tp: p.committed for tp, p in db.describe_group("g").partitions.items()} == \
+            {t0: 1}
+        with pytest.raises(streamlog.GroupIdNotFoundError):
+            db.delete_group_offsets("nobody", [t0])
+    finally:
+        db.close()
+
+
 def test_a_rebalance_that_starts_while_a_member_syncs_is_not_missed(db):
     """Single-threaded and deterministic: heartbeats (every 10 s) cannot help.
 

@@ -1,7 +1,7 @@
 """Group administration and the finer points of the group protocol over the wire:
-DescribeGroups, ListGroups and DeleteGroups through the admin clients (a group holding
-members of both kinds), the MEMBER_ID_REQUIRED round trip of JoinGroup v4 on, and a wire
-leader's assignment user data reaching the member it is for."""
+DescribeGroups, ListGroups, DeleteGroups and OffsetDelete through the admin clients (a group
+holding members of both kinds), the MEMBER_ID_REQUIRED round trip of JoinGroup v4 on, and a
+wire leader's assignment user data reaching the member it is for."""
 import datetime
 import socket
 import subprocess
@@ -14,8 +14,11 @@ from kio.schema.join_group.v3.request import JoinGroupRequest as JoinV3
 from kio.schema.join_group.v3.request import JoinGroupRequestProtocol as ProtocolV3
 from kio.schema.join_group.v5.request import JoinGroupRequest as JoinV5
 from kio.schema.join_group.v5.request import JoinGroupRequestProtocol as ProtocolV5
+from kio.schema.offset_delete.v0.request import (OffsetDeleteRequest,
+                                                  OffsetDeleteRequestPartition,
+                                                  OffsetDeleteRequestTopic)
 from kio.schema.errors import ErrorCode
-from kio.static.primitive import i32Timedelta
+from kio.static.primitive import i32, i32Timedelta
 from streamlog import TopicPartition
 from streamlog.coordinator.assignors import Subscription
 from streamlog.server.consumer_protocol import encode_subscription
@@ -131,6 +134,73 @@ def test_admin_clients_describe_list_and_delete_a_group_of_both_kinds(db, server
     assert "mixed" not in [g.group_id for g in db.list_groups()]
     with pytest.raises(confluent_kafka.KafkaException, match="GROUP_ID_NOT_FOUND"):
         admin.delete_consumer_groups(["mixed"])["mixed"].result(10)
+
+
+def test_kafka_python_deletes_a_groups_offsets_but_not_those_of_a_subscribed_topic(db,
+                                                                                  server):
+    # Kafka's OffsetDelete (KafkaAdminClient.delete_group_offsets; confluent-kafka's and
+    # aiokafka's admin clients have no such call): OffsetMetadataManager.deleteOffsets
+    # keeps the offsets of a topic a member subscribes to (GROUP_SUBSCRIBED_TO_TOPIC) and
+    # deletes the others; KafkaApis answers an unknown partition UNKNOWN_TOPIC_OR_PARTITION.
+    db.create_topic("u", partitions=1)
+    t0, t1, u0 = (kafka.TopicPartition("t", 0), kafka.TopicPartition("t", 1),
+                  kafka.TopicPartition("u", 0))
+    db.alter_group_offsets("g", {TopicPartition("t", 0): 0, TopicPartition("t", 1): 0,
+                                 TopicPartition("u", 0): 0})
+    admin = kafka.KafkaAdminClient(bootstrap_servers=server.bootstrap_servers)
+    member = confluent_kafka.Consumer({"bootstrap.servers": server.bootstrap_servers,
+                                       "group.id": "g"})
+    try:
+        answer = admin.delete_group_offsets("g", [t0, kafka.TopicPartition("t", 9)])
+        assert answer == {t0: kafka.errors.NoError,
+                          kafka.TopicPartition("t", 9): kafka.errors.UnknownTopicOrPartitionError}
+        assert set(admin.list_group_offsets("g")["g"]) == {t1, u0}
+        member.subscribe(["t"])
+        wait_until(lambda: (member.poll(0.1), member.assignment())[1], "an assignment")
+        answer = admin.delete_group_offsets("g", [t1, u0])
+        assert answer == {t1: kafka.errors.GroupSubscribedToTopicError, u0: kafka.errors.NoError}
+        assert set(admin.list_group_offsets("g")["g"]) == {t1}
+        with pytest.raises(kafka.errors.GroupIdNotFoundError):
+            admin.delete_group_offsets("nobody", [t0])
+    finally:
+        member.close()
+        admin.close()
+
+
+def test_offset_delete_answers_group_errors_alone_and_unknown_partitions_first(db, sock):
+    # Kafka's KafkaApis.handleOffsetDeleteRequest and OffsetDeleteResponse.Builder.merge: a
+    # group-level error is the whole answer (no topics); otherwise the partitions found
+    # unknown come first, then the coordinator's answers.
+    def offset_delete(group_id, topics):
+        return call(sock, OffsetDeleteRequest(group_id=group_id, topics=tuple(
+            OffsetDeleteRequestTopic(name=name, partitions=tuple(
+                OffsetDeleteRequestPartition(partition_index=i32(p)) for p in partitions))
+            for name, partitions in topics)))
+
+    def answered(response):
+        return [(t.name, [(p.partition_index, p.error_code) for p in t.partitions])
+                for t in response.topics]
+
+    for group_id, code in (("nobody", ErrorCode.group_id_not_found),
+                           ("", ErrorCode.invalid_group_id)):
+        response = offset_delete(group_id, [("t", [0])])
+        assert (response.error_code, response.topics) == (code, ())
+    db.alter_group_offsets("g", {TopicPartition("t", 0): 0, TopicPartition("t", 1): 0})
+    response = offset_delete("g", [("t", [0, 9]), ("nope", [0])])
+    assert response.error_code == ErrorCode.none
+    assert answered(response) == [("t", [(9, ErrorCode.unknown_topic_or_partition),
+                                         (0, ErrorCode.none)]),
+                                  ("nope", [(0, ErrorCode.unknown_topic_or_partition)])]
+    assert set(db.describe_group("g").partitions) == {TopicPartition("t", 1)}
+    # ClassicGroup.validateOffsetDelete: members of a protocol type other than "consumer"
+    # make the group NON_EMPTY_GROUP.
+    joined = call(sock, JoinV3(group_id="connect", session_timeout=_ms(10_000),
+                               rebalance_timeout=_ms(10_000), member_id="",
+                               protocol_type="connect",
+                               protocols=(ProtocolV3(name="default", metadata=b"\x00"),)))
+    assert joined.error_code == ErrorCode.none
+    response = offset_delete("connect", [("t", [0])])
+    assert (response.error_code, response.topics) == (ErrorCode.non_empty_group, ())
 
 
 class TaggingAssignor:

@@ -212,6 +212,13 @@ class Database:
         self._check()
         group_admin.delete_group(self._broker, group_id)
 
+    def delete_group_offsets(self, group_id, partitions):
+        """Forget a group's committed offsets of some partitions (Kafka's OffsetDelete): not
+        those of a topic a member of the group subscribes to (GroupSubscribedToTopicError,
+        raised once the others are deleted)."""
+        self._check()
+        group_admin.delete_group_offsets(self._broker, group_id, partitions)
+
     def alter_group_offsets(self, group_id, offsets):
         """Set committed offsets ({tp: offset | OffsetAndMetadata}) of a group with no active
         member (NonEmptyGroupError otherwise)."""

@@ -95,6 +95,17 @@ def delete_group(broker, group_id):
     find_coordinator(broker).delete_group(group_id)
 
 
+def delete_group_offsets(broker, group_id, partitions):
+    """Delete the group's committed offsets of `partitions`, as Kafka's
+    Admin.deleteConsumerGroupOffsets does: each partition that can be is, and then the
+    first refusal is raised (GroupSubscribedToTopicError: a member subscribes to its topic;
+    UnknownTopicOrPartitionError); GroupIdNotFoundError and NonEmptyGroupError refuse all."""
+    results = find_coordinator(broker).delete_offsets(group_id, partitions)
+    for error in results.values():
+        if error is not None:
+            raise error
+
+
 def alter_group_offsets(broker, group_id, offsets):
     """Set the committed offsets of a group that has no active member.
 

@@ -76,7 +76,7 @@ class Group:
     __slots__ = ("group_id", "state", "generation", "protocol_type", "protocol", "leader",
                  "members", "static_members", "empty_since", "rebalance_task",
                  "rebalance_epoch", "initial_delay_until", "initial_delay_members",
-                 "pending_members")
+                 "pending_members", "subscribed")
 
     def __init__(self, group_id, generation=0, protocol_type=None, empty_since=0):
         self.group_id = group_id
@@ -93,6 +93,10 @@ class Group:
         self.initial_delay_until = None   # monotonic ms while a new group waits for joiners
         self.initial_delay_members = 0
         self.pending_members = {}  # member id handed out (MEMBER_ID_REQUIRED) -> expiry task
+        # The topics the current generation's members subscribe to (None: not known), taken
+        # when a generation starts, as Kafka's ClassicGroup.initNextGeneration takes them: a
+        # member joining a rebalance does not count until its generation starts.
+        self.subscribed = self.subscribed_topics()
 
     def transition(self, state):
         assert self.state in _VALID_PREVIOUS[state], f"{self.state} -> {state}"
@@ -156,8 +160,15 @@ class Group:
         return max((m.rebalance_timeout_ms for m in self.members.values()), default=0)
 
     def subscribed_topics(self):
-        """Topics some member subscribes to, or None if the metadata does not say."""
-        if self.protocol is None or self.protocol_type != "consumer":
+        """Topics some member subscribes to, or None if the metadata does not say (Kafka's
+        ClassicGroup.computeSubscribedTopics: a consumer group without members subscribes
+        to nothing; a group of another protocol type, or whose members' metadata does not
+        parse, is not known)."""
+        if self.protocol_type != "consumer":
+            return None
+        if not self.members:
+            return set()
+        if self.protocol is None:
             return None
         topics = set()
         for member in self.members.values():
@@ -166,3 +177,11 @@ class Group:
                 return None
             topics.update(metadata.topics)
         return topics
+
+    def is_subscribed_to(self, topic):
+        """Whether a member of the current generation subscribes to topic (Kafka's
+        ClassicGroup.isSubscribedToTopic): when the subscriptions are not known, a consumer
+        group is taken to subscribe to every topic."""
+        if self.subscribed is None:
+            return self.protocol_type == "consumer"
+        return topic in self.subscribed

@@ -1,7 +1,8 @@
 """The group coordinator: Kafka's classic group protocol, in process.
 
 Requests mirror Kafka's -- join_group, sync_group, heartbeat, leave_group,
-offset_commit, offset_fetch, describe_group, list_groups, delete_group --
+offset_commit, offset_fetch, describe_group, list_groups, delete_group,
+delete_offsets --
 and so do their answers and errors. What changes is the transport: members
 are threads of this process, so
 
@@ -34,6 +35,7 @@ from contextlib import contextmanager
 from typing import NamedTuple
 
 from ..errors import (FencedInstanceIdError, GroupIdNotFoundError, IllegalGenerationError,
+                      GroupSubscribedToTopicError,
                       NotCoordinatorError,
                       InconsistentGroupProtocolError, InvalidGroupIdError, InvalidRequestError,
                       InvalidSessionTimeoutError, LogClosedError, MemberIdRequiredError,
@@ -502,11 +504,13 @@ class GroupCoordinator:
         now = self._broker.clock_ms()
         if not group.members:
             group.protocol = group.leader = None
+            group.subscribed = group.subscribed_topics()
             group.transition(EMPTY)
             group.empty_since = now
             self._write_group_record(group, now)
             return
         group.protocol = group.select_protocol()
+        group.subscribed = group.subscribed_topics()
         if group.leader not in group.members:
             group.leader = next(iter(group.members))
         group.transition(COMPLETING_REBALANCE)
@@ -811,6 +815,54 @@ class GroupCoordinator:
                     f"group {group_id!r} has {len(group.members)} active member(s) "
                     f"({group.state}); close its consumers before deleting it")
             self._delete(group, self._broker.clock_ms())
+
+    def delete_offsets(self, group_id, partitions):
+        """Delete the group's committed offsets of `partitions` (Kafka's OffsetDelete);
+        returns {TopicPartition: None, or the error that partition's offset stays for}.
+
+        Kafka's rules (OffsetMetadataManager.deleteOffsets, ClassicGroup.validateOffsetDelete):
+        the group must exist (GroupIdNotFoundError); a group with members may only be a
+        consumer group (NonEmptyGroupError otherwise), and then keeps the offsets of the
+        topics its current generation subscribes to (GroupSubscribedToTopicError for each
+        of their partitions); a partition with an offset -- committed, or pending in an
+        open transaction, which the tombstone drops too -- gets a tombstone. A partition
+        of no topic is UnknownTopicOrPartitionError (Kafka's KafkaApis checks it first).
+        """
+        self._check_writable()
+        self._validate_group_id(group_id)
+        partitions = [TopicPartition(*tp) for tp in partitions]
+        with self._locked():
+            self._check_open()
+            group = self._groups.get(group_id)
+            if group is None:
+                raise GroupIdNotFoundError(f"group {group_id!r} does not exist")
+            if group.state != EMPTY and group.protocol_type != "consumer":
+                raise NonEmptyGroupError(
+                    f"group {group_id!r} has {len(group.members)} active member(s) "
+                    f"({group.state}) of protocol type {group.protocol_type!r}; only a "
+                    "consumer group's offsets can be deleted while it has members")
+            results, doomed = {}, []
+            held = self._store.offset_partitions(group_id)
+            for tp in partitions:
+                results[tp] = self._offset_delete_problem(group, tp)
+                if results[tp] is None and tp in held:
+                    doomed.append(tp)
+            written = self._store.delete(group_id, doomed, self._broker.clock_ms())
+        if written is not None:
+            self._store.wait_replicated(*written)
+        return results
+
+    def _offset_delete_problem(self, group, tp):
+        """Why OffsetDelete keeps tp's offset of the group, or None."""
+        info = self._broker.topics().get(tp.topic)
+        if info is None or not 0 <= tp.partition < info.partitions:
+            return UnknownTopicOrPartitionError(f"{tp} does not exist")
+        if group.is_subscribed_to(tp.topic):
+            return GroupSubscribedToTopicError(
+                f"a member of group {group.group_id!r} subscribes to topic {tp.topic!r}, "
+                f"so its offset of {tp} stays; stop the group's consumers or unsubscribe "
+                "them from the topic first")
+        return None
 
     def _delete(self, group, now_ms):
         self._store.delete(group.group_id, list(self._store.committed(group.group_id)), now_ms,

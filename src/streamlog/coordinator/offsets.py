@@ -185,6 +185,7 @@ class OffsetStore:
                     committed.pop(at, None)
                     if not committed:
                         del self.offsets[group]
+                    self._drop_pending(tp.partition, bytes(key_bytes))
                 else:
                     committed[at] = CommittedOffset(*value[1:4])
             elif key[0] == _GROUP_KEY:
@@ -199,6 +200,13 @@ class OffsetStore:
             # Other key types belong to later versions: skipped, as Kafka skips unknown keys.
         except (ValueError, TypeError, IndexError, KeyError, msgpack.UnpackException) as exc:
             raise CorruptRecordError(f"undecodable record in {tp}: {exc}") from None
+
+    def _drop_pending(self, partition, key_bytes):
+        """An offset's tombstone also drops that offset wherever an open transaction holds
+        it pending, so the transaction's commit marker does not bring it back (Kafka's
+        OffsetMetadataManager.replay of a tombstone)."""
+        for held in self.pending.get(partition, {}).values():
+            held[:] = [entry for entry in held if bytes(entry[0]) != key_bytes]
 
     # --- writing -----------------------------------------------------------------
 
@@ -284,6 +292,11 @@ class OffsetStore:
                 self._apply(tp, key, value)
         self._replayed[tp.partition] = self._broker.partition_log(tp).log_end_offset
 
+    def offset_partitions(self, group_id):
+        """The TopicPartitions for which group_id has an offset: committed, or pending in
+        an open transaction (a tombstone deletes both)."""
+        return set(self.committed(group_id)) | self.pending_partitions(group_id)
+
     def pending_partitions(self, group_id):
         """The TopicPartitions for which group_id has an offset pending in an open
         transaction (committed() does not show it yet)."""
@@ -304,13 +317,18 @@ class OffsetStore:
               for member_id, instance, client_id, assignment in members]]))], now_ms)
 
     def delete(self, group_id, partitions, now_ms, group_record=False):
-        """Tombstones for the group's offsets of `partitions` (and its group record)."""
+        """Tombstones for the group's offsets of `partitions` (and its group record).
+        Returns (partition of the topic, its end offset after them), for wait_replicated;
+        None when there was nothing to write."""
         changes = [(_pack([_OFFSET_KEY, group_id, tp.topic, tp.partition]), None)
                    for tp in partitions]
         if group_record and group_id in self.groups:
             changes.append((_pack([_GROUP_KEY, group_id]), None))
-        if changes:
-            self._append(group_id, changes, now_ms)
+        if not changes:
+            return None
+        self._append(group_id, changes, now_ms)
+        tp = self.partition_of(group_id)
+        return tp, self._replayed[tp.partition]
 
     # --- reading -------------------------------------------------------------------
 

@@ -70,6 +70,7 @@ _ERROR_CODES = [
     (errors.InvalidGroupIdError, ErrorCode.invalid_group_id),
     (errors.GroupIdNotFoundError, ErrorCode.group_id_not_found),
     (errors.NonEmptyGroupError, ErrorCode.non_empty_group),
+    (errors.GroupSubscribedToTopicError, ErrorCode.group_subscribed_to_topic),
     (errors.OffsetMetadataTooLargeError, ErrorCode.offset_metadata_too_large),
 ]
 

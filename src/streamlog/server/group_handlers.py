@@ -1,5 +1,6 @@
 """The consumer group APIs on the wire: FindCoordinator, JoinGroup, SyncGroup, Heartbeat,
-LeaveGroup, OffsetCommit, OffsetFetch, DescribeGroups, ListGroups and DeleteGroups, as calls
+LeaveGroup, OffsetCommit, OffsetFetch, OffsetDelete, DescribeGroups, ListGroups and
+DeleteGroups, as calls
 to the database's group coordinator (the same groups and offsets the in-process consumers
 use: a group may mix both kinds of member).
 
@@ -24,7 +25,7 @@ from .protocol import NO_THROTTLE, build, response_types
 
 FIND_COORDINATOR, OFFSET_COMMIT, OFFSET_FETCH = 10, 8, 9
 JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP = 11, 12, 13, 14
-DESCRIBE_GROUPS, LIST_GROUPS, DELETE_GROUPS = 15, 16, 42
+DESCRIBE_GROUPS, LIST_GROUPS, DELETE_GROUPS, OFFSET_DELETE = 15, 16, 42, 47
 # Kafka's "no authorized operations were asked for" (INT32_MIN).
 NO_OPERATIONS = -2**31
 # How long past its rebalance timeout a join or sync waits before answering
@@ -47,8 +48,9 @@ class GroupHandlers:
         return {FIND_COORDINATOR: self.find_coordinator, JOIN_GROUP: self.join_group,
                 SYNC_GROUP: self.sync_group, HEARTBEAT: self.heartbeat,
                 LEAVE_GROUP: self.leave_group, OFFSET_COMMIT: self.offset_commit,
-                OFFSET_FETCH: self.offset_fetch, DESCRIBE_GROUPS: self.describe_groups,
-                LIST_GROUPS: self.list_groups, DELETE_GROUPS: self.delete_groups}
+                OFFSET_FETCH: self.offset_fetch, OFFSET_DELETE: self.offset_delete,
+                DESCRIBE_GROUPS: self.describe_groups, LIST_GROUPS: self.list_groups,
+                DELETE_GROUPS: self.delete_groups}
 
     @property
     def coordinator(self):
@@ -274,6 +276,32 @@ class GroupHandlers:
                                         partitions=tuple(parts))
                                   for name, parts in by_topic.items()))
 
+    def offset_delete(self, version, body, context):
+        """Kafka's KafkaApis.handleOffsetDeleteRequest: a group-level refusal (unknown group,
+        members of another protocol type) is the answer's top-level error and nothing else;
+        otherwise each partition's own (UNKNOWN_TOPIC_OR_PARTITION, GROUP_SUBSCRIBED_TO_TOPIC,
+        or none: its offset is gone)."""
+        cls, types = response_types(OFFSET_DELETE, version)
+        asked = [TopicPartition(t.name, int(p.partition_index))
+                 for t in body.topics for p in t.partitions]
+        try:
+            self._check_coordinator(body.group_id)
+            results = self.coordinator.delete_offsets(body.group_id, asked)
+        except errors.StreamlogError as exc:
+            return build(cls, error_code=error_code(exc), throttle_time=NO_THROTTLE, topics=())
+        # The partitions the broker found unknown come first, then the coordinator's
+        # answers, as Kafka's OffsetDeleteResponse.Builder merges them.
+        unknown = [tp for tp in asked
+                   if isinstance(results[tp], errors.UnknownTopicOrPartitionError)]
+        by_topic = {}
+        for tp in unknown + [tp for tp in asked if tp not in unknown]:
+            by_topic.setdefault(tp.topic, []).append(build(
+                types.OffsetDeleteResponsePartition, partition_index=i32(tp.partition),
+                error_code=error_code(results[tp])))
+        return build(cls, error_code=ErrorCode.none, throttle_time=NO_THROTTLE,
+                     topics=tuple(build(types.OffsetDeleteResponseTopic, name=name,
+                                        partitions=tuple(parts))
+                                  for name, parts in by_topic.items()))
 
     # --- DescribeGroups, ListGroups, DeleteGroups -----------------------------------------
 

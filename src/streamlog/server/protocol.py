@@ -63,6 +63,7 @@ SUPPORTED = {
     15: (0, 5),   # DescribeGroups (6 answers GROUP_ID_NOT_FOUND for an unknown group)
     16: (0, 5),   # ListGroups
     42: (0, 2),   # DeleteGroups
+    47: (0, 0),   # OffsetDelete
     # InitProducerId and the transaction APIs (txn_handlers.py)
     22: (0, 4),   # InitProducerId
     24: (0, 3),   # AddPartitionsToTxn (4 on: KIP-890 verification)

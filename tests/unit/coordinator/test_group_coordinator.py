@@ -17,7 +17,7 @@ from streamlog.coordinator.group import (COMPLETING_REBALANCE, EMPTY, PREPARING_
 from streamlog.coordinator.group_coordinator import (FENCED, JOINED, REBALANCE, REMOVED,
                                                      SYNCED, find_coordinator)
 from streamlog.errors import (FencedInstanceIdError, GroupIdNotFoundError,
-                              IllegalGenerationError, InconsistentGroupProtocolError,
+                              GroupSubscribedToTopicError, IllegalGenerationError, InconsistentGroupProtocolError,
                               InvalidGroupIdError, InvalidSessionTimeoutError,
                               MemberIdRequiredError, NonEmptyGroupError, OffsetMetadataTooLargeError,
                               RebalanceInProgressError, UnknownMemberIdError,
@@ -413,6 +413,65 @@ def test_delete_group_refuses_active_groups_and_forgets_the_rest(coordinator, br
     assert coordinator.offset_fetch("g") == {}
     with pytest.raises(GroupIdNotFoundError):
         coordinator.delete_group("g")
+
+
+def test_delete_offsets_keeps_those_of_the_topics_the_generation_subscribes_to(coordinator,
+                                                                               broker):
+    # Kafka's OffsetMetadataManager.deleteOffsets: GROUP_SUBSCRIBED_TO_TOPIC for each
+    # partition of a topic the group subscribes to (ClassicGroup.isSubscribedToTopic, from
+    # the subscriptions taken when a generation starts: initNextGeneration), the others'
+    # offsets deleted; an unknown group is GROUP_ID_NOT_FOUND.
+    broker.create_topic("u", 1)
+    tpu = TopicPartition("u", 0)
+    with pytest.raises(GroupIdNotFoundError):
+        coordinator.delete_offsets("g", [TP0])
+    coordinator.offset_commit("g", "", -1, None, {TP0: 1, TP1: 1, tpu: 1})
+    assert coordinator.delete_offsets("g", [TP0]) == {TP0: None}   # no member: any offset
+    assert set(coordinator.offset_fetch("g")) == {TP1, tpu}
+    a = Client(coordinator)
+    join_alone(a)                                                   # subscribes to "t"
+    outcome = coordinator.delete_offsets("g", [TP1, TopicPartition("t", 9)])
+    assert isinstance(outcome[TP1], GroupSubscribedToTopicError)
+    assert isinstance(outcome[TopicPartition("t", 9)], UnknownTopicOrPartitionError)
+    # A member joining with "u" counts once its generation starts: while the group
+    # rebalances, "u" is still no generation's topic and its offset goes.
+    b = Client(coordinator, protocols=(("range", Subscription(["u"])),))
+    b_pending = b.join()
+    assert state(coordinator) == PREPARING_REBALANCE
+    assert coordinator.delete_offsets("g", [tpu]) == {tpu: None}
+    assert set(coordinator.offset_fetch("g")) == {TP1}
+    a.joined(a.join())
+    b.joined(b_pending)
+    assert isinstance(coordinator.delete_offsets("g", [tpu])[tpu], GroupSubscribedToTopicError)
+    assert set(coordinator.offset_fetch("g")) == {TP1}
+
+
+def test_delete_offsets_of_a_group_with_members_of_another_kind(coordinator):
+    # ClassicGroup.validateOffsetDelete: a group with members that is not a consumer group
+    # is NON_EMPTY_GROUP; a consumer group whose subscriptions do not parse is taken to
+    # subscribe to every topic (isSubscribedToTopic's orElse(usesConsumerGroupProtocol)).
+    connect = coordinator.join_group("h", "", None, "c", 10_000, 10_000, "connect",
+                                     [("default", b"\x00")], lambda *_: None)
+    result(connect)
+    with pytest.raises(NonEmptyGroupError):
+        coordinator.delete_offsets("h", [TP0])
+    opaque = Client(coordinator, protocols=(("range", b"not the consumer protocol"),))
+    opaque.joined(opaque.join())
+    assert isinstance(coordinator.delete_offsets("g", [TP0])[TP0], GroupSubscribedToTopicError)
+    coordinator.leave_group("g", opaque.member_id)
+    assert coordinator.delete_offsets("g", [TP0]) == {TP0: None}    # Empty again
+
+
+def test_deleting_an_offset_drops_it_from_an_open_transaction_too(coordinator):
+    # Kafka's OffsetMetadataManager.replay: an offset's tombstone removes it from every
+    # open transaction of the group, so the commit marker does not bring it back.
+    coordinator.txn_offset_commit("g", 1000, 0, "", -1, None, {TP0: OffsetAndMetadata(3),
+                                                              TP1: OffsetAndMetadata(4)})
+    assert coordinator.pending_offsets("g") == {TP0, TP1}
+    assert coordinator.delete_offsets("g", [TP0]) == {TP0: None}
+    assert coordinator.pending_offsets("g") == {TP1}
+    coordinator.complete_transaction(coordinator.offsets_partition("g"), 1000, commit=True)
+    assert {tp: c.offset for tp, c in coordinator.offset_fetch("g").items()} == {TP1: 4}
 
 
 def test_groups_and_offsets_survive_a_reopen_and_come_back_empty(tmp_path):
