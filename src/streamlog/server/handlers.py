@@ -23,6 +23,7 @@ from ..storage.compression import ZSTD
 from ..storage.partition_log import UNREPLICATED_LEADER_EPOCH
 from ..storage.record_batch import MAGIC, iter_batches
 from ..structs import TopicPartition
+from .acl_handlers import AclHandlers
 from .error_codes import error_code, error_message, failure
 from .group_handlers import GroupHandlers
 from .protocol import (ALTER_CONFIGS, API_VERSIONS, CREATE_PARTITIONS, CREATE_TOPICS,
@@ -83,6 +84,7 @@ class Handlers:
         self._by_key.update(GroupHandlers(broker, self.node_id, self._view).table)
         self._txn = TxnHandlers(broker)
         self._by_key.update(self._txn.table)
+        self._by_key.update(AclHandlers().table)
 
     @property
     def _view(self):

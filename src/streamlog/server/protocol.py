@@ -74,6 +74,11 @@ SUPPORTED = {
     61: (0, 0),   # DescribeProducers
     65: (0, 0),   # DescribeTransactions
     66: (0, 2),   # ListTransactions
+    # The ACL APIs, SECURITY_DISABLED as without an authorizer (acl_handlers.py); version 0
+    # is gone from Kafka 4's schemas
+    29: (1, 3),   # DescribeAcls
+    30: (1, 3),   # CreateAcls
+    31: (1, 3),   # DeleteAcls
 }
 
 
