@@ -5,7 +5,7 @@ config key (segment.bytes, retention.ms, ...) may also be given: it becomes
 the default of every topic created in this database, as Kafka's log.*
 broker settings are.
 """
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from ..errors import InvalidConfigurationError
 from ..parsing import parse_bool, parse_int
@@ -77,12 +77,22 @@ class BrokerConfig:
     # (Kafka's fetch.max.bytes broker setting and default, at least 1024).
     fetch_max_bytes: int = 55 << 20
     topic_defaults: LogConfig = LogConfig()
+    # The settings given when the database was opened (dotted names, topic configs under
+    # their topic names): Kafka's DescribeConfigs answers them STATIC_BROKER_CONFIG, the
+    # rest DEFAULT_CONFIG. Not compared: the same values given or left out are one config.
+    given: frozenset = field(default=frozenset(), compare=False)
+
+    def to_dict(self):
+        """The database's own settings under their dotted names (the topic defaults are
+        topic_defaults.to_dict())."""
+        return {name: getattr(self, attr) for name, (attr, _) in _BROKER_KEYS.items()}
 
     @classmethod
     def from_dict(cls, settings=None):
-        changes, topic = {}, {}
+        changes, topic, given = {}, {}, set()
         for key, value in dict(settings or {}).items():
             dotted = key.replace("_", ".") if isinstance(key, str) else key
+            given.add(dotted)
             if dotted in _BROKER_KEYS:
                 attr, kind = _BROKER_KEYS[dotted]
                 changes[attr] = _parse(dotted, value, kind)
@@ -116,7 +126,7 @@ class BrokerConfig:
             raise InvalidConfigurationError("fetch.max.bytes must be >= 1024")
         if config.group_initial_rebalance_delay_ms < 0:
             raise InvalidConfigurationError("group.initial.rebalance.delay.ms must be >= 0")
-        return replace(config, topic_defaults=LogConfig.from_dict(topic))
+        return replace(config, topic_defaults=LogConfig.from_dict(topic), given=frozenset(given))
 
 
 def _parse(key, value, kind):

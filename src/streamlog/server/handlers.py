@@ -8,6 +8,7 @@ None when the request wants none (Produce with acks=0).
 """
 import contextlib
 import datetime
+import re
 import threading
 import time
 import uuid
@@ -24,6 +25,7 @@ from ..storage.partition_log import UNREPLICATED_LEADER_EPOCH
 from ..storage.record_batch import MAGIC, iter_batches
 from ..structs import TopicPartition
 from .acl_handlers import AclHandlers
+from .configs import DEFAULT_CONFIG, broker_configs, topic_configs
 from .error_codes import error_code, error_message, failure
 from .group_handlers import GroupHandlers
 from .protocol import (ALTER_CONFIGS, API_VERSIONS, CREATE_PARTITIONS, CREATE_TOPICS,
@@ -34,9 +36,8 @@ from .protocol import (ALTER_CONFIGS, API_VERSIONS, CREATE_PARTITIONS, CREATE_TO
 from .txn_handlers import TxnHandlers, first_batch
 
 NODE_ID = 0
-# DescribeConfigs: Kafka's resource type of a topic, and config sources.
-TOPIC_RESOURCE = 2
-DYNAMIC_TOPIC_CONFIG, DEFAULT_CONFIG = 1, 5
+# DescribeConfigs: Kafka's resource types of a topic and a broker (ConfigResource.Type).
+TOPIC_RESOURCE, BROKER_RESOURCE = 2, 4
 
 
 class Connection:
@@ -676,18 +677,16 @@ class Handlers:
         for resource in body.resources:
             configs, exc = (), None
             try:
-                if resource.resource_type != TOPIC_RESOURCE:
-                    raise errors.InvalidRequestError("only topic configs are served")
-                info = self.broker.topic(resource.resource_name)
-                wanted = resource.configuration_keys
+                described, read_only = self._described_configs(resource)
+                # No keys (null or empty) asks for every config: Kafka's
+                # ConfigHelper.createResponseConfig.
+                wanted = resource.configuration_keys or None
                 configs = tuple(build(
                     types.DescribeConfigsResourceResult, name=name, value=_config_text(value),
-                    read_only=False, is_default=name not in info.overrides,
-                    config_source=i8(DYNAMIC_TOPIC_CONFIG if name in info.overrides
-                                      else DEFAULT_CONFIG),
-                    is_sensitive=False, synonyms=(), config_type=i8(0), documentation=None)
-                    for name, value in sorted(info.config.to_dict().items())
-                    if wanted is None or name in wanted)
+                    read_only=read_only, is_default=source == DEFAULT_CONFIG,
+                    config_source=i8(source), is_sensitive=False, synonyms=(),
+                    config_type=i8(0), documentation=None)
+                    for name, value, source in described if wanted is None or name in wanted)
             except errors.StreamlogError as exc_:
                 exc = exc_
             results.append(build(types.DescribeConfigsResult, error_code=error_code(exc),
@@ -695,6 +694,26 @@ class Handlers:
                                  resource_type=resource.resource_type,
                                  resource_name=resource.resource_name, configs=configs))
         return build(cls, throttle_time=NO_THROTTLE, results=tuple(results))
+
+    def _described_configs(self, resource):
+        """([(name, value, source)], read_only) of a DescribeConfigs resource, as Kafka's
+        ConfigHelper.describeConfigs answers it. A broker's configs are read-only here: the
+        database takes its settings when it opens (AlterConfigs serves topics only), where
+        Kafka can change some of them dynamically."""
+        if resource.resource_type == TOPIC_RESOURCE:
+            return topic_configs(self.broker.topic(resource.resource_name),
+                                 self.broker.config), False
+        if resource.resource_type != BROKER_RESOURCE:
+            raise errors.InvalidRequestError("only topic and broker configs are served")
+        name = resource.resource_name
+        if not name:
+            return [], True   # the cluster-wide dynamic defaults: none are set here
+        if not re.fullmatch(r"[+-]?[0-9]+", name):   # Java's Integer.parseInt
+            raise errors.InvalidRequestError(f"Broker id must be an integer, but it is: {name}")
+        if int(name) != self.node_id:
+            raise errors.InvalidRequestError(f"Unexpected broker id, expected {self.node_id} "
+                                             f"or empty string, but received {name}")
+        return broker_configs(self.broker.config), True
 
     def delete_records(self, version, body, context):
         cls, types = response_types(DELETE_RECORDS, version)
@@ -813,7 +832,9 @@ def _named_twice(names):
 
 
 def _config_text(value):
-    """A config value as Kafka's DescribeConfigs shows it."""
+    """A config value as Kafka's DescribeConfigs shows it (None: null)."""
+    if value is None:
+        return None
     if isinstance(value, bool):
         return "true" if value else "false"
     return str(value)
