@@ -865,8 +865,10 @@ class GroupCoordinator:
         return None
 
     def _delete(self, group, now_ms):
-        self._store.delete(group.group_id, list(self._store.committed(group.group_id)), now_ms,
-                           group_record=True)
+        # The offsets pending in open transactions go too, or their commit markers would
+        # bring them back to a deleted group (Kafka's OffsetMetadataManager.deleteAllOffsets).
+        self._store.delete(group.group_id, sorted(self._store.offset_partitions(group.group_id)),
+                           now_ms, group_record=True)
         group.transition(DEAD)
         del self._groups[group.group_id]
 
@@ -900,7 +902,10 @@ class GroupCoordinator:
         An Empty consumer group loses all its offsets once it has been Empty
         that long; an offsets-only group loses each offset that long after
         its commit; a Stable group loses only offsets of topics no member
-        subscribes to any more. An Empty group without offsets is deleted.
+        subscribes to any more. An offset pending in an open transaction keeps
+        the committed offset of its partition, whose tombstone would drop it,
+        and keeps the group (Kafka's OffsetMetadataManager.cleanupExpiredOffsets).
+        An Empty group without offsets is deleted.
         """
         if self._closed or self._broker.readonly:
             return 0
@@ -922,10 +927,12 @@ class GroupCoordinator:
                         if tp.topic not in subscribed and now - c.commit_timestamp >= retention]
                 else:
                     expired = []
+                pending = self._store.pending_partitions(group.group_id)
+                expired = [tp for tp in expired if tp not in pending]
                 if expired:
                     self._store.delete(group.group_id, expired, now)
                     expired_count += len(expired)
-                if group.state == EMPTY and not self._store.committed(group.group_id):
+                if group.state == EMPTY and not self._store.offset_partitions(group.group_id):
                     self._delete(group, now)  # nothing left to remember (Kafka: -> Dead)
         return expired_count
 

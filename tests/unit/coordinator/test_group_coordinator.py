@@ -474,6 +474,31 @@ def test_deleting_an_offset_drops_it_from_an_open_transaction_too(coordinator):
     assert {tp: c.offset for tp, c in coordinator.offset_fetch("g").items()} == {TP1: 4}
 
 
+def test_deleting_a_group_drops_its_offsets_pending_in_open_transactions(coordinator):
+    # Kafka's OffsetMetadataManager.deleteAllOffsets: a tombstone for each partition with a
+    # committed or a pending offset, so no commit marker brings one back to a deleted group.
+    coordinator.offset_commit("g", "", -1, None, {TP0: 1})
+    coordinator.txn_offset_commit("g", 1000, 0, "", -1, None, {TP1: OffsetAndMetadata(4)})
+    coordinator.delete_group("g")
+    coordinator.complete_transaction(coordinator.offsets_partition("g"), 1000, commit=True)
+    assert coordinator.offset_fetch("g") == {}
+
+
+def test_expiry_spares_an_offset_and_its_group_while_a_transaction_holds_one(coordinator,
+                                                                             broker):
+    # OffsetMetadataManager.cleanupExpiredOffsets: an offset with a pending transactional
+    # offset of its partition does not expire yet, and a group with an open transaction
+    # is not removed; the transaction's commit then gives the offset it holds.
+    retention_ms = broker.config.offsets_retention_minutes * 60_000
+    coordinator.offset_commit("solo", "", -1, None, {TP0: 1})
+    t0 = coordinator.offset_fetch("solo")[TP0].commit_timestamp
+    coordinator.txn_offset_commit("solo", 1000, 0, "", -1, None, {TP0: OffsetAndMetadata(7)})
+    assert coordinator.expire_offsets(t0 + retention_ms) == 0
+    assert coordinator.describe_group("solo").state == EMPTY
+    coordinator.complete_transaction(coordinator.offsets_partition("solo"), 1000, commit=True)
+    assert coordinator.offset_fetch("solo")[TP0].offset == 7
+
+
 def test_groups_and_offsets_survive_a_reopen_and_come_back_empty(tmp_path):
     path = str(tmp_path / "db")
     broker = Broker(path, config={"offsets.topic.num.partitions": 3})
