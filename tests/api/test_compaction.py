@@ -353,3 +353,27 @@ def test_compaction_cannot_be_taken_off_a_topic_the_cleaner_compacted(db):
         db.alter_topic_config("table", {"cleanup.policy": "delete"})
     db.create_topic("fresh", config=SMALL)
     db.alter_topic_config("fresh", {"cleanup.policy": "delete"})   # never cleaned: allowed
+
+
+def stop_uncleanly(db):
+    """The process dies: no flush, no checkpoint, no clean-shutdown marker."""
+    db._broker._abandon()
+    db._broker._closed = True
+    db.close()
+
+
+def test_a_database_default_cannot_take_compaction_off_a_compacted_topic(db_path):
+    # A topic with no cleanup.policy of its own follows the database's default. Its logs
+    # hold the cleaner's offset gaps: opened as a log that is not compacted after an unclean
+    # stop, recovery read the first gap as lost data and deleted every segment from there.
+    with streamlog.open(db_path, config=SMALL) as db:
+        db.create_topic("table")
+        written = produce(db, updates(20, 10))
+        db.compact("table")
+        kept = read_from(db, 0)
+        assert kept == final_values(written)
+        stop_uncleanly(db)
+    with pytest.raises(InvalidConfigurationError, match="has been compacted"):
+        streamlog.open(db_path, config=dict(SMALL, **{"cleanup.policy": "delete"}))
+    with streamlog.open(db_path, config=SMALL) as db:
+        assert read_from(db, 0) == kept

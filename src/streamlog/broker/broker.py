@@ -137,6 +137,8 @@ class Broker:
                 metadata_log = self.logs.open_log(METADATA_PARTITION, METADATA_LOG_CONFIG)
                 self.metadata = TopicRegistry(metadata_log, self.config.topic_defaults,
                                               clock_ms, readonly)
+                if not readonly:
+                    self._check_defaults_keep_compaction()
                 self._sync_partitions()
             self.timer = SystemTimer("broker")
             self.fetch_purgatory = DelayedOperationPurgatory("fetch", self.timer)
@@ -435,14 +437,30 @@ class Broker:
             overrides_after(current, overrides, remove))
         if changed.compact:
             return
-        cleaned = [p for p in range(current.partitions)
-                   if self.logs.cleaner_checkpoint(TopicPartition(name, p)) is not None]
+        self._refuse_uncompacting(current, "keep compact in cleanup.policy (compact,delete "
+                                           "adds retention), or copy the topic to a new one")
+
+    def _check_defaults_keep_compaction(self):
+        """At the open, before any log: a topic without a cleanup.policy of its own follows
+        the database's default, whose change between opens alter_topic_config never sees."""
+        for topic in self.metadata.topics.values():
+            if not topic.config.compact:
+                self._refuse_uncompacting(
+                    topic, "open the database with the cleanup.policy default it had and give "
+                    "the topic cleanup.policy=compact (or compact,delete) of its own")
+
+    def _refuse_uncompacting(self, topic, advice):
+        """InvalidConfigurationError when a partition of topic has been cleaned: its logs
+        hold the cleaner's offset gaps, which a log that is not compacted reads as damage
+        and which recovery after an unclean stop cuts there, deleting what follows
+        (log_loader step 4)."""
+        cleaned = [p for p in range(topic.partitions)
+                   if self.logs.cleaner_checkpoint(TopicPartition(topic.name, p)) is not None]
         if cleaned:
             raise InvalidConfigurationError(
-                f"topic {name!r} has been compacted (partitions {cleaned[:5]}): its logs have "
-                "offsets the cleaner removed, which a topic without compaction would read as "
-                "missing data; keep compact in cleanup.policy (compact,delete adds "
-                "retention), or copy the topic to a new one")
+                f"topic {topic.name!r} has been compacted (partitions {cleaned[:5]}): its logs "
+                "have offsets the cleaner removed, which a topic without compaction would "
+                f"read as missing data; {advice}")
 
     def topics(self):
         if self.readonly:
