@@ -175,3 +175,37 @@ def test_a_transactions_offsets_are_fsynced_before_send_offsets_returns(db):
     assert offsets_log.recovery_point == offsets_log.log_end_offset
     app.producer.commit_transaction()
     app.close()
+
+
+def test_a_plain_commit_after_a_transactions_offset_wins_as_compaction_keeps_it(tmp_path):
+    # A transaction commits offset 3 of a partition, a plain commit gives it 9 before the
+    # transaction ends. Kafka keeps the record written last (replayEndTransactionMarker
+    # materializes a pending offset only above the committed one's record offset), and so
+    # does compaction of __consumer_offsets: the group read 3 until the cleaner ran, then 9.
+    path, tp = str(tmp_path / "db"), IN[0]
+    config = {"offsets.topic.num.partitions": 1}
+
+    def committed(db):
+        consumer = db.consumer(group_id="g")
+        try:
+            return consumer.committed([tp])[tp].offset
+        finally:
+            consumer.close()
+
+    with streamlog.open(path, config=config) as db:
+        db.create_topic("in", partitions=2)
+        producer = db.producer(transactional_id="tx")
+        producer.init_transactions()
+        producer.begin_transaction()
+        consumer = db.consumer(group_id="g", enable_auto_commit=False)
+        producer.send_offsets_to_transaction({tp: 3}, consumer.group_metadata())
+        consumer.commit({tp: 9})
+        producer.commit_transaction()
+        producer.close()
+        consumer.close()
+        assert committed(db) == 9
+    with streamlog.open(path, config=config) as db:
+        assert committed(db) == 9
+        db.compact("__consumer_offsets")
+    with streamlog.open(path, config=config) as db:
+        assert committed(db) == 9

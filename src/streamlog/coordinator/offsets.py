@@ -24,8 +24,10 @@ key version, and each value starts with its own version):
 A transactional producer's offsets (send_offsets_to_transaction) are
 written as a transactional batch with its producer id and epoch. They are
 pending -- invisible to committed() -- until the transaction's COMMIT marker
-lands in the same partition, and dropped at an ABORT (Kafka's
-OffsetMetadataManager); a replay reaches the same result (keyed_log).
+lands in the same partition, and dropped at an ABORT, or when a plain
+commit or a tombstone of the same offset is written after them (Kafka's
+OffsetMetadataManager keeps the record written last); a replay reaches the
+same result (keyed_log), as does one after compaction.
 
 The group record exists so that, after a restart, a group keeps its
 generation and the time it became Empty (offsets expire that long after,
@@ -44,7 +46,7 @@ import msgpack
 
 from ..errors import (CoordinatorNotAvailableError, CorruptRecordError, NotCoordinatorError,
                       NotLeaderOrFollowerError, StreamlogError)
-from ..storage.keyed_log import encode_changes, replay
+from ..storage.keyed_log import encode_changes, replay, supersede
 from ..storage.producer_state import COORDINATOR, UNVERIFIED
 from ..structs import TopicPartition
 from .java_order import java_string_hash
@@ -185,7 +187,6 @@ class OffsetStore:
                     committed.pop(at, None)
                     if not committed:
                         del self.offsets[group]
-                    self._drop_pending(tp.partition, bytes(key_bytes))
                 else:
                     committed[at] = CommittedOffset(*value[1:4])
             elif key[0] == _GROUP_KEY:
@@ -201,13 +202,6 @@ class OffsetStore:
         except (ValueError, TypeError, IndexError, KeyError, msgpack.UnpackException) as exc:
             raise CorruptRecordError(f"undecodable record in {tp}: {exc}") from None
 
-    def _drop_pending(self, partition, key_bytes):
-        """An offset's tombstone also drops that offset wherever an open transaction holds
-        it pending, so the transaction's commit marker does not bring it back (Kafka's
-        OffsetMetadataManager.replay of a tombstone)."""
-        for held in self.pending.get(partition, {}).values():
-            held[:] = [entry for entry in held if bytes(entry[0]) != key_bytes]
-
     # --- writing -----------------------------------------------------------------
 
     def _append(self, group_id, changes, now_ms):
@@ -219,7 +213,10 @@ class OffsetStore:
             # coordinator (Kafka answers NOT_COORDINATOR here).
             raise NotCoordinatorError(str(exc)) from None
         # Applied from the records just written, so memory is exactly what a replay gives.
+        pending = self.pending.get(tp.partition)
         for key, value in changes:
+            if pending:
+                supersede(pending, key)
             self._apply(tp, key, value)
         self._replayed[tp.partition] = self._broker.partition_log(tp).log_end_offset
 

@@ -10,7 +10,11 @@ of changes as one batch, and replaying a log from an offset.
 Changes written inside a transaction (transactional batches: transactional
 offset commits in `__consumer_offsets`) take effect at their producer's
 COMMIT marker and never at an ABORT: a replay given a `pending` dict holds
-them there, by producer id, until the marker.
+them there, by producer id, until the marker. A change written outside a
+transaction replaces what an open transaction holds pending for its key
+(supersede): the later record wins, as compaction keeps only it, and as
+Kafka's OffsetMetadataManager materializes a pending offset only above the
+committed one's record offset and drops it at a tombstone.
 """
 from .record_batch import CONTROL_COMMIT, build_batch
 
@@ -56,6 +60,17 @@ def replay(partition_log, start_offset, apply, chunk_bytes=1 << 20, pending=None
                     (key, value, timestamp) for _offset, timestamp, key, value in rows)
             else:
                 for _offset, timestamp, key, value in rows:
+                    if pending:
+                        supersede(pending, key)
                     apply(key, value, timestamp)
             offset = batch.next_offset
     return offset
+
+
+def supersede(pending, key):
+    """Drop key from every open transaction in pending: a change to it written outside a
+    transaction came after them (module doc). Their marker must not bring back a value
+    that compaction, keeping the later record, would remove."""
+    key = bytes(key)
+    for held in pending.values():
+        held[:] = [entry for entry in held if bytes(entry[0]) != key]
