@@ -18,6 +18,7 @@ from kio.static.primitive import i32, i64
 from .. import errors
 from ..coordinator.group_coordinator import find_coordinator
 from ..structs import OffsetAndMetadata, TopicPartition
+from .authorized_operations import GROUP_OPERATIONS, NOT_ASKED, authorized_operations
 from .consumer_protocol import (PROTOCOL_TYPE, decode_assignment, decode_subscription,
                                 encode_assignment, encode_subscription)
 from .error_codes import error_code, error_message, failure
@@ -26,8 +27,6 @@ from .protocol import NO_THROTTLE, build, response_types
 FIND_COORDINATOR, OFFSET_COMMIT, OFFSET_FETCH = 10, 8, 9
 JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP = 11, 12, 13, 14
 DESCRIBE_GROUPS, LIST_GROUPS, DELETE_GROUPS, OFFSET_DELETE = 15, 16, 42, 47
-# Kafka's "no authorized operations were asked for" (INT32_MIN).
-NO_OPERATIONS = -2**31
 # How long past its rebalance timeout a join or sync waits before answering
 # REBALANCE_IN_PROGRESS (the coordinator's own timeout fires first).
 _WAIT_SLACK_S = 5.0
@@ -307,13 +306,18 @@ class GroupHandlers:
 
     def describe_groups(self, version, body, context):
         cls, types = response_types(DESCRIBE_GROUPS, version)
+        # Kafka's KafkaApis.handleDescribeGroupsRequest: v3+ asks; each group described
+        # without an error answers them (an unknown group's Dead too), a failed one not.
+        asked = getattr(body, "include_authorized_operations", False)
+        operations = authorized_operations(GROUP_OPERATIONS, asked)
         described = []
         for group_id in body.groups:
             try:
                 group = self.coordinator.describe_group(group_id)
             except errors.GroupIdNotFoundError:
                 # Kafka before DescribeGroups v6: an unknown group is described as Dead.
-                described.append(_described(types, group_id, "Dead", ErrorCode.none))
+                described.append(_described(types, group_id, "Dead", ErrorCode.none,
+                                            operations=operations))
                 continue
             except errors.StreamlogError as exc:
                 described.append(_described(types, group_id, "", error_code(exc)))
@@ -325,7 +329,8 @@ class GroupHandlers:
                 member_assignment=_assignment_bytes(m.assignment))
                 for m in group.members)
             described.append(_described(types, group_id, group.state, ErrorCode.none,
-                                        group.protocol_type, group.protocol, members))
+                                        group.protocol_type, group.protocol, members,
+                                        operations))
         return build(cls, throttle_time=NO_THROTTLE, groups=tuple(described))
 
     def list_groups(self, version, body, context):
@@ -353,10 +358,12 @@ class GroupHandlers:
         return build(cls, throttle_time=NO_THROTTLE, results=tuple(results))
 
 
-def _described(types, group_id, state, error, protocol_type=None, protocol=None, members=()):
+def _described(types, group_id, state, error, protocol_type=None, protocol=None, members=(),
+               operations=None):
     return build(types.DescribedGroup, error_code=error, group_id=group_id, group_state=state,
                  protocol_type=protocol_type or "", protocol_data=protocol or "",
-                 members=members, authorized_operations=i32(NO_OPERATIONS))
+                 members=members, authorized_operations=operations if operations is not None
+                 else i32(NOT_ASKED))
 
 
 def _subscription(blob, instance):

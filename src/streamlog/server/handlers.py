@@ -25,6 +25,8 @@ from ..storage.partition_log import UNREPLICATED_LEADER_EPOCH
 from ..storage.record_batch import MAGIC, iter_batches
 from ..structs import TopicPartition
 from .acl_handlers import AclHandlers
+from .authorized_operations import (CLUSTER_OPERATIONS, NOT_ASKED, TOPIC_OPERATIONS,
+                                    authorized_operations)
 from .configs import DEFAULT_CONFIG, broker_configs, topic_configs
 from .error_codes import error_code, error_message, failure
 from .group_handlers import GroupHandlers
@@ -212,6 +214,11 @@ class Handlers:
         allow_create = getattr(body, "allow_auto_topic_creation", True)
         brokers = self._brokers(context)   # one list for the brokers and the leaders named
         live = {node for node, _, _ in brokers}
+        # Kafka's KafkaApis.handleTopicMetadataRequest: every topic asked by name, found or
+        # not, answers its authorized operations when asked (v8+); one named by id only
+        # does not (its answer is built apart, unknownTopicIdsTopicMetadata).
+        topic_operations = authorized_operations(
+            TOPIC_OPERATIONS, getattr(body, "include_topic_authorized_operations", False))
         topics = []
         for name in names:
             try:
@@ -222,18 +229,23 @@ class Handlers:
                 topics.append(build(types.MetadataResponseTopic, error_code=error_code(exc),
                                     name=name if name is not None or version >= 12 else "",
                                     topic_id=uuid.UUID(int=0), is_internal=False,
-                                    partitions=(), topic_authorized_operations=i32(-2**31)))
+                                    partitions=(), topic_authorized_operations=(
+                                        topic_operations if name is not None
+                                        else i32(NOT_ASKED))))
                 continue
             partitions = tuple(self._partition_metadata(types, TopicPartition(name, p), live)
                                for p in range(info.partitions))
             topics.append(build(types.MetadataResponseTopic, error_code=ErrorCode.none,
                                 name=name, topic_id=uuid.UUID(hex=info.topic_id),
                                 is_internal=info.internal, partitions=partitions,
-                                topic_authorized_operations=i32(-2**31)))
+                                topic_authorized_operations=topic_operations))
         view = self._view
         return build(cls, throttle_time=NO_THROTTLE, cluster_id=self.cluster_id,
                      controller_id=i32(NODE_ID if view is None else view.controller_id),
-                     cluster_authorized_operations=i32(-2**31),
+                     # Asked in v8-v10 only (v11 dropped it for DescribeCluster, KIP-700).
+                     cluster_authorized_operations=authorized_operations(
+                         CLUSTER_OPERATIONS,
+                         getattr(body, "include_cluster_authorized_operations", False)),
                      brokers=tuple(build(types.MetadataResponseBroker, node_id=i32(node),
                                          host=host, port=i32(port), rack=None)
                                    for node, host, port in brokers),
@@ -806,7 +818,9 @@ class Handlers:
         return build(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.none,
                      error_message=None, endpoint_type=i8(1), cluster_id=self.cluster_id,
                      controller_id=i32(NODE_ID if view is None else view.controller_id),
-                     cluster_authorized_operations=i32(-2**31),
+                     # Kafka's AuthHelper.computeDescribeClusterResponse.
+                     cluster_authorized_operations=authorized_operations(
+                         CLUSTER_OPERATIONS, body.include_cluster_authorized_operations),
                      brokers=tuple(build(types.DescribeClusterBroker, broker_id=i32(node),
                                          host=host, port=i32(port), rack=None)
                                    for node, host, port in self._brokers(context)))
