@@ -350,8 +350,15 @@ class PreferredLeaderNotAvailableError(StreamlogError):
 
 
 class ElectionNotNeededError(StreamlogError):
-    """A preferred-leader election for a partition its first replica already leads
-    (Kafka's ELECTION_NOT_NEEDED)."""
+    """A preferred-leader election for a partition its first replica already leads, or an
+    unclean one for a partition that has a leader (Kafka's ELECTION_NOT_NEEDED)."""
+
+
+class EligibleLeadersNotAvailableError(StreamlogError):
+    """An unclean election found no live replica to lead the partition (Kafka's
+    ELIGIBLE_LEADERS_NOT_AVAILABLE)."""
+
+    retriable = True
 
 
 class OffsetNotAvailableError(StreamlogError):

@@ -96,7 +96,7 @@ class _Slot:
 class ClusterView:
     """What one broker's request handlers ask of the cluster (server/handlers.py): who
     the brokers are, where a partition's leader is, which broker coordinates a group,
-    and topic creation through the controller."""
+    and topic creation and leader elections through the controller."""
 
     def __init__(self, cluster, node_id):
         self._cluster = cluster
@@ -154,6 +154,12 @@ class ClusterView:
 
     def create_partitions(self, name, total):
         return self._cluster.create_partitions(name, total)
+
+    def elect_leader(self, tp, unclean):
+        """ElectLeaders of one partition: a preferred election, or an unclean one."""
+        elect = self._cluster.elect_unclean_leader if unclean \
+            else self._cluster.elect_preferred_leader
+        return elect(tp.topic, tp.partition)
 
 
 class Cluster:
@@ -484,6 +490,13 @@ class Cluster:
         leader election), which must be alive and in sync; the leader it replaces goes on
         as a follower. Returns the new PartitionState."""
         return self.controller.elect_preferred_leader(TopicPartition(topic, partition))
+
+    def elect_unclean_leader(self, topic, partition):
+        """Give a partition that has no leader one, its first live replica if none in sync
+        is alive (Kafka's unclean election, asked for: it may lose acknowledged records).
+        ElectionNotNeededError when it has a leader, EligibleLeadersNotAvailableError
+        when no replica is alive. Returns the new PartitionState."""
+        return self.controller.elect_unclean_leader(TopicPartition(topic, partition))
 
     def _on_live_broker(self, action):
         """action(broker, ...) as a controller callback taking a broker id."""

@@ -18,7 +18,9 @@ PartitionChangeBuilder.java):
     whole ISR (it may lack acknowledged records: an unclean election loses data); else
     no leader (-1). Every leader change bumps the leader epoch. A preferred-leader
     election (asked for: elect_preferred_leader) hands leadership back to the first
-    replica when it is alive and in the ISR, its live leader becoming a follower.
+    replica when it is alive and in the ISR, its live leader becoming a follower. An
+    unclean election asked for (elect_unclean_leader) gives a leaderless partition its
+    first live replica whatever unclean.leader.election.enable says.
   - A broker that dies leaves every ISR, except where it is the last member (Kafka
     without eligible leader replicas keeps it: the partition then waits for it).
   - Each start of a broker gets a new broker epoch (KRaft's registration: BrokerRegistration
@@ -40,7 +42,8 @@ import uuid
 import msgpack
 
 from ..broker.replica_manager import NO_LEADER, PartitionState
-from ..errors import (ElectionNotNeededError, InvalidPartitionsError,
+from ..errors import (ElectionNotNeededError, EligibleLeadersNotAvailableError,
+                      InvalidPartitionsError,
                       InvalidReplicationFactorError, InvalidRequestError,
                       PreferredLeaderNotAvailableError, TopicAlreadyExistsError,
                       UnknownTopicOrPartitionError)
@@ -199,15 +202,19 @@ class Controller:
             if changed:
                 self._change(changed)
 
-    def _elect(self, tp, state):
-        """state with a new leader (see the module doc), its epoch bumped; or leaderless."""
+    def _elect(self, tp, state, unclean=None):
+        """state with a new leader (see the module doc), its epoch bumped; or leaderless.
+        unclean: whether a replica out of the ISR may lead (None: as the topic's
+        unclean.leader.election.enable says)."""
+        if unclean is None:
+            unclean = self._config(tp.topic).unclean_leader_election_enable
         leader, isr = NO_LEADER, state.isr
         for replica in state.replicas:
             if replica in self.alive and replica in state.isr:
                 leader = replica
                 break
         else:
-            if self._config(tp.topic).unclean_leader_election_enable:
+            if unclean:
                 for replica in state.replicas:
                     if replica in self.alive:
                         leader, isr = replica, (replica,)
@@ -225,9 +232,7 @@ class Controller:
         replaces stays alive as a follower. ElectionNotNeededError when it leads already,
         PreferredLeaderNotAvailableError when it is down or out of the ISR."""
         with self._lock:
-            state = self.partitions.get(tp)
-            if state is None:
-                raise UnknownTopicOrPartitionError(f"{tp} does not exist", tp.topic)
+            state = self._state(tp)
             preferred = state.replicas[0]
             if state.leader == preferred:
                 raise ElectionNotNeededError(f"broker {preferred} leads {tp} already")
@@ -239,6 +244,30 @@ class Controller:
                                  partition_epoch=state.partition_epoch + 1)
             self._change({tp: new})
             return new
+
+    def elect_unclean_leader(self, tp):
+        """Give a leaderless tp a leader, out of the ISR if need be (Kafka's ElectLeaders,
+        UNCLEAN: ReplicationControlManager.electLeader, PartitionChangeBuilder
+        .electAnyLeader): the first live in-sync replica, else the first live replica,
+        whatever the topic's unclean.leader.election.enable (asking for it is the
+        permission). ElectionNotNeededError when tp has a leader,
+        EligibleLeadersNotAvailableError when no replica is alive."""
+        with self._lock:
+            state = self._state(tp)
+            if state.leader != NO_LEADER:
+                raise ElectionNotNeededError(f"broker {state.leader} leads {tp}")
+            new = self._elect(tp, state, unclean=True)
+            if new.leader == NO_LEADER:
+                raise EligibleLeadersNotAvailableError(f"no replica of {tp} is alive")
+            self._change({tp: new})
+            return new
+
+    def _state(self, tp):
+        """tp's PartitionState; UnknownTopicOrPartitionError when it has none."""
+        state = self.partitions.get(tp)
+        if state is None:
+            raise UnknownTopicOrPartitionError(f"{tp} does not exist", tp.topic)
+        return state
 
     def _config(self, topic):
         return LogConfig.from_dict(self.topics.get(topic, {}).get("config", {}))

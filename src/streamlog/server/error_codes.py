@@ -24,6 +24,9 @@ _ERROR_CODES = [
     (errors.CoordinatorNotAvailableError, ErrorCode.coordinator_not_available),
     (errors.CoordinatorLoadInProgressError, ErrorCode.coordinator_load_in_progress),
     (errors.InvalidReplicationFactorError, ErrorCode.invalid_replication_factor),
+    (errors.ElectionNotNeededError, ErrorCode.election_not_needed),
+    (errors.PreferredLeaderNotAvailableError, ErrorCode.preferred_leader_not_available),
+    (errors.EligibleLeadersNotAvailableError, ErrorCode.eligible_leaders_not_available),
     # storage and topics
     (errors.UnknownTopicOrPartitionError, ErrorCode.unknown_topic_or_partition),
     (errors.TopicAlreadyExistsError, ErrorCode.topic_already_exists),

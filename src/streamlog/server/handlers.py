@@ -28,6 +28,7 @@ from .acl_handlers import AclHandlers
 from .authorized_operations import (CLUSTER_OPERATIONS, NOT_ASKED, TOPIC_OPERATIONS,
                                     authorized_operations)
 from .configs import DEFAULT_CONFIG, broker_configs, topic_configs
+from .elect_leaders import ElectLeadersHandlers
 from .error_codes import error_code, error_message, failure
 from .group_handlers import GroupHandlers
 from .protocol import (ALTER_CONFIGS, API_VERSIONS, CREATE_PARTITIONS, CREATE_TOPICS,
@@ -88,6 +89,7 @@ class Handlers:
         self._txn = TxnHandlers(broker)
         self._by_key.update(self._txn.table)
         self._by_key.update(AclHandlers().table)
+        self._by_key.update(ElectLeadersHandlers(broker, self._view).table)
 
     @property
     def _view(self):

@@ -79,6 +79,7 @@ SUPPORTED = {
     29: (1, 3),   # DescribeAcls
     30: (1, 3),   # CreateAcls
     31: (1, 3),   # DeleteAcls
+    43: (0, 2),   # ElectLeaders (elect_leaders.py)
 }
 
 
