@@ -165,6 +165,21 @@ def test_describe_cluster_and_find_coordinator_name_the_clusters_brokers(cluster
     wait_until(lambda: moved in [b[0] for b in cluster.reachable_brokers()], "its listener")
 
 
+def test_describe_log_dirs_lists_the_replicas_each_broker_holds(cluster):
+    # A Kafka broker's LogManager holds only its replicas' logs (ReplicaManager
+    # .describeLogDirs lists allLogs); a broker here keeps an empty log of every partition.
+    from kio.schema.describe_log_dirs.v4.request import DescribeLogDirsRequest
+    cluster.create_topic("t", 3, 1)
+    for broker_id in cluster.broker_ids:
+        with connect(cluster, broker_id) as sock:
+            (result,) = call(sock, DescribeLogDirsRequest(topics=None)).results
+        held = [(t.name, p.partition_index) for t in result.topics for p in t.partitions
+                if t.name == "t"]
+        assert held == [("t", p) for p in range(3)
+                        if cluster.partition_state("t", p).replicas == (broker_id,)]
+        assert len(held) == 1
+
+
 def test_a_coordinator_still_loading_a_group_answers_as_kafka_does(cluster, monkeypatch):
     # Kafka's GroupCoordinator while it loads a group's partition: JoinGroup and OffsetFetch
     # answer COORDINATOR_LOAD_IN_PROGRESS (clients retry), SyncGroup REBALANCE_IN_PROGRESS

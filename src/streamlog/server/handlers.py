@@ -31,6 +31,7 @@ from .configs import DEFAULT_CONFIG, broker_configs, topic_configs
 from .elect_leaders import ElectLeadersHandlers
 from .error_codes import error_code, error_message, failure
 from .group_handlers import GroupHandlers
+from .log_dirs import LogDirsHandlers
 from .protocol import (ALTER_CONFIGS, API_VERSIONS, CREATE_PARTITIONS, CREATE_TOPICS,
                        DELETE_RECORDS, DELETE_TOPICS, DESCRIBE_CLUSTER, DESCRIBE_CONFIGS, FETCH,
                        INCREMENTAL_ALTER_CONFIGS, LIST_OFFSETS, METADATA, NO_THROTTLE,
@@ -90,6 +91,7 @@ class Handlers:
         self._by_key.update(self._txn.table)
         self._by_key.update(AclHandlers().table)
         self._by_key.update(ElectLeadersHandlers(broker, self._view).table)
+        self._by_key.update(LogDirsHandlers(broker).table)
 
     @property
     def _view(self):

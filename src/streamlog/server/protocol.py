@@ -80,6 +80,7 @@ SUPPORTED = {
     30: (1, 3),   # CreateAcls
     31: (1, 3),   # DeleteAcls
     43: (0, 2),   # ElectLeaders (elect_leaders.py)
+    35: (1, 4),   # DescribeLogDirs (log_dirs.py; 0 is gone from Kafka 4's schemas)
 }
 
 
