@@ -114,3 +114,23 @@ def test_produce_shows_a_running_count_on_a_terminal_and_none_with_quiet(path):
     assert "\rproduce" not in quiet and "produced 25000 record(s)" in quiet
     piped = run("produce", "events", "--path", path, stdin="x\n" * 25_000)   # stderr a pipe
     assert "10,000" not in piped.stderr and "produced 25000 record(s)" in piped.stderr
+
+
+def test_read_only_commands_apply_the_databases_recorded_topic_defaults(path):
+    # A topic compacted under the database's compact default (no policy of its own): before
+    # the writer recorded its defaults (tests/api/test_topic_defaults.py), the read-only
+    # `consume` and `topics describe` read it as a dense log and failed at the cleaner's gaps.
+    import streamlog
+    with streamlog.open(path, config={"cleanup.policy": "compact"}) as db:
+        db.create_topic("t")
+        producer = db.producer(linger_ms=0)
+        for i in range(8):
+            producer.send("t", key=b"k%d" % (i % 2), value=b"v%d" % i).result()
+        db.compact("t")
+    described = run("topics", "describe", "t", "--path", path)
+    assert described.returncode == 0, described.stderr
+    assert "FirstDirtyOffset: 8" in described.stdout
+    consumed = run("consume", "t", "--path", path, "--from-beginning", "--print-key",
+                   "--max-messages", "2", "--timeout-ms", "10000")
+    assert consumed.returncode == 0, consumed.stderr
+    assert consumed.stdout.splitlines() == ["k0\tv6", "k1\tv7"]

@@ -162,6 +162,32 @@ def test_consumer_offsets_table_matches_the_store():
                                             "segment.bytes": 104857600}
 
 
+def test_cluster_metadata_table_matches_what_a_database_writes(tmp_path):
+    import msgpack
+
+    import streamlog
+    from streamlog.broker import metadata
+    from streamlog.storage.keyed_log import replay
+    rows = table_after("Internal topic `__cluster_metadata`")
+    documented = {r[0].strip("`"): set(re.findall(r'"(\w+)"', r[1])) for r in rows}
+    assert set(documented) == {"topic name", metadata.PRODUCER_IDS_KEY.decode(),
+                               metadata.TOPIC_DEFAULTS_KEY.decode()}
+    assert metadata.METADATA_LOG_CONFIG.compact
+    assert metadata.METADATA_LOG_CONFIG.segment_bytes == 1048576
+    root = str(tmp_path / "db")
+    with streamlog.open(root, config={"retention.ms": 1000}) as db:
+        db.create_topic("t")
+        with db.producer(acks="all", enable_idempotence=True) as producer:
+            producer.send("t", value=b"x").result()
+        seen = {}
+        replay(db._broker.metadata._log, 0,
+               lambda key, value, _ts: seen.setdefault(key.decode(), msgpack.unpackb(value)))
+    assert set(seen["t"]) == documented["topic name"]
+    assert set(seen["!producer-ids"]) == documented["!producer-ids"]
+    assert seen["!topic-defaults"] == {"v": 1, "config": {"retention.ms": 1000}}
+    assert set(seen["!topic-defaults"]) == documented["!topic-defaults"]
+
+
 # --- Record ------------------------------------------------------------------
 
 

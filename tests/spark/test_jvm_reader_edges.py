@@ -983,3 +983,30 @@ def test_read_committed_hides_aborted_and_open_transactions_in_both_readers(spar
     assert values(isolationLevel="read_uncommitted") == everything
     assert _with_python_reader(spark, lambda: values(isolationLevel="read_uncommitted")) == \
         everything
+
+
+def test_a_log_compacted_under_the_databases_compact_default(spark, tmp_path):
+    """The topic has no cleanup.policy of its own: the readers' read-only opens apply the
+    writer's recorded default (docs/FORMAT.md, `!topic-defaults`), not Kafka's delete, so the
+    cleaner's gaps are not damage (before, CorruptRecordError at the first gap)."""
+    path = str(tmp_path / "db")
+    with streamlog.open(path, config={"cleanup.policy": "compact",
+                                      "segment.bytes": 1024}) as db:
+        db.create_topic("d", partitions=1)
+        producer = db.producer(linger_ms=0)
+        for i in range(60):
+            producer.send("d", key=b"k%d" % (i % 5), value=b"v%d" % i).result()
+        db.compact("d")
+        consumer = db.consumer(auto_offset_reset="earliest")
+        consumer.assign([TopicPartition("d", 0)])
+        written = []
+        while len(written) < 5:
+            written.extend((r.offset, r.value) for r in consumer.poll(timeout=5.0))
+        consumer.close()
+    assert [offset for offset, _ in written] == [55, 56, 57, 58, 59]
+
+    def rows():
+        return sorted((r.offset, bytes(r.value)) for r in
+                      read(spark, path, subscribe="d").select("offset", "value").collect())
+    assert rows() == written
+    assert _with_python_reader(spark, rows) == written

@@ -104,7 +104,9 @@ class Broker:
         self.root = os.path.abspath(root)
         self.readonly = readonly
         self.temporary = temporary
-        self.config = BrokerConfig.from_dict(config)
+        # What this open was given (a second open in the process must give the same); a
+        # read-only open's `config` takes the writer's recorded topic defaults instead.
+        self.opened_config = self.config = BrokerConfig.from_dict(config)
         self.clock_ms = clock_ms
         self._lock = threading.RLock()
         self._closed = False
@@ -137,8 +139,11 @@ class Broker:
                 metadata_log = self.logs.open_log(METADATA_PARTITION, METADATA_LOG_CONFIG)
                 self.metadata = TopicRegistry(metadata_log, self.config.topic_defaults,
                                               clock_ms, readonly)
-                if not readonly:
+                if readonly:
+                    self._follow_recorded_defaults()
+                else:
                     self._check_defaults_keep_compaction()
+                    self.metadata.record_topic_defaults(self.config.given_topic_defaults())
                 self._sync_partitions()
             self.timer = SystemTimer("broker")
             self.fetch_purgatory = DelayedOperationPurgatory("fetch", self.timer)
@@ -190,6 +195,12 @@ class Broker:
             if not self.readonly:
                 self._remove_deleted_leftovers(self.logs.partitions_on_disk(but=wanted))
             partitions = {tp: pl for tp, pl in self.partitions.items() if tp in wanted}
+            if self.readonly:
+                for tp, partition_log in partitions.items():
+                    # The writer's topic config or defaults changed since the log was opened
+                    # (the registry makes a new config object only then: `is` is enough).
+                    if partition_log.config is not wanted[tp].config:
+                        partition_log.config = wanted[tp].config
             with _collection_paused():
                 self._open_partitions(wanted, partitions)
             self.partitions = partitions
@@ -288,9 +299,21 @@ class Broker:
             f"topic {tp.topic!r} has partitions 0..{topic.partitions - 1}, not {tp.partition}")
 
     def refresh_metadata(self):
-        """Read-only: pick up topics created, grown or deleted by the writer."""
+        """Read-only: pick up topics created, grown or deleted by the writer, and its
+        topic defaults."""
         self.metadata.refresh()
+        self._follow_recorded_defaults()
         self._sync_partitions()
+
+    def _follow_recorded_defaults(self):
+        """Read-only: the topic defaults the writer recorded are the ones its logs are
+        written under (a compact default means the cleaner's gaps), so they replace any given
+        to this open; a database without the record keeps those given."""
+        recorded = self.metadata.recorded_defaults
+        if recorded is not None:
+            config = self.opened_config.with_recorded_topic_defaults(recorded)
+            if config != self.config or config.given != self.config.given:
+                self.config = config
 
     def _check_open(self):
         if self._closed:

@@ -3,7 +3,9 @@
 Keys are Kafka's broker config names (dotted or with underscores). Any topic
 config key (segment.bytes, retention.ms, ...) may also be given: it becomes
 the default of every topic created in this database, as Kafka's log.*
-broker settings are.
+broker settings are. A writable open records those topic defaults in the
+metadata log (broker/metadata.py); a read-only open applies the recorded ones
+(with_recorded_topic_defaults), since they are what the writer applies.
 """
 from dataclasses import dataclass, field, replace
 
@@ -86,6 +88,18 @@ class BrokerConfig:
         """The database's own settings under their dotted names (the topic defaults are
         topic_defaults.to_dict())."""
         return {name: getattr(self, attr) for name, (attr, _) in _BROKER_KEYS.items()}
+
+    def given_topic_defaults(self):
+        """{Kafka name: value} of the topic configs given (what the metadata log records)."""
+        values = self.topic_defaults.to_dict()
+        return {name: values[name] for name in sorted(self.given) if name in CONFIG_NAMES}
+
+    def with_recorded_topic_defaults(self, overrides):
+        """This config with the topic defaults a writer recorded in place of those given here:
+        they count as given (DescribeConfigs answers STATIC_BROKER_CONFIG, as the writer)."""
+        broker_keys = frozenset(name for name in self.given if name not in CONFIG_NAMES)
+        return replace(self, topic_defaults=LogConfig.from_dict(overrides),
+                       given=broker_keys | frozenset(overrides))
 
     @classmethod
     def from_dict(cls, settings=None):

@@ -4,8 +4,15 @@ Every change is one record, keyed by topic name, valued with msgpack:
 `{"v": 1, "name", "id", "partitions", "config": {overrides}, "created_ms"}`;
 a deletion is a tombstone (null value). One more key, which no topic name can
 spell, holds the producer ids handed out so far (Kafka's ProducerIdsRecord):
-`{"v": 1, "next": first id of the next block}`. Opening replays the log: the last
-record of each topic wins. The record is appended and fsynced *before* any
+`{"v": 1, "next": first id of the next block}`. A third such key holds the
+database's topic defaults, the topic configs its writable open was given (Kafka
+keeps cluster-wide default configs in its own __cluster_metadata as ConfigRecords
+of the default broker resource: ConfigurationControlManager.DEFAULT_NODE): `{"v": 1, "config": {Kafka name:
+value}}`, written by a writable open whose defaults differ from the last record
+(an old database without one and a writer given none keep having none). The
+writer applies its own config; a read-only open applies the recorded defaults
+(what the writer applies), and follows a change of them on refresh. Opening
+replays the log: the last record of each topic wins. The record is appended and fsynced *before* any
 partition directory is made or removed, so it is the commit point: a stop
 between the two is finished by the next open (missing directories are
 created; a directory whose partition.metadata names a topic id this log
@@ -43,6 +50,7 @@ MAX_PARTITIONS = 10_000  # a directory each; far beyond any embedded use
 # '!' is not a topic name character: this key never collides with a topic's.
 PRODUCER_IDS_KEY = b"!producer-ids"
 PRODUCER_ID_BLOCK_SIZE = 1000  # ids taken per durable record, as Kafka's blocks
+TOPIC_DEFAULTS_KEY = b"!topic-defaults"  # '!' again: no topic can be named so
 
 # The metadata log itself: never deleted by retention, small segments.
 METADATA_LOG_CONFIG = LogConfig.from_dict({"cleanup.policy": "compact", "segment.bytes": 1 << 20,
@@ -80,9 +88,15 @@ def validate_partitions(partitions):
 
 
 class TopicRegistry:
+    """default_config: the topic defaults (a LogConfig) the opener was given. A writer applies
+    them; a read-only registry applies the recorded ones instead once the log holds a record
+    (the writer's), and default_config only where it holds none (an old database)."""
+
     def __init__(self, metadata_log, default_config, clock_ms, readonly=False):
         self._log = metadata_log
         self._default = default_config
+        # The overrides of the last topic defaults record ({Kafka name: value}); None: none.
+        self.recorded_defaults = None
         self._clock_ms = clock_ms
         self.readonly = readonly
         self._lock = threading.Lock()
@@ -109,6 +123,11 @@ class TopicRegistry:
                 self.version += 1
         return self.topics
 
+    @property
+    def defaults(self):
+        """The topic defaults this registry applies (a LogConfig)."""
+        return self._default
+
     def _apply_record(self, topics, key, value):
         """Apply one record as read from the log: a record that is not one this module writes
         (CRC-valid but malformed) is CorruptRecordError naming the log, never msgpack's or a
@@ -117,6 +136,11 @@ class TopicRegistry:
             self.next_producer_id_block = max(self.next_producer_id_block,
                                               parse_producer_ids(key, value,
                                                                  self._log.directory))
+            return
+        if key == TOPIC_DEFAULTS_KEY:
+            self.recorded_defaults = parse_topic_defaults(key, value, self._log.directory)
+            if self.readonly:
+                self._apply_defaults(topics, LogConfig().with_overrides(self.recorded_defaults))
             return
         try:
             name, doc = parse_topic_record(key, value)
@@ -134,6 +158,13 @@ class TopicRegistry:
         overrides = doc.get("config", {})
         topics[name] = TopicInfo(name, doc["id"], doc["partitions"], overrides,
                                  self._default.with_overrides(overrides), doc["created_ms"])
+
+    def _apply_defaults(self, topics, default):
+        """Make `default` the topic defaults: every topic's effective config follows it (a
+        record of them may come after the topics' own in the log)."""
+        self._default = default
+        for name, info in topics.items():
+            topics[name] = info._replace(config=default.with_overrides(info.overrides))
 
     def get(self, name):
         info = self.topics.get(name)
@@ -179,6 +210,32 @@ class TopicRegistry:
             [(PRODUCER_IDS_KEY, msgpack.packb(doc, use_bin_type=True))], self._clock_ms()))
         self._log.flush()
         self.next_producer_id_block = next_block
+        self._replayed_to = self._log.log_end_offset
+
+    def record_topic_defaults(self, overrides):
+        """Record `overrides` (normalized topic configs) as the database's topic defaults
+        unless the last record says the same: a writable open calls it before any log is
+        opened, so a reader never applies other defaults than the writer's to its data.
+        No record and no defaults is no change (an old database stays as it was)."""
+        with self._lock:
+            if overrides == (self.recorded_defaults or {}):
+                return False
+            self._write_topic_defaults(overrides)
+            return True
+
+    def restore_topic_defaults(self, overrides):
+        """Write the topic defaults record as it was, {} included (`streamlog repair`)."""
+        with self._lock:
+            self._write_topic_defaults(overrides)
+
+    def _write_topic_defaults(self, overrides):
+        if self.readonly:
+            raise ReadOnlyError("the database was opened read-only; its defaults cannot change")
+        doc = {"v": 1, "config": dict(overrides)}
+        self._log.append(encode_changes(
+            [(TOPIC_DEFAULTS_KEY, msgpack.packb(doc, use_bin_type=True))], self._clock_ms()))
+        self._log.flush()  # durable before the writer appends under these defaults
+        self.recorded_defaults = dict(overrides)
         self._replayed_to = self._log.log_end_offset
 
     def create(self, name, partitions, overrides=None, allow_internal=False, topic_id=None):
@@ -268,6 +325,19 @@ def parse_producer_ids(key, value, directory=None):
         if isinstance(doc, dict) and type(doc.get("next")) is int and doc["next"] >= 0:
             return doc["next"]
     except (TypeError, ValueError, msgpack.UnpackException):
+        pass
+    raise CorruptRecordError(f"the metadata log holds a malformed record for key {key!r}",
+                             directory)
+
+
+def parse_topic_defaults(key, value, directory=None):
+    """The overrides of a topic defaults record, normalized; CorruptRecordError if it is not
+    one (a tombstone included: a writer never deletes the record, it writes {} instead)."""
+    try:
+        doc = msgpack.unpackb(value, raw=False)
+        if isinstance(doc, dict) and isinstance(doc.get("config"), dict):
+            return normalized_overrides(doc["config"])
+    except (TypeError, ValueError, msgpack.UnpackException, InvalidConfigurationError):
         pass
     raise CorruptRecordError(f"the metadata log holds a malformed record for key {key!r}",
                              directory)

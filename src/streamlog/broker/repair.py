@@ -43,9 +43,9 @@ from .config import BrokerConfig
 from .database_root import METADATA_DIR
 from .lock import DirectoryLock
 from .metadata import (METADATA_LOG_CONFIG, METADATA_PARTITION, METADATA_TOPIC,
-                       PRODUCER_ID_BLOCK_SIZE, PRODUCER_IDS_KEY, MalformedTopicRecord,
-                       TopicRegistry,
-                       normalized_overrides, parse_producer_ids, parse_topic_record)
+                       PRODUCER_ID_BLOCK_SIZE, PRODUCER_IDS_KEY, TOPIC_DEFAULTS_KEY,
+                       MalformedTopicRecord, TopicRegistry, normalized_overrides,
+                       parse_producer_ids, parse_topic_defaults, parse_topic_record)
 
 log = logging.getLogger("streamlog.repair")
 
@@ -110,6 +110,7 @@ class _History:
         self.malformed = []
         self.records = 0
         self.next_producer_id = 0  # the producer id mark: ids below it were handed out
+        self.topic_defaults = None  # the last topic defaults record's overrides, if any
 
     def apply(self, key, value, _timestamp):
         self.records += 1
@@ -117,6 +118,12 @@ class _History:
             try:
                 self.next_producer_id = max(self.next_producer_id,
                                             parse_producer_ids(key, value))
+            except CorruptRecordError as exc:
+                self.malformed.append(f"key {key!r}: {exc.reason}")
+            return
+        if key == TOPIC_DEFAULTS_KEY:
+            try:
+                self.topic_defaults = parse_topic_defaults(key, value)
             except CorruptRecordError as exc:
                 self.malformed.append(f"key {key!r}: {exc.reason}")
             return
@@ -283,6 +290,9 @@ def _rewrite(root, history, report, clock_ms):
     try:
         metadata_log = logs.open_log(METADATA_PARTITION, METADATA_LOG_CONFIG)
         registry = TopicRegistry(metadata_log, BrokerConfig().topic_defaults, logs.clock_ms)
+        if history.topic_defaults is not None:
+            # Readers apply these: a compact default's cleaned logs must stay compacted to them.
+            registry.restore_topic_defaults(history.topic_defaults)
         for doc in history.deleted:
             registry.restore(doc["name"], doc["id"], doc["partitions"], doc.get("config", {}),
                              doc["created_ms"], deleted=True)

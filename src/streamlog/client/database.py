@@ -59,7 +59,7 @@ def open(path=None, readonly=False, config=None):  # noqa: A001 - the API's name
         if temporary:
             shutil.rmtree(path, ignore_errors=True)
         raise
-    if config and not made and broker.config != Broker.config_from(config):
+    if config and not made and broker.opened_config != Broker.config_from(config):
         registry.release(broker)
         raise InvalidConfigurationError(
             f"{path} is already open in this process with a different config; open it without "
