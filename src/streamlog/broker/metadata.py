@@ -7,12 +7,13 @@ spell, holds the producer ids handed out so far (Kafka's ProducerIdsRecord):
 `{"v": 1, "next": first id of the next block}`. A third such key holds the
 database's topic defaults, the topic configs its writable open was given (Kafka
 keeps cluster-wide default configs in its own __cluster_metadata as ConfigRecords
-of the default broker resource: ConfigurationControlManager.DEFAULT_NODE): `{"v": 1, "config": {Kafka name:
-value}}`, written by a writable open whose defaults differ from the last record
-(an old database without one and a writer given none keep having none). The
-writer applies its own config; a read-only open applies the recorded defaults
-(what the writer applies), and follows a change of them on refresh. Opening
-replays the log: the last record of each topic wins. The record is appended and fsynced *before* any
+of the default broker resource: ConfigurationControlManager.DEFAULT_NODE):
+`{"v": 1, "config": {Kafka name: value}}`, written by a writable open whose
+defaults differ from the last record (an old database without one and a writer
+given none keep having none). The writer applies its own config; a read-only
+open applies the recorded defaults (what the writer applies), and follows a
+change of them on refresh. Opening replays the log: the last record of each
+topic wins. The record is appended and fsynced *before* any
 partition directory is made or removed, so it is the commit point: a stop
 between the two is finished by the next open (missing directories are
 created; a directory whose partition.metadata names a topic id this log
