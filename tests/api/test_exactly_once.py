@@ -209,3 +209,43 @@ def test_a_plain_commit_after_a_transactions_offset_wins_as_compaction_keeps_it(
         db.compact("__consumer_offsets")
     with streamlog.open(path, config=config) as db:
         assert committed(db) == 9
+
+
+def test_a_transaction_whose_offset_record_is_older_loses_though_it_commits_last(tmp_path):
+    # Two transactions hold an offset of the same group and partition: a's record (3) is
+    # written before b's (9), and b commits first. Kafka's replayEndTransactionMarker
+    # materializes a's at its marker only if its record offset is above the committed
+    # one's -- it is not, so 9 stays, as compaction (the last record of the key) keeps.
+    # Without the record offsets the group read 3 until the cleaner ran, then 9.
+    path, tp = str(tmp_path / "db"), IN[0]
+    config = {"offsets.topic.num.partitions": 1}
+
+    def committed(db):
+        consumer = db.consumer(group_id="g")
+        try:
+            return consumer.committed([tp])[tp].offset
+        finally:
+            consumer.close()
+
+    with streamlog.open(path, config=config) as db:
+        db.create_topic("in", partitions=2)
+        consumer = db.consumer(group_id="g", enable_auto_commit=False)
+        producers = {}
+        for transactional_id, offset in (("a", 3), ("b", 9)):
+            producer = producers[transactional_id] = db.producer(
+                transactional_id=transactional_id)
+            producer.init_transactions()
+            producer.begin_transaction()
+            producer.send_offsets_to_transaction({tp: offset}, consumer.group_metadata())
+        producers["b"].commit_transaction()
+        assert committed(db) == 9
+        producers["a"].commit_transaction()
+        assert committed(db) == 9
+        for producer in producers.values():
+            producer.close()
+        consumer.close()
+    with streamlog.open(path, config=config) as db:
+        assert committed(db) == 9
+        db.compact("__consumer_offsets")
+    with streamlog.open(path, config=config) as db:
+        assert committed(db) == 9

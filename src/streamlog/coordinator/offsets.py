@@ -25,7 +25,8 @@ A transactional producer's offsets (send_offsets_to_transaction) are
 written as a transactional batch with its producer id and epoch. They are
 pending -- invisible to committed() -- until the transaction's COMMIT marker
 lands in the same partition, and dropped at an ABORT, or when a plain
-commit or a tombstone of the same offset is written after them (Kafka's
+commit or a tombstone of the same offset is written after them, or another
+transaction's offset of a later record commits first (Kafka's
 OffsetMetadataManager keeps the record written last); a replay reaches the
 same result (keyed_log), as does one after compaction.
 
@@ -46,7 +47,7 @@ import msgpack
 
 from ..errors import (CoordinatorNotAvailableError, CorruptRecordError, NotCoordinatorError,
                       NotLeaderOrFollowerError, StreamlogError)
-from ..storage.keyed_log import encode_changes, replay, supersede
+from ..storage.keyed_log import encode_changes, end_transaction, hold, replay, supersede
 from ..storage.producer_state import COORDINATOR, UNVERIFIED
 from ..structs import TopicPartition
 from .java_order import java_string_hash
@@ -122,8 +123,8 @@ class OffsetStore:
         self.offsets = {}      # group -> {TopicPartition: CommittedOffset}
         self.groups = {}       # group -> GroupRecord
         self._replayed = {}    # partition of OFFSETS_TOPIC -> next offset to replay
-        # partition -> {producer id: [(key, value, timestamp)]}: transactional offsets
-        # waiting for their transaction's marker.
+        # partition -> {producer id: [(key, value, timestamp, record offset)]}:
+        # transactional offsets waiting for their transaction's marker (keyed_log.hold).
         self.pending = {}
         self.partitions = 0
         if OFFSETS_TOPIC in broker.topics():
@@ -207,16 +208,16 @@ class OffsetStore:
     def _append(self, group_id, changes, now_ms):
         tp = self.partition_of(group_id)
         try:
-            self._broker.produce(tp, encode_changes(changes, now_ms), origin=COORDINATOR)
+            info = self._broker.produce(tp, encode_changes(changes, now_ms), origin=COORDINATOR)
         except NotLeaderOrFollowerError as exc:
             # A cluster moved the group's partition away: its client finds the new
             # coordinator (Kafka answers NOT_COORDINATOR here).
             raise NotCoordinatorError(str(exc)) from None
         # Applied from the records just written, so memory is exactly what a replay gives.
         pending = self.pending.get(tp.partition)
-        for key, value in changes:
+        for record_offset, (key, value) in enumerate(changes, info.first_offset):
             if pending:
-                supersede(pending, key)
+                supersede(pending, key, record_offset)
             self._apply(tp, key, value)
         self._replayed[tp.partition] = self._broker.partition_log(tp).log_end_offset
 
@@ -264,8 +265,9 @@ class OffsetStore:
         info = self._broker.produce(tp, encode_changes(changes, now_ms, producer_id,
                                                        producer_epoch), origin=COORDINATOR,
                                     verification=verification)
-        self.pending.setdefault(tp.partition, {}).setdefault(producer_id, []).extend(
-            (key, value, now_ms) for key, value in changes)
+        hold(self.pending.setdefault(tp.partition, {}), producer_id,
+             [(key, value, now_ms, record_offset)
+              for record_offset, (key, value) in enumerate(changes, info.first_offset)])
         self._replayed[tp.partition] = self._broker.partition_log(tp).log_end_offset
         return tp, info.last_offset + 1
 
@@ -283,10 +285,8 @@ class OffsetStore:
 
     def complete_transaction(self, tp, producer_id, commit):
         """The transaction's marker was written to tp: its offsets apply, or are dropped."""
-        held = self.pending.get(tp.partition, {}).pop(producer_id, ())
-        if commit:
-            for key, value, _ts in held:
-                self._apply(tp, key, value)
+        end_transaction(self.pending.setdefault(tp.partition, {}), producer_id, commit,
+                        lambda key, value, _ts: self._apply(tp, key, value))
         self._replayed[tp.partition] = self._broker.partition_log(tp).log_end_offset
 
     def offset_partitions(self, group_id):
@@ -300,7 +300,7 @@ class OffsetStore:
         out = set()
         for producers in self.pending.values():
             for held in producers.values():
-                for key, _value, _ts in held:
+                for key, *_ in held:
                     kind, group, *where = msgpack.unpackb(key, raw=False)
                     if kind == _OFFSET_KEY and group == group_id:
                         out.add(TopicPartition(*where))
