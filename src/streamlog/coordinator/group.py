@@ -178,6 +178,22 @@ class Group:
             topics.update(metadata.topics)
         return topics
 
+    def offset_expiry_start(self):
+        """From when an offset of this group counts its retention, as a function of the
+        CommittedOffset, or None while no offset of it expires (Kafka's
+        ClassicGroup.offsetExpirationCondition): an offsets-only group's from each commit;
+        an Empty group's from the time it became Empty; a Stable consumer group whose
+        subscriptions are known, from each commit (of the topics it is not subscribed to:
+        is_subscribed_to, the caller's filter, as Kafka's cleanupExpiredOffsets)."""
+        if self.protocol_type is None:
+            return _commit_time
+        if self.state == EMPTY:
+            return lambda _committed: self.empty_since
+        if self.state == STABLE and self.protocol_type == "consumer" and \
+                self.subscribed is not None:
+            return _commit_time
+        return None
+
     def is_subscribed_to(self, topic):
         """Whether a member of the current generation subscribes to topic (Kafka's
         ClassicGroup.isSubscribedToTopic): when the subscriptions are not known, a consumer
@@ -185,3 +201,7 @@ class Group:
         if self.subscribed is None:
             return self.protocol_type == "consumer"
         return topic in self.subscribed
+
+
+def _commit_time(committed):
+    return committed.commit_timestamp

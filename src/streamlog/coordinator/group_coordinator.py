@@ -901,8 +901,12 @@ class GroupCoordinator:
 
         An Empty consumer group loses all its offsets once it has been Empty
         that long; an offsets-only group loses each offset that long after
-        its commit; a Stable group loses only offsets of topics no member
-        subscribes to any more. An offset pending in an open transaction keeps
+        its commit; a Stable group loses only offsets of topics its current
+        generation does not subscribe to (Group.offset_expiry_start and
+        is_subscribed_to, the rule OffsetDelete follows too: the subscriptions
+        taken when the generation started, as Kafka's ClassicGroup keeps them,
+        even after a static member rejoined with others without a rebalance).
+        An offset pending in an open transaction keeps
         the committed offset of its partition, whose tombstone would drop it,
         and keeps the group (Kafka's OffsetMetadataManager.cleanupExpiredOffsets).
         An Empty group without offsets is deleted.
@@ -915,18 +919,10 @@ class GroupCoordinator:
         with self._locked():
             for group in list(self._groups.values()):
                 committed = self._store.committed(group.group_id)
-                if group.state == EMPTY and group.protocol_type is not None:
-                    expired = list(committed) if now - group.empty_since >= retention else []
-                elif group.state == EMPTY:
-                    expired = [tp for tp, c in committed.items()
-                               if now - c.commit_timestamp >= retention]
-                elif group.state == STABLE:
-                    subscribed = group.subscribed_topics()
-                    expired = [] if subscribed is None else [
-                        tp for tp, c in committed.items()
-                        if tp.topic not in subscribed and now - c.commit_timestamp >= retention]
-                else:
-                    expired = []
+                start = group.offset_expiry_start()
+                expired = [] if start is None else [
+                    tp for tp, c in committed.items()
+                    if not group.is_subscribed_to(tp.topic) and now - start(c) >= retention]
                 pending = self._store.pending_partitions(group.group_id)
                 expired = [tp for tp in expired if tp not in pending]
                 if expired:

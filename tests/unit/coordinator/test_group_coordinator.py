@@ -557,6 +557,39 @@ def test_a_stable_group_loses_only_offsets_of_topics_it_no_longer_subscribes(coo
     assert set(coordinator.offset_fetch("app")) == {TP0}
 
 
+def test_a_stable_group_keeps_offsets_of_its_generations_subscriptions_until_the_next(
+        coordinator, broker):
+    # A static member that restarts while the group is Stable with other subscriptions but
+    # the same protocol gets its assignment back without a rebalance (Kafka's
+    # GroupMetadataManager: "Static member which joins during Stable stage and doesn't
+    # affect the selected protocol will not trigger a rebalance"). The generation still
+    # subscribes to what it started with: ClassicGroup.subscribedTopics changes only in
+    # initNextGeneration, and cleanupExpiredOffsets keeps every topic isSubscribedToTopic
+    # names -- the rule OffsetDelete follows too.
+    broker.create_topic("old", 1)
+    old = TopicPartition("old", 0)
+    a = Client(coordinator, group="app", instance="app-1",
+               protocols=[("range", Subscription(["t", "old"]))])
+    join_alone(a)
+    a.commit({old: 1})
+    committed_at = coordinator.offset_fetch("app")[old].commit_timestamp
+    retention_ms = broker.config.offsets_retention_minutes * 60_000
+
+    restarted = Client(coordinator, group="app", instance="app-1")   # subscribes to "t"
+    assert restarted.joined(restarted.join()).skip_assignment
+    assert state(coordinator, "app") == STABLE
+    assert coordinator.expire_offsets(committed_at + retention_ms) == 0
+    assert isinstance(coordinator.delete_offsets("app", [old])[old],
+                      GroupSubscribedToTopicError)
+    assert set(coordinator.offset_fetch("app")) == {old}
+
+    coordinator.rebalance("app")   # the next generation subscribes to "t" only
+    restarted.joined(restarted.join())
+    result(restarted.sync({restarted.member_id: [TP0, TP1]}))
+    assert coordinator.expire_offsets(committed_at + retention_ms) == 1
+    assert coordinator.offset_fetch("app") == {}
+
+
 class ManualClock:
     """The broker's wall clock (clock_ms), moved only by the test."""
 
