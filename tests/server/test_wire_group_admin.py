@@ -203,6 +203,33 @@ def test_offset_delete_answers_group_errors_alone_and_unknown_partitions_first(d
     assert (response.error_code, response.topics) == (ErrorCode.non_empty_group, ())
 
 
+def test_offset_delete_answers_a_partition_listed_twice_twice(db, sock):
+    # Kafka's request and response collections (ImplicitLinkedHashMultiCollection) keep
+    # duplicates: OffsetMetadataManager.deleteOffsets answers every request topic entry and
+    # every partition in it, and KafkaApis.handleOffsetDeleteRequest sends that answer as
+    # it is when no partition was unknown (OffsetDeleteResponse.Builder.merge); with an
+    # unknown one, the coordinator's partitions join the builder's entry of their topic.
+    def offset_delete(topics):
+        return call(sock, OffsetDeleteRequest(group_id="g", topics=tuple(
+            OffsetDeleteRequestTopic(name=name, partitions=tuple(
+                OffsetDeleteRequestPartition(partition_index=i32(p)) for p in partitions))
+            for name, partitions in topics)))
+
+    def answered(response):
+        return [(t.name, [(p.partition_index, p.error_code) for p in t.partitions])
+                for t in response.topics]
+
+    none, unknown = ErrorCode.none, ErrorCode.unknown_topic_or_partition
+    db.alter_group_offsets("g", {TopicPartition("t", p): 0 for p in range(4)})
+    response = offset_delete([("t", [0, 0]), ("t", [1, 0])])
+    assert response.error_code == none
+    assert answered(response) == [("t", [(0, none), (0, none)]),
+                                  ("t", [(1, none), (0, none)])]
+    response = offset_delete([("t", [2, 9]), ("t", [3, 2])])
+    assert answered(response) == [("t", [(9, unknown), (2, none), (3, none), (2, none)])]
+    assert db.describe_group("g").partitions == {}
+
+
 class TaggingAssignor:
     """A kafka-python assignor that gives every member all partitions of its half and user
     data naming the member (a user assignor's use of ConsumerProtocolAssignment.user_data)."""

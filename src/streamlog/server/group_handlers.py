@@ -279,7 +279,7 @@ class GroupHandlers:
         """Kafka's KafkaApis.handleOffsetDeleteRequest: a group-level refusal (unknown group,
         members of another protocol type) is the answer's top-level error and nothing else;
         otherwise each partition's own (UNKNOWN_TOPIC_OR_PARTITION, GROUP_SUBSCRIBED_TO_TOPIC,
-        or none: its offset is gone)."""
+        or none: its offset is gone), for each time the request lists it."""
         cls, types = response_types(OFFSET_DELETE, version)
         asked = [TopicPartition(t.name, int(p.partition_index))
                  for t in body.topics for p in t.partitions]
@@ -288,19 +288,36 @@ class GroupHandlers:
             results = self.coordinator.delete_offsets(body.group_id, asked)
         except errors.StreamlogError as exc:
             return build(cls, error_code=error_code(exc), throttle_time=NO_THROTTLE, topics=())
-        # The partitions the broker found unknown come first, then the coordinator's
-        # answers, as Kafka's OffsetDeleteResponse.Builder merges them.
-        unknown = [tp for tp in asked
-                   if isinstance(results[tp], errors.UnknownTopicOrPartitionError)]
-        by_topic = {}
-        for tp in unknown + [tp for tp in asked if tp not in unknown]:
-            by_topic.setdefault(tp.topic, []).append(build(
-                types.OffsetDeleteResponsePartition, partition_index=i32(tp.partition),
-                error_code=error_code(results[tp])))
+        # Kafka's answer is built in two parts. The partitions KafkaApis finds unknown go
+        # to an OffsetDeleteResponse.Builder, one entry per topic name; every request topic
+        # entry with partitions left goes to the coordinator, whose answer
+        # (OffsetMetadataManager.deleteOffsets) has an entry per request entry and an
+        # answer per partition listed, twice for one listed twice: the generated
+        # collections are ImplicitLinkedHashMultiCollections, which keep duplicates.
+        # Builder.merge: with nothing unknown, the coordinator's answer as it is;
+        # otherwise its partitions join the builder's entry of their topic name.
+        unknown, coordinated = {}, []
+        for topic in body.topics:
+            known = []
+            for partition in topic.partitions:
+                result = results[TopicPartition(topic.name, int(partition.partition_index))]
+                answer = build(types.OffsetDeleteResponsePartition,
+                               partition_index=partition.partition_index,
+                               error_code=error_code(result))
+                if isinstance(result, errors.UnknownTopicOrPartitionError):
+                    unknown.setdefault(topic.name, []).append(answer)
+                else:
+                    known.append(answer)
+            if known:
+                coordinated.append((topic.name, known))
+        if unknown:
+            for name, answers in coordinated:
+                unknown.setdefault(name, []).extend(answers)
+            coordinated = list(unknown.items())
         return build(cls, error_code=ErrorCode.none, throttle_time=NO_THROTTLE,
                      topics=tuple(build(types.OffsetDeleteResponseTopic, name=name,
                                         partitions=tuple(parts))
-                                  for name, parts in by_topic.items()))
+                                  for name, parts in coordinated))
 
     # --- DescribeGroups, ListGroups, DeleteGroups -----------------------------------------
 
