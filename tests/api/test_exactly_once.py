@@ -177,6 +177,25 @@ def test_a_transactions_offsets_are_fsynced_before_send_offsets_returns(db):
     app.close()
 
 
+def committed(db, tp):
+    """Group g's committed offset of tp."""
+    consumer = db.consumer(group_id="g")
+    try:
+        return consumer.committed([tp])[tp].offset
+    finally:
+        consumer.close()
+
+
+def assert_kept_through_reopen_and_compaction(path, config, tp, offset):
+    """Group g's committed offset of tp is `offset` after a reopen, and after the cleaner
+    compacted __consumer_offsets (it keeps the last record of each key)."""
+    with streamlog.open(path, config=config) as db:
+        assert committed(db, tp) == offset
+        db.compact("__consumer_offsets")
+    with streamlog.open(path, config=config) as db:
+        assert committed(db, tp) == offset
+
+
 def test_a_plain_commit_after_a_transactions_offset_wins_as_compaction_keeps_it(tmp_path):
     # A transaction commits offset 3 of a partition, a plain commit gives it 9 before the
     # transaction ends. Kafka keeps the record written last (replayEndTransactionMarker
@@ -184,13 +203,6 @@ def test_a_plain_commit_after_a_transactions_offset_wins_as_compaction_keeps_it(
     # does compaction of __consumer_offsets: the group read 3 until the cleaner ran, then 9.
     path, tp = str(tmp_path / "db"), IN[0]
     config = {"offsets.topic.num.partitions": 1}
-
-    def committed(db):
-        consumer = db.consumer(group_id="g")
-        try:
-            return consumer.committed([tp])[tp].offset
-        finally:
-            consumer.close()
 
     with streamlog.open(path, config=config) as db:
         db.create_topic("in", partitions=2)
@@ -203,12 +215,8 @@ def test_a_plain_commit_after_a_transactions_offset_wins_as_compaction_keeps_it(
         producer.commit_transaction()
         producer.close()
         consumer.close()
-        assert committed(db) == 9
-    with streamlog.open(path, config=config) as db:
-        assert committed(db) == 9
-        db.compact("__consumer_offsets")
-    with streamlog.open(path, config=config) as db:
-        assert committed(db) == 9
+        assert committed(db, tp) == 9
+    assert_kept_through_reopen_and_compaction(path, config, tp, 9)
 
 
 def test_a_transaction_whose_offset_record_is_older_loses_though_it_commits_last(tmp_path):
@@ -219,13 +227,6 @@ def test_a_transaction_whose_offset_record_is_older_loses_though_it_commits_last
     # Without the record offsets the group read 3 until the cleaner ran, then 9.
     path, tp = str(tmp_path / "db"), IN[0]
     config = {"offsets.topic.num.partitions": 1}
-
-    def committed(db):
-        consumer = db.consumer(group_id="g")
-        try:
-            return consumer.committed([tp])[tp].offset
-        finally:
-            consumer.close()
 
     with streamlog.open(path, config=config) as db:
         db.create_topic("in", partitions=2)
@@ -238,14 +239,10 @@ def test_a_transaction_whose_offset_record_is_older_loses_though_it_commits_last
             producer.begin_transaction()
             producer.send_offsets_to_transaction({tp: offset}, consumer.group_metadata())
         producers["b"].commit_transaction()
-        assert committed(db) == 9
+        assert committed(db, tp) == 9
         producers["a"].commit_transaction()
-        assert committed(db) == 9
+        assert committed(db, tp) == 9
         for producer in producers.values():
             producer.close()
         consumer.close()
-    with streamlog.open(path, config=config) as db:
-        assert committed(db) == 9
-        db.compact("__consumer_offsets")
-    with streamlog.open(path, config=config) as db:
-        assert committed(db) == 9
+    assert_kept_through_reopen_and_compaction(path, config, tp, 9)

@@ -35,6 +35,17 @@ def read_all(db, topic="t"):
     return got
 
 
+def compacted_topic(db, records, keys):
+    """Topic "t" (no config of its own) written with `records` records over `keys` keys, then
+    compacted; returns what it reads after."""
+    db.create_topic("t")
+    producer = db.producer(linger_ms=0)
+    for i in range(records):
+        producer.send("t", key=b"k%d" % (i % keys), value=b"v%d" % i).result()
+    db.compact("t")
+    return read_all(db)
+
+
 def metadata_log_bytes(root):
     directory = os.path.join(root, "__cluster_metadata-0")
     return sum(os.path.getsize(os.path.join(directory, name)) for name in os.listdir(directory)
@@ -45,12 +56,7 @@ def test_a_view_reads_a_topic_compacted_under_the_databases_compact_default(db_p
     # The reviewer's reproduction: the topic has no cleanup.policy of its own.
     with streamlog.open(db_path, config={"cleanup.policy": "compact",
                                          "segment.bytes": 1024}) as db:
-        db.create_topic("t")
-        producer = db.producer(linger_ms=0)
-        for i in range(40):
-            producer.send("t", key=b"k%d" % (i % 4), value=b"v%d" % i).result()
-        db.compact("t")
-        written = read_all(db)
+        written = compacted_topic(db, records=40, keys=4)
         assert [offset for offset, _, _ in written] == [36, 37, 38, 39]
         with streamlog.open(db_path, readonly=True) as view:   # the writer is live
             assert read_all(view) == written
@@ -137,12 +143,7 @@ def test_a_database_without_the_record_opens_read_only_as_before(db_path, monkey
 def test_repair_keeps_the_recorded_defaults(db_path):
     compact = {"cleanup.policy": "compact"}
     with streamlog.open(db_path, config=compact) as db:
-        db.create_topic("t")
-        producer = db.producer(linger_ms=0)
-        for i in range(10):
-            producer.send("t", key=b"k%d" % (i % 2), value=b"v%d" % i).result()
-        db.compact("t")
-        written = read_all(db)
+        written = compacted_topic(db, records=10, keys=2)
         # A malformed record makes repair rewrite the log (tests/api/test_repair.py).
         db._broker.metadata._log.append(encode_changes([(b"t", b"\xc1")], 1))
     report = streamlog.repair(db_path)

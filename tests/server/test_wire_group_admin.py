@@ -167,26 +167,30 @@ def test_kafka_python_deletes_a_groups_offsets_but_not_those_of_a_subscribed_top
         admin.close()
 
 
+def offset_delete(sock, group_id, topics):
+    """An OffsetDelete of group_id's offsets of [(topic, [partition])], answered."""
+    return call(sock, OffsetDeleteRequest(group_id=group_id, topics=tuple(
+        OffsetDeleteRequestTopic(name=name, partitions=tuple(
+            OffsetDeleteRequestPartition(partition_index=i32(p)) for p in partitions))
+        for name, partitions in topics)))
+
+
+def answered(response):
+    """[(topic, [(partition, error code)])] of an OffsetDelete answer, in its order."""
+    return [(t.name, [(p.partition_index, p.error_code) for p in t.partitions])
+            for t in response.topics]
+
+
 def test_offset_delete_answers_group_errors_alone_and_unknown_partitions_first(db, sock):
     # Kafka's KafkaApis.handleOffsetDeleteRequest and OffsetDeleteResponse.Builder.merge: a
     # group-level error is the whole answer (no topics); otherwise the partitions found
     # unknown come first, then the coordinator's answers.
-    def offset_delete(group_id, topics):
-        return call(sock, OffsetDeleteRequest(group_id=group_id, topics=tuple(
-            OffsetDeleteRequestTopic(name=name, partitions=tuple(
-                OffsetDeleteRequestPartition(partition_index=i32(p)) for p in partitions))
-            for name, partitions in topics)))
-
-    def answered(response):
-        return [(t.name, [(p.partition_index, p.error_code) for p in t.partitions])
-                for t in response.topics]
-
     for group_id, code in (("nobody", ErrorCode.group_id_not_found),
                            ("", ErrorCode.invalid_group_id)):
-        response = offset_delete(group_id, [("t", [0])])
+        response = offset_delete(sock, group_id, [("t", [0])])
         assert (response.error_code, response.topics) == (code, ())
     db.alter_group_offsets("g", {TopicPartition("t", 0): 0, TopicPartition("t", 1): 0})
-    response = offset_delete("g", [("t", [0, 9]), ("nope", [0])])
+    response = offset_delete(sock, "g", [("t", [0, 9]), ("nope", [0])])
     assert response.error_code == ErrorCode.none
     assert answered(response) == [("t", [(9, ErrorCode.unknown_topic_or_partition),
                                          (0, ErrorCode.none)]),
@@ -199,7 +203,7 @@ def test_offset_delete_answers_group_errors_alone_and_unknown_partitions_first(d
                                protocol_type="connect",
                                protocols=(ProtocolV3(name="default", metadata=b"\x00"),)))
     assert joined.error_code == ErrorCode.none
-    response = offset_delete("connect", [("t", [0])])
+    response = offset_delete(sock, "connect", [("t", [0])])
     assert (response.error_code, response.topics) == (ErrorCode.non_empty_group, ())
 
 
@@ -209,23 +213,13 @@ def test_offset_delete_answers_a_partition_listed_twice_twice(db, sock):
     # every partition in it, and KafkaApis.handleOffsetDeleteRequest sends that answer as
     # it is when no partition was unknown (OffsetDeleteResponse.Builder.merge); with an
     # unknown one, the coordinator's partitions join the builder's entry of their topic.
-    def offset_delete(topics):
-        return call(sock, OffsetDeleteRequest(group_id="g", topics=tuple(
-            OffsetDeleteRequestTopic(name=name, partitions=tuple(
-                OffsetDeleteRequestPartition(partition_index=i32(p)) for p in partitions))
-            for name, partitions in topics)))
-
-    def answered(response):
-        return [(t.name, [(p.partition_index, p.error_code) for p in t.partitions])
-                for t in response.topics]
-
     none, unknown = ErrorCode.none, ErrorCode.unknown_topic_or_partition
     db.alter_group_offsets("g", {TopicPartition("t", p): 0 for p in range(4)})
-    response = offset_delete([("t", [0, 0]), ("t", [1, 0])])
+    response = offset_delete(sock, "g", [("t", [0, 0]), ("t", [1, 0])])
     assert response.error_code == none
     assert answered(response) == [("t", [(0, none), (0, none)]),
                                   ("t", [(1, none), (0, none)])]
-    response = offset_delete([("t", [2, 9]), ("t", [3, 2])])
+    response = offset_delete(sock, "g", [("t", [2, 9]), ("t", [3, 2])])
     assert answered(response) == [("t", [(9, unknown), (2, none), (3, none), (2, none)])]
     assert db.describe_group("g").partitions == {}
 
