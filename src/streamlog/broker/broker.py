@@ -311,9 +311,7 @@ class Broker:
         to this open; a database without the record keeps those given."""
         recorded = self.metadata.recorded_defaults
         if recorded is not None:
-            config = self.opened_config.with_recorded_topic_defaults(recorded)
-            if config != self.config or config.given != self.config.given:
-                self.config = config
+            self.config = self.opened_config.with_recorded_topic_defaults(recorded)
 
     def _check_open(self):
         if self._closed:

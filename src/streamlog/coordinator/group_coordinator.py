@@ -928,7 +928,9 @@ class GroupCoordinator:
                 if expired:
                     self._store.delete(group.group_id, expired, now)
                     expired_count += len(expired)
-                if group.state == EMPTY and not self._store.offset_partitions(group.group_id):
+                # The tombstones above spare every pending offset: `pending` still holds.
+                if group.state == EMPTY and not pending and \
+                        not self._store.committed(group.group_id):
                     self._delete(group, now)  # nothing left to remember (Kafka: -> Dead)
         return expired_count
 

@@ -206,6 +206,8 @@ class OffsetStore:
     # --- writing -----------------------------------------------------------------
 
     def _append(self, group_id, changes, now_ms):
+        """Write changes as one batch and apply them; returns (partition of the topic, its
+        end offset after them), for wait_replicated."""
         tp = self.partition_of(group_id)
         try:
             info = self._broker.produce(tp, encode_changes(changes, now_ms), origin=COORDINATOR)
@@ -220,6 +222,7 @@ class OffsetStore:
                 supersede(pending, key, record_offset)
             self._apply(tp, key, value)
         self._replayed[tp.partition] = self._broker.partition_log(tp).log_end_offset
+        return tp, self._replayed[tp.partition]
 
     def commit(self, group_id, offsets, now_ms):
         """offsets: {TopicPartition: OffsetAndMetadata}; one batch, so all or nothing.
@@ -228,11 +231,7 @@ class OffsetStore:
         changes = [(_pack([_OFFSET_KEY, group_id, tp.topic, tp.partition]),
                     _pack([_VALUE_VERSION, om.offset, om.metadata, now_ms]))
                    for tp, om in offsets.items()]
-        if changes:
-            self._append(group_id, changes, now_ms)
-            tp = self.partition_of(group_id)
-            return tp, self._replayed[tp.partition]
-        return None
+        return self._append(group_id, changes, now_ms) if changes else None
 
     def wait_replicated(self, tp, end_offset, timeout_ms=OFFSETS_COMMIT_TIMEOUT_MS):
         """In a cluster, wait until the in-sync replicas hold tp below end_offset, as
@@ -321,11 +320,7 @@ class OffsetStore:
                    for tp in partitions]
         if group_record and group_id in self.groups:
             changes.append((_pack([_GROUP_KEY, group_id]), None))
-        if not changes:
-            return None
-        self._append(group_id, changes, now_ms)
-        tp = self.partition_of(group_id)
-        return tp, self._replayed[tp.partition]
+        return self._append(group_id, changes, now_ms) if changes else None
 
     # --- reading -------------------------------------------------------------------
 
