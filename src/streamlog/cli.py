@@ -25,7 +25,8 @@
 `verify` and `dump` open the database read-only, so they work while another
 process writes. Exit codes: 0 ok, 1 an operation failed (the message says why),
 2 bad usage or unreadable input. `repair` exits 1 when a directory could not be
-recovered (each is listed with the reason).
+recovered (each is listed with the reason), `compact` when a log was not cleaned
+(each says why; a later run cleans it).
 """
 import argparse
 import base64
@@ -183,10 +184,12 @@ def cmd_compact(args, out=sys.stdout):
             bar.update(min(done[0], bar.total))
         results = db.compact(args.topic, progress=progress)
         bar.finish()
+        status = EXIT_OK
         for result in results:
             stats, name = result.stats, f"{result.tp.topic}-{result.tp.partition}"
             if result.aborted is not None:
                 print(f"{name}: not cleaned, {result.aborted}", file=out)
+                status = EXIT_PROBLEMS   # asked to clean it, and did not: a script must know
                 continue
             if stats is None:
                 print(f"{name}: nothing to clean (next pass starts at offset "
@@ -199,7 +202,7 @@ def cmd_compact(args, out=sys.stdout):
             print("no compacted topic (cleanup.policy=compact) to clean", file=out)
     finally:
         db.close()
-    return EXIT_OK
+    return status
 
 
 # --- topics ---------------------------------------------------------------------

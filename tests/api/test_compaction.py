@@ -189,6 +189,45 @@ def test_compact_retries_a_pass_that_retention_abandoned(quiet_db, monkeypatch):
     assert read_from(db, 0) == final_values([row for row in written if row[0] >= start])
 
 
+def test_the_retention_check_during_a_pass_waits_for_it(tmp_path, monkeypatch):
+    # Kafka's retention check leaves compacted logs to the cleaner thread
+    # (LogManager.cleanupLogs takes only pauseCleaningForNonCompactedPartitions), which
+    # deletes their old segments after each cleaning (LogCleaner.cleanFilthiestLog:
+    # deletableLogs): retention never removes a segment a pass is reading.
+    db = streamlog.open(str(tmp_path / "db"), config={"log.cleaner.backoff.ms": 3_600_000})
+    db.create_topic("table", config=dict(SMALL, **{"cleanup.policy": "compact,delete",
+                                                   "retention.bytes": 8192}))
+    written = produce(db, updates(4, 400))   # what the pass keeps is still over 8192 bytes
+    assert db._broker.partition_log(TP).size_in_bytes > 8192 + 4096   # retention is due
+    calls = change_before_each_swap(db, monkeypatch, lambda log: db._broker.apply_retention(),
+                                    times=1)
+    (result,) = db.compact("table")
+    assert calls == [0]
+    # The pass was not thrown away and retried over what retention left: it cleaned all of it.
+    assert result.aborted is None and result.stats.records_read == len(written)
+    start = wait_until(lambda: db.describe_topic("table").partitions[0].log_start_offset,
+                       "retention of the compacted log, after the pass")
+    assert read_from(db, start) == final_values([w for w in written if w[0] >= start])
+    db.close()
+
+
+@pytest.mark.parametrize("why", ["background cleaning off", "uncleanable"])
+def test_the_flusher_keeps_the_retention_of_a_log_the_cleaner_does_not_clean(tmp_path, why):
+    # Only a log the cleaner cleans in the background has its retention there: the others'
+    # must not wait for a pass that never comes.
+    off = why == "background cleaning off"
+    db = streamlog.open(str(tmp_path / "db"), config={"log.cleaner.enable": not off,
+                                                      "log.cleaner.backoff.ms": 3_600_000})
+    db.create_topic("table", config=dict(SMALL, **{"cleanup.policy": "compact,delete",
+                                                   "retention.bytes": 8192}))
+    produce(db, updates(4, 400))
+    if not off:
+        db._broker.cleaner.uncleanable[TP] = OSError("a damaged segment")
+    db._broker.apply_retention()
+    assert db.describe_topic("table").partitions[0].log_start_offset > 0   # at once
+    db.close()
+
+
 def test_compact_of_a_log_deleted_during_its_pass_says_so(quiet_db, monkeypatch):
     db = quiet_db
     db.create_topic("table", config=SMALL)

@@ -47,10 +47,11 @@ def test_compact_refuses_a_topic_that_is_not_compacted(path):
 
 def test_compact_says_when_a_pass_was_abandoned(path, monkeypatch, capfd):
     # Every pass finds its log changed under it (storage.log_cleaner.clean_log returns None:
-    # retention removed a segment it read); the report must not say "nothing to clean".
+    # retention removed a segment it read); the report must not say "nothing to clean", and
+    # the exit status says the command did not do what it was asked (1, as a failed operation).
     from streamlog import cli
     monkeypatch.setattr("streamlog.broker.cleaner.clean_log", lambda *args, **kwargs: None)
-    assert cli.main(["compact", "prices", "--path", path, "--quiet"]) == 0
+    assert cli.main(["compact", "prices", "--path", path, "--quiet"]) == 1
     out = capfd.readouterr().out
     assert "prices-0: not cleaned, 5 passes in a row abandoned: the log changed" in out
     assert "nothing to clean" not in out

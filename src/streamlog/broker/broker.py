@@ -753,11 +753,18 @@ class Broker:
     # --- background jobs (run on the flusher thread) ----------------------------
 
     def apply_retention(self):
+        """The retention check (log.retention.check.interval.ms). A compacted log's is the
+        cleaner thread's, run between its passes (LogCleaner.owns_retention): here it would
+        remove segments a pass is reading and make the cleaner throw the pass away."""
         now_ms = self.clock_ms()
-        for partition_log in list(self.partitions.values()):
+        cleaner = self.cleaner
+        for tp, partition_log in list(self.partitions.items()):
             if not partition_log.closed:
-                partition_log.delete_old_segments(now_ms)
+                if cleaner is None or not cleaner.owns_retention(tp, partition_log):
+                    partition_log.delete_old_segments(now_ms)
                 partition_log.delete_pending_files(now_ms)
+        if cleaner is not None:
+            cleaner.request_retention()
 
     def write_checkpoints(self):
         self.logs.checkpoint()

@@ -12,9 +12,19 @@ ratio, after its active segment is rolled (Kafka never cleans the active
 segment; a caller asking for compaction now means what was written so far).
 min.compaction.lag.ms and the LSO still hold records back.
 
+Retention of the compacted logs runs here too, between passes, when the
+broker's retention check asks (request_retention): the flusher's check leaves
+them to this thread, as Kafka's LogManager.cleanupLogs leaves them to its
+cleaner (LogCleanerManager.deletableLogs, run after each cleaning), so that no
+pass is thrown away because retention removed a segment it was reading. A log
+this thread does not clean in the background (log.cleaner.enable=false, or the
+log is uncleanable) keeps its retention on the flusher (Kafka then applies
+none to a compacted log; bounded disk use wins here).
+
 A pass is abandoned, nothing of it swapped in, when the log changes under it:
-retention or DeleteRecords removed a segment it read, a truncation cut one,
-compaction was taken off the topic, or the log was deleted. Kafka's cleaner
+retention or DeleteRecords removed a segment it read (possible only while the
+flusher applies the log's retention), a truncation cut one, compaction was
+taken off the topic, or the log was deleted. Kafka's cleaner
 lets an aborted cleaning go and cleans the log in a later round
 (LogCleaner.CleanerThread.cleanLog: "task can be aborted, let it go"); the
 background rounds here do the same. compact() was asked for a pass now, so it
@@ -83,6 +93,7 @@ class LogCleaner:
         self._closing = False
         self.uncleanable = {}   # tp -> the error that stopped its last pass
         self.passes = 0         # passes completed (tests and describe wait on it)
+        self._retention_due = False
         self._thread = threading.Thread(target=self._run, name="streamlog-cleaner", daemon=True)
         self._thread.start()
 
@@ -105,6 +116,17 @@ class LogCleaner:
             raise request.error
         return request.results
 
+    def owns_retention(self, tp, partition_log):
+        """Whether tp's retention runs on this thread rather than the flusher's."""
+        return self._enabled and partition_log.config.compact and tp not in self.uncleanable
+
+    def request_retention(self):
+        """Apply retention to the logs this thread owns, once no pass is running."""
+        if self._enabled:
+            with self._cond:
+                self._retention_due = True
+                self._cond.notify()
+
     def wake(self):
         """Measure the logs again now (a topic's config changed)."""
         with self._cond:
@@ -115,7 +137,7 @@ class LogCleaner:
     def _run(self):
         while True:
             with self._cond:
-                if not self._requests and not self._closing:
+                if not self._requests and not self._retention_due and not self._closing:
                     self._cond.wait(self._backoff_s if self._enabled else None)
                 if self._closing:
                     requests, self._requests = self._requests, []
@@ -128,10 +150,26 @@ class LogCleaner:
                 self._serve(request)
             if self._enabled:
                 try:
+                    self._retention_if_due()
                     while not self._closing and self._clean_filthiest():
-                        pass
+                        self._retention_if_due()
                 except Exception:
                     log.exception("the log cleaner's round failed")
+
+    def _retention_if_due(self):
+        with self._cond:
+            due, self._retention_due = self._retention_due, False
+        if not due:
+            return
+        now_ms = self._clock_ms()
+        for tp, partition_log in list(self._logs.logs.items()):
+            if partition_log.closed or not self.owns_retention(tp, partition_log):
+                continue
+            try:
+                partition_log.delete_old_segments(now_ms)
+            except Exception:
+                if not partition_log.closed:   # a log deleted meanwhile is no failure
+                    log.exception("retention of %s failed", tp)
 
     def _serve(self, request):
         try:
