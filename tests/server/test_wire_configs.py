@@ -1,7 +1,9 @@
 """DescribeConfigs as Kafka's ConfigHelper answers it: the broker's own configs (a BROKER
 resource), each config's source (a topic default the database was opened with is
-STATIC_BROKER_CONFIG), and no configuration keys meaning every config."""
+STATIC_BROKER_CONFIG), no configuration keys meaning every config, and each config's
+synonyms (v1+), type and documentation (v3+) when asked for."""
 import pytest
+from kio.schema.describe_configs.v2 import request as v2
 from kio.schema.describe_configs.v4.request import DescribeConfigsRequest, DescribeConfigsResource
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i8
@@ -27,11 +29,11 @@ def db(tmp_path):
     database.close()
 
 
-def describe(sock, resource_type, name, keys=None):
+def describe(sock, resource_type, name, keys=None, synonyms=False, documentation=False):
     (result,) = call(sock, DescribeConfigsRequest(
         resources=(DescribeConfigsResource(resource_type=i8(resource_type), resource_name=name,
                                            configuration_keys=keys),),
-        include_synonyms=False, include_documentation=False)).results
+        include_synonyms=synonyms, include_documentation=documentation)).results
     return result
 
 
@@ -89,3 +91,71 @@ def test_confluent_kafka_describes_the_brokers_configs(server):
     assert created_on_first_use.source == admin_module.ConfigSource.STATIC_BROKER_CONFIG.value
     assert created_on_first_use.is_read_only
     assert configs["log.retention.ms"].value == "60000"
+
+
+def chain(entry):
+    return [(s.name, s.value, s.source) for s in entry.synonyms]
+
+
+def test_synonyms_come_when_asked_for(sock):
+    # ConfigHelper.createTopicConfigEntry: every entry carries its synonyms only when the
+    # request's include_synonyms is set (v1+); a topic's override, then its broker name
+    # given at the open, then that name's default.
+    alone = {c.name: c for c in describe(sock, TOPIC, "t", keys=("segment.bytes",)).configs}
+    assert alone["segment.bytes"].synonyms == ()
+    asked = {c.name: c for c in describe(sock, TOPIC, "t", synonyms=True).configs}
+    assert chain(asked["segment.bytes"]) == [
+        ("segment.bytes", str(1 << 20), DYNAMIC_TOPIC_CONFIG),
+        ("log.segment.bytes", str(1 << 30), DEFAULT_CONFIG)]
+    assert chain(asked["retention.ms"]) == [("log.retention.ms", "60000", STATIC_BROKER_CONFIG),
+                                            ("log.retention.hours", "168", DEFAULT_CONFIG)]
+    broker = {c.name: c for c in describe(sock, BROKER, "0", synonyms=True).configs}
+    assert chain(broker["num.partitions"]) == [("num.partitions", "1", DEFAULT_CONFIG)]
+    # Version 2, which has no config types: the synonyms all the same.
+    (old,) = call(sock, v2.DescribeConfigsRequest(resources=(v2.DescribeConfigsResource(
+        resource_type=i8(TOPIC), resource_name="t", configuration_keys=("retention.ms",)),),
+        include_synonyms=True)).results
+    assert [chain(c) for c in old.configs] == [chain(asked["retention.ms"])]
+
+
+def test_every_entry_has_its_kafka_type_and_documentation_when_asked_for(sock):
+    # ConfigHelper.configResponseType (v3+): the ConfigDef type of the name, LONG for
+    # retention.ms (LogConfig), INT for num.partitions (ServerLogConfigs), LIST for
+    # cleanup.policy; the documentation only with include_documentation.
+    LONG, INT, LIST = 5, 3, 7
+    plain = {c.name: c for c in describe(sock, TOPIC, "t").configs}
+    assert (plain["retention.ms"].config_type, plain["retention.ms"].documentation) == (LONG,
+                                                                                         None)
+    assert plain["cleanup.policy"].config_type == LIST
+    documented = describe(sock, TOPIC, "t", documentation=True).configs
+    assert all(c.documentation for c in documented)
+    broker = {c.name: c for c in describe(sock, BROKER, "0", documentation=True).configs}
+    assert broker["num.partitions"].config_type == INT
+    assert broker["num.partitions"].documentation
+
+
+def test_kafka_python_describes_synonyms_and_types(server):
+    kafka = pytest.importorskip("kafka")
+    from kafka.admin import ConfigResource, ConfigResourceType
+    admin = kafka.KafkaAdminClient(bootstrap_servers=server.bootstrap_servers)
+    try:
+        answer = admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, "t")],
+                                        include_synonyms=True, config_filter="all")
+    finally:
+        admin.close()
+    configs = answer["topic"]["t"]
+    assert configs["segment.bytes"]["synonyms"] == [
+        {"name": "segment.bytes", "value": str(1 << 20), "source": "DYNAMIC_TOPIC_CONFIG"},
+        {"name": "log.segment.bytes", "value": str(1 << 30), "source": "DEFAULT_CONFIG"}]
+    assert configs["segment.bytes"]["config_type"] == "INT"
+    assert configs["retention.ms"]["config_type"] == "LONG"
+
+
+def test_confluent_kafka_describes_synonyms(server):
+    # librdkafka asks for synonyms on every DescribeConfigs (v1+).
+    admin = admin_module.AdminClient({"bootstrap.servers": server.bootstrap_servers})
+    resource = admin_module.ConfigResource(admin_module.ResourceType.TOPIC, "t")
+    retention = admin.describe_configs([resource])[resource].result(10)["retention.ms"]
+    assert [(s.name, s.value, s.source) for s in retention.synonyms.values()] == [
+        ("log.retention.ms", "60000", STATIC_BROKER_CONFIG),
+        ("log.retention.hours", "168", DEFAULT_CONFIG)]

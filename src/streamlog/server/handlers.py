@@ -27,6 +27,7 @@ from ..structs import TopicPartition
 from .acl_handlers import AclHandlers
 from .authorized_operations import (CLUSTER_OPERATIONS, NOT_ASKED, TOPIC_OPERATIONS,
                                     authorized_operations)
+from .config_catalog import CATALOG
 from .configs import DEFAULT_CONFIG, broker_configs, topic_configs
 from .elect_leaders import ElectLeadersHandlers
 from .error_codes import error_code, error_message, failure
@@ -697,12 +698,9 @@ class Handlers:
                 # No keys (null or empty) asks for every config: Kafka's
                 # ConfigHelper.createResponseConfig.
                 wanted = resource.configuration_keys or None
-                configs = tuple(build(
-                    types.DescribeConfigsResourceResult, name=name, value=_config_text(value),
-                    read_only=read_only, is_default=source == DEFAULT_CONFIG,
-                    config_source=i8(source), is_sensitive=False, synonyms=(),
-                    config_type=i8(0), documentation=None)
-                    for name, value, source in described if wanted is None or name in wanted)
+                configs = tuple(
+                    _described_entry(types, entry, read_only, body)
+                    for entry in described if wanted is None or entry.name in wanted)
             except errors.StreamlogError as exc_:
                 exc = exc_
             results.append(build(types.DescribeConfigsResult, error_code=error_code(exc),
@@ -712,7 +710,7 @@ class Handlers:
         return build(cls, throttle_time=NO_THROTTLE, results=tuple(results))
 
     def _described_configs(self, resource):
-        """([(name, value, source)], read_only) of a DescribeConfigs resource, as Kafka's
+        """([configs.ConfigEntry], read_only) of a DescribeConfigs resource, as Kafka's
         ConfigHelper.describeConfigs answers it. A broker's configs are read-only here: the
         database takes its settings when it opens (AlterConfigs serves topics only), where
         Kafka can change some of them dynamically."""
@@ -849,13 +847,20 @@ def _named_twice(names):
     return list(twice)
 
 
-def _config_text(value):
-    """A config value as Kafka's DescribeConfigs shows it (None: null)."""
-    if value is None:
-        return None
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
+def _described_entry(types, entry, read_only, body):
+    """A DescribeConfigs entry (a configs.ConfigEntry) as Kafka's ConfigHelper builds it:
+    its synonyms when the request includes them (v1+), its documentation when it asks for
+    that (v3+), its type always (v3+; build leaves out what a version lacks)."""
+    info = CATALOG[entry.name]
+    synonyms = tuple(build(types.DescribeConfigsSynonym, name=name, value=value,
+                           source=i8(source))
+                     for name, value, source in entry.synonyms) if body.include_synonyms else ()
+    return build(types.DescribeConfigsResourceResult, name=entry.name, value=entry.value,
+                 read_only=read_only, is_default=entry.source == DEFAULT_CONFIG,
+                 config_source=i8(entry.source), is_sensitive=False, synonyms=synonyms,
+                 config_type=i8(info.config_type),
+                 documentation=(info.documentation
+                                if getattr(body, "include_documentation", False) else None))
 
 
 def _check_one_batch(version, records):
