@@ -21,7 +21,6 @@ log.retention.hours), the value shown is the one in force.
 from typing import NamedTuple
 
 from ..broker.config import BrokerConfig
-from ..storage.log_config import LogConfig
 
 # Kafka's ConfigSource (DescribeConfigsResponse.ConfigSource).
 DYNAMIC_TOPIC_CONFIG, STATIC_BROKER_CONFIG, DEFAULT_CONFIG = 1, 4, 5
@@ -136,7 +135,7 @@ class _BrokerChains:
         given = {TOPIC_CONFIG_SYNONYMS.get(name, name) for name in broker_config.given}
         self.static = {name: config_text(value)
                        for name, value in _broker_values(broker_config).items() if name in given}
-        defaults = _broker_values(BrokerConfig(topic_defaults=LogConfig()))
+        defaults = _broker_values(BrokerConfig())
         defaults.update(_KAFKA_BROKER_DEFAULTS)
         self.defaults = {name: config_text(value) for name, value in defaults.items()
                          if value is not None}
