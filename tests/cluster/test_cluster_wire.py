@@ -14,6 +14,9 @@ from kio.schema.create_topics.v7.request import CreatableTopic, CreateTopicsRequ
 from kio.schema.delete_records.v2.request import (DeleteRecordsPartition, DeleteRecordsRequest,
                                                   DeleteRecordsTopic)
 from kio.schema.describe_cluster.v0.request import DescribeClusterRequest
+from kio.schema.describe_topic_partitions.v0.request import DescribeTopicPartitionsRequest
+from kio.schema.describe_topic_partitions.v0.request import \
+    TopicRequest as DescribeTopicPartitionsTopic
 from kio.schema.errors import ErrorCode
 from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
 from kio.schema.find_coordinator.v3.request import FindCoordinatorRequest
@@ -107,6 +110,27 @@ def test_a_partition_without_a_leader_is_leader_not_available_with_its_offline_r
         p = metadata(sock, "t").topics[0].partitions[0]
     assert p.error_code == ErrorCode.leader_not_available and p.leader_id == -1
     assert tuple(p.offline_replicas) == (only,)
+
+
+def test_describe_topic_partitions_names_no_leader_for_a_partition_whose_leader_is_down(
+        cluster):
+    # KRaftMetadataCache.getPartitionMetadataForDescribeTopicResponse: leader -1 (no error
+    # code, unlike Metadata) when the leader is not alive; the replica listed offline.
+    cluster.create_topic("t", 3, 1)   # one replica each: no other can lead
+    down = cluster.leader("t", 0)
+    cluster.stop(down)
+    other = next(b for b in cluster.broker_ids if b != down)
+    with connect(cluster, other) as sock:
+        answer = call(sock, DescribeTopicPartitionsRequest(
+            topics=(DescribeTopicPartitionsTopic(name="t"),), response_partition_limit=i32(10),
+            cursor=None))
+    for p in answer.topics[0].partitions:
+        state = cluster.partition_state("t", p.partition_index)
+        assert p.error_code == ErrorCode.none and p.leader_epoch == state.leader_epoch
+        assert p.leader_id == (state.leader if state.leader != down else -1)
+        assert tuple(p.replica_nodes) == state.replicas and tuple(p.isr_nodes) == state.isr
+        assert tuple(p.offline_replicas) == ((down,) if down in state.replicas else ())
+    assert answer.topics[0].partitions[0].leader_id == -1
 
 
 def test_metadata_names_as_leader_only_a_broker_it_lists(cluster, monkeypatch):

@@ -29,6 +29,7 @@ from .authorized_operations import (CLUSTER_OPERATIONS, NOT_ASKED, TOPIC_OPERATI
                                     authorized_operations)
 from .config_catalog import CATALOG
 from .configs import DEFAULT_CONFIG, broker_configs, topic_configs
+from .describe_topic_partitions import DescribeTopicPartitionsHandlers
 from .elect_leaders import ElectLeadersHandlers
 from .error_codes import error_code, error_message, failure
 from .group_handlers import GroupHandlers
@@ -62,6 +63,17 @@ class CloseConnection(Exception):
     """The answer to a request is to close its connection (logged with this message)."""
 
 
+class Placement(NamedTuple):
+    """A partition's leader (-1: none alive), leader epoch, replicas, in-sync replicas and
+    replicas that are down, as Metadata and DescribeTopicPartitions answer them."""
+
+    leader: int
+    leader_epoch: int
+    replicas: tuple
+    isr: tuple
+    offline: tuple
+
+
 class RequestContext(NamedTuple):
     """Who asked: the address the client connected to, its client id, its connection."""
 
@@ -93,6 +105,8 @@ class Handlers:
         self._by_key.update(AclHandlers().table)
         self._by_key.update(ElectLeadersHandlers(broker, self._view).table)
         self._by_key.update(LogDirsHandlers(broker).table)
+        self._by_key.update(DescribeTopicPartitionsHandlers(broker, self._placement,
+                                                            self._live_nodes).table)
 
     @property
     def _view(self):
@@ -111,30 +125,35 @@ class Handlers:
         view = self._view
         return [(NODE_ID, context.host, context.port)] if view is None else view.brokers()
 
-    def _partition_metadata(self, types, tp, live):
-        """tp's entry of a Metadata answer whose brokers are `live` (their ids)."""
+    def _live_nodes(self, context):
+        return {node for node, _, _ in self._brokers(context)}
+
+    def _placement(self, tp, live):
+        """Where tp is, for an answer whose brokers are `live` (their ids): a Placement."""
         view = self._view
         state = None if view is None else view.partition_state(tp)
         if state is None:   # a database on its own, or an internal topic (not replicated)
             node = self.node_id
-            return build(types.MetadataResponsePartition, error_code=ErrorCode.none,
-                         partition_index=i32(tp.partition), leader_id=i32(node),
-                         leader_epoch=i32(UNREPLICATED_LEADER_EPOCH),
-                         replica_nodes=(i32(node),),
-                         isr_nodes=(i32(node),), offline_replicas=())
+            return Placement(node, UNREPLICATED_LEADER_EPOCH, (node,), (node,), ())
         # A leader the answer does not list is no leader to the client, which could not
-        # reach it (a broker going down between the two reads): Kafka answers such a
-        # partition LEADER_NOT_AVAILABLE with no leader (KRaftMetadataCache
-        # getPartitionMetadata), so a client never holds a leader it has no address for.
-        leader = state.leader if state.leader in live else -1
+        # reach it (a broker going down between the two reads): Kafka answers no leader
+        # (KRaftMetadataCache getPartitionMetadata, getAliveEndpoint), so a client never
+        # holds a leader it has no address for.
+        return Placement(state.leader if state.leader in live else -1, state.leader_epoch,
+                         tuple(state.replicas), tuple(state.isr),
+                         tuple(r for r in state.replicas if r not in live))
+
+    def _partition_metadata(self, types, tp, live):
+        """tp's entry of a Metadata answer: LEADER_NOT_AVAILABLE without a live leader."""
+        place = self._placement(tp, live)
         return build(types.MetadataResponsePartition,
-                     error_code=ErrorCode.leader_not_available if leader < 0
+                     error_code=ErrorCode.leader_not_available if place.leader < 0
                      else ErrorCode.none,
-                     partition_index=i32(tp.partition), leader_id=i32(leader),
-                     leader_epoch=i32(state.leader_epoch),
-                     replica_nodes=tuple(i32(r) for r in state.replicas),
-                     isr_nodes=tuple(i32(r) for r in state.isr),
-                     offline_replicas=tuple(i32(r) for r in state.replicas if r not in live))
+                     partition_index=i32(tp.partition), leader_id=i32(place.leader),
+                     leader_epoch=i32(place.leader_epoch),
+                     replica_nodes=tuple(i32(r) for r in place.replicas),
+                     isr_nodes=tuple(i32(r) for r in place.isr),
+                     offline_replicas=tuple(i32(r) for r in place.offline))
 
     def _ensure_topic(self, name, allow_create):
         """The topic's info, auto-created (through the controller in a cluster) when allowed."""
