@@ -115,6 +115,21 @@ def _pack(obj):
     return msgpack.packb(obj, use_bin_type=True)
 
 
+def _offset_key(group_id, tp):
+    return _pack([_OFFSET_KEY, group_id, tp.topic, tp.partition])
+
+
+def _group_key(group_id):
+    return _pack([_GROUP_KEY, group_id])
+
+
+def _offset_changes(group_id, offsets, now_ms):
+    """(key, value) of each offset commit record; offsets: {TopicPartition:
+    OffsetAndMetadata}, stamped now_ms (a plain and a transactional commit alike)."""
+    return [(_offset_key(group_id, tp), _pack([_VALUE_VERSION, om.offset, om.metadata, now_ms]))
+            for tp, om in offsets.items()]
+
+
 class OffsetStore:
     """Every group's committed offsets and group record, in memory and in the log."""
 
@@ -228,9 +243,7 @@ class OffsetStore:
         """offsets: {TopicPartition: OffsetAndMetadata}; one batch, so all or nothing.
         Returns (partition of the topic, its end offset after the batch), for
         wait_replicated; None when there was nothing to write."""
-        changes = [(_pack([_OFFSET_KEY, group_id, tp.topic, tp.partition]),
-                    _pack([_VALUE_VERSION, om.offset, om.metadata, now_ms]))
-                   for tp, om in offsets.items()]
+        changes = _offset_changes(group_id, offsets, now_ms)
         return self._append(group_id, changes, now_ms) if changes else None
 
     def wait_replicated(self, tp, end_offset, timeout_ms=OFFSETS_COMMIT_TIMEOUT_MS):
@@ -255,9 +268,7 @@ class OffsetStore:
         """Write offsets inside producer_id's open transaction: pending until its marker.
         Returns (partition, its end offset after the batch) for wait_durable; None when
         there was nothing to write."""
-        changes = [(_pack([_OFFSET_KEY, group_id, tp.topic, tp.partition]),
-                    _pack([_VALUE_VERSION, om.offset, om.metadata, now_ms]))
-                   for tp, om in offsets.items()]
+        changes = _offset_changes(group_id, offsets, now_ms)
         if not changes:
             return None
         tp = self.partition_of(group_id)
@@ -307,7 +318,7 @@ class OffsetStore:
 
     def write_group(self, group_id, record, now_ms):
         *fields, members = record
-        self._append(group_id, [(_pack([_GROUP_KEY, group_id]), _pack(
+        self._append(group_id, [(_group_key(group_id), _pack(
             [_GROUP_VALUE_VERSION, *fields,
              [[member_id, instance, client_id, _assignment_out(assignment)]
               for member_id, instance, client_id, assignment in members]]))], now_ms)
@@ -316,10 +327,9 @@ class OffsetStore:
         """Tombstones for the group's offsets of `partitions` (and its group record).
         Returns (partition of the topic, its end offset after them), for wait_replicated;
         None when there was nothing to write."""
-        changes = [(_pack([_OFFSET_KEY, group_id, tp.topic, tp.partition]), None)
-                   for tp in partitions]
+        changes = [(_offset_key(group_id, tp), None) for tp in partitions]
         if group_record and group_id in self.groups:
-            changes.append((_pack([_GROUP_KEY, group_id]), None))
+            changes.append((_group_key(group_id), None))
         return self._append(group_id, changes, now_ms) if changes else None
 
     # --- reading -------------------------------------------------------------------
