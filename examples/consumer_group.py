@@ -6,7 +6,9 @@ commit after processing). Its rebalance listener commits too when
 partitions are taken away, so the next owner starts exactly where this one
 stopped. Halfway through, one consumer closes: the group rebalances and the
 other two take over its partitions. At the end the example checks that
-every order was processed exactly once.
+every order was processed exactly once. Last, with every worker gone, the
+group's offsets of two partitions are deleted (Kafka's OffsetDelete): the
+group reads those two again from the start, and only those.
 
     python examples/consumer_group.py
 """
@@ -96,6 +98,28 @@ def main():
               f"{len(lost)} lost, {len(twice)} processed twice")
         if lost or twice:
             raise SystemExit("records were lost or repeated")
+
+        # Reprocess two partitions: delete the group's offsets of them. Kafka allows it
+        # since no member subscribes to "orders" any more (GroupSubscribedToTopicError else).
+        replay = [streamlog.TopicPartition("orders", p) for p in (4, 5)]
+        db.delete_group_offsets("billing", replay)
+        kept = {tp.partition: p.committed
+                for tp, p in db.describe_group("billing").partitions.items()
+                if p.committed is not None}
+        print(f"deleted the offsets of partitions 4, 5; committed now: {kept}")
+        # A new member resumes at the committed offsets, and from the start where none is.
+        expected = sum(description.partitions[tp].log_end_offset for tp in replay)
+        read = Counter()
+        with db.consumer(group_id="billing", auto_offset_reset="earliest") as again:
+            again.subscribe(["orders"])
+            deadline = time.monotonic() + 60
+            while sum(read.values()) < expected and time.monotonic() < deadline:
+                read.update(record.partition for record in again.poll(timeout=0.1))
+            read.update(record.partition for record in again.poll(timeout=0.2))  # no more
+        print(f"a new member of 'billing' reads {dict(sorted(read.items()))} records "
+              f"(partition: count), all of partitions 4 and 5 again")
+        if set(read) != {4, 5} or sum(read.values()) != expected:
+            raise SystemExit("the group did not restart exactly the partitions deleted")
 
 
 if __name__ == "__main__":
