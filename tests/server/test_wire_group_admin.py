@@ -224,6 +224,24 @@ def test_offset_delete_answers_a_partition_listed_twice_twice(db, sock):
     assert db.describe_group("g").partitions == {}
 
 
+def test_offset_delete_answers_an_unknown_topic_listed_with_no_partitions(db, sock):
+    # Kafka's KafkaApis.handleOffsetDeleteRequest hands a topic missing from the metadata
+    # cache to OffsetDeleteResponse.Builder.addPartitions, which makes the topic's entry
+    # even for an empty partition list; Builder.merge then adds the coordinator's answers
+    # after it. A known topic with no partitions goes nowhere (not to the coordinator,
+    # which only gets topics with partitions left).
+    none, unknown = ErrorCode.none, ErrorCode.unknown_topic_or_partition
+    db.alter_group_offsets("g", {TopicPartition("t", 0): 0, TopicPartition("t", 1): 0})
+    response = offset_delete(sock, "g", [("t", [0]), ("nope", []), ("t", [])])
+    assert response.error_code == none
+    assert answered(response) == [("nope", []), ("t", [(0, none)])]
+    response = offset_delete(sock, "g", [("nope", []), ("nope", [3]), ("gone", [])])
+    assert answered(response) == [("nope", [(3, unknown)]), ("gone", [])]
+    assert set(db.describe_group("g").partitions) == {TopicPartition("t", 1)}
+    response = offset_delete(sock, "g", [("t", [])])
+    assert (response.error_code, answered(response)) == (none, [])
+
+
 class TaggingAssignor:
     """A kafka-python assignor that gives every member all partitions of its half and user
     data naming the member (a user assignor's use of ConsumerProtocolAssignment.user_data)."""

@@ -279,7 +279,8 @@ class GroupHandlers:
         """Kafka's KafkaApis.handleOffsetDeleteRequest: a group-level refusal (unknown group,
         members of another protocol type) is the answer's top-level error and nothing else;
         otherwise each partition's own (UNKNOWN_TOPIC_OR_PARTITION, GROUP_SUBSCRIBED_TO_TOPIC,
-        or none: its offset is gone), for each time the request lists it."""
+        or none: its offset is gone), for each time the request lists it, and an unknown
+        topic's entry even when it lists no partition."""
         cls, types = response_types(OFFSET_DELETE, version)
         asked = [TopicPartition(t.name, int(p.partition_index))
                  for t in body.topics for p in t.partitions]
@@ -295,9 +296,12 @@ class GroupHandlers:
         # answer per partition listed, twice for one listed twice: the generated
         # collections are ImplicitLinkedHashMultiCollections, which keep duplicates.
         # Builder.merge: with nothing unknown, the coordinator's answer as it is;
-        # otherwise its partitions join the builder's entry of their topic name.
+        # otherwise its partitions join the builder's entry of their topic name. A topic
+        # the broker does not know gets its builder entry even with no partition listed.
         unknown, coordinated = {}, []
         for topic in body.topics:
+            if not topic.partitions and topic.name not in self.broker.topics():
+                unknown.setdefault(topic.name, [])
             known = []
             for partition in topic.partitions:
                 result = results[TopicPartition(topic.name, int(partition.partition_index))]
