@@ -908,7 +908,8 @@ class GroupCoordinator:
         even after a static member rejoined with others without a rebalance).
         An offset pending in an open transaction keeps
         the committed offset of its partition, whose tombstone would drop it,
-        and keeps the group (Kafka's OffsetMetadataManager.cleanupExpiredOffsets).
+        and keeps the group, even one with no committed offset (Kafka's
+        OffsetMetadataManager.cleanupExpiredOffsets, since KAFKA-19163).
         An Empty group without offsets is deleted.
         """
         if self._closed or self._broker.readonly:

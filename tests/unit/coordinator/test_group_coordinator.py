@@ -499,6 +499,34 @@ def test_expiry_spares_an_offset_and_its_group_while_a_transaction_holds_one(coo
     assert coordinator.offset_fetch("solo")[TP0].offset == 7
 
 
+def test_expiry_keeps_an_empty_group_whose_only_offsets_are_pending_in_a_transaction(
+        coordinator, broker):
+    # Kafka keeps an Empty group while an open transaction holds offsets for it, committed
+    # offsets or none: OffsetMetadataManager.cleanupExpiredOffsets answers false for a
+    # group in its openTransactions (for one without committed offsets since KAFKA-19163,
+    # apache/kafka#19496), so GroupCoordinatorShard.cleanupGroupMetadata does not call
+    # GroupMetadataManager.maybeDeleteGroup; the classic coordinator agrees (its
+    # GroupMetadataManager.cleanupGroupMetadata deletes an Empty group only without
+    # GroupMetadata.hasOffsets, which counts pendingTransactionalOffsetCommits).
+    retention_ms = broker.config.offsets_retention_minutes * 60_000
+    a = Client(coordinator)
+    join_alone(a)
+    coordinator.leave_group("g", a.member_id)
+    coordinator.txn_offset_commit("g", 1000, 0, "", -1, None, {TP0: OffsetAndMetadata(5)})
+    before = coordinator.describe_group("g")
+    assert (before.state, before.protocol_type, before.offsets) == (EMPTY, "consumer", {})
+    later = broker.clock_ms() + 2 * retention_ms
+    assert coordinator.expire_offsets(later) == 0
+    assert coordinator.describe_group("g") == before
+    # The commit gives the group its offset; Empty past retention, the next cleanup then
+    # expires it and deletes the group, which nothing holds any more.
+    coordinator.complete_transaction(coordinator.offsets_partition("g"), 1000, commit=True)
+    assert coordinator.offset_fetch("g")[TP0].offset == 5
+    assert coordinator.expire_offsets(later) == 1
+    with pytest.raises(GroupIdNotFoundError):
+        coordinator.describe_group("g")
+
+
 def test_groups_and_offsets_survive_a_reopen_and_come_back_empty(tmp_path):
     path = str(tmp_path / "db")
     broker = Broker(path, config={"offsets.topic.num.partitions": 3})
