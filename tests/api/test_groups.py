@@ -792,3 +792,52 @@ def test_a_rebalance_that_starts_while_a_member_syncs_is_not_missed(db):
     d = db.describe_group("g")
     assert d.state == "Stable" and len(d.members) == 3
     assert sorted(len(c.assignment()) for c in consumers.values()) == [2, 2, 2]
+
+
+def test_an_assigned_consumer_of_a_group_starts_at_its_committed_offset(db):
+    # Kafka's consumer looks up the group's committed offset for every partition without a
+    # position, assign()ed ones too (ClassicKafkaConsumer.updateFetchPositions ->
+    # ConsumerCoordinator.initWithCommittedOffsetsIfNeeded); auto_offset_reset is for those
+    # with none.
+    fill(db, 20)
+    t0, t1 = TopicPartition("t", 0), TopicPartition("t", 1)
+    db.alter_group_offsets("g", {t0: 3})
+    consumer = db.consumer(group_id="g", auto_offset_reset="earliest", enable_auto_commit=False)
+    consumer.assign([t0, t1])
+    assert consumer.position(t0) == 3 and consumer.position(t1) == 0
+    consumer.seek(t1, 2)   # a position of its own is not replaced
+    got = poll_until(consumer, lambda r: len(r) == 2 + 3, "the records after the positions")
+    assert sorted((r.partition, r.offset) for r in got) == \
+        [(0, 3), (0, 4), (1, 2), (1, 3), (1, 4)]
+    consumer.close()
+
+
+@pytest.mark.parametrize("how", ["assign", "subscribe"])
+def test_a_consumer_waits_out_a_committed_offset_pending_in_a_transaction(db, how):
+    # Kafka's consumer fetches committed offsets with require_stable and retries while one
+    # is UNSTABLE_OFFSET_COMMIT (ConsumerCoordinator.fetchCommittedOffsets, KIP-447): a
+    # consumer taking over a partition starts where the committing transaction says, never
+    # at the offset before it, which would read again what that transaction consumed.
+    fill(db, 20)
+    t0 = TopicPartition("t", 0)
+    db.alter_group_offsets("g", {t0: 1})
+    producer = db.producer(transactional_id="tx")
+    producer.init_transactions()
+    producer.begin_transaction()
+    producer.send_offsets_to_transaction({t0: 4}, "g")
+    consumer = db.consumer(group_id="g", auto_offset_reset="earliest", enable_auto_commit=False,
+                           default_api_timeout_ms=200)
+    if how == "assign":
+        consumer.assign([t0, TopicPartition("t", 1)])
+        with pytest.raises(streamlog.KafkaTimeoutError, match="pending in an open transaction"):
+            consumer.position(t0)
+    else:
+        consumer.subscribe(["t"])
+    got = poll_until(consumer, lambda r: any(x.partition == 1 for x in r),
+                     "records of the partition whose offset is not pending")
+    assert all(r.partition != 0 for r in got)   # none of t-0 while its offset is pending
+    producer.commit_transaction()
+    producer.close()
+    got = poll_until(consumer, lambda r: any(x.partition == 0 for x in r), "t-0's records")
+    assert min(r.offset for r in got if r.partition == 0) == 4
+    consumer.close()

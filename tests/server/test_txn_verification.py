@@ -245,7 +245,7 @@ def test_offsets_of_a_transaction_that_did_not_add_them_are_refused(db, sock):
     assert txn.commit_offset("g", T0, 5) == ErrorCode.invalid_txn_state
     groups = find_coordinator(db._broker)
     offsets_tp = groups.offsets_partition("g")
-    assert not groups.pending_offsets("g")
+    assert not groups.offset_fetch_stable("g")[1]
     txn.end(commit=True)
     assert stable(db, offsets_tp)
     txn.add(T0)

@@ -128,6 +128,7 @@ CONSUMER = {
     "value.deserializer": (None, _callable_or_none),
     "check.crcs": (True, _bool),
     "exclude.internal.topics": (True, _bool),
+    "default.api.timeout.ms": (60000, _int32(0)),
 }
 
 

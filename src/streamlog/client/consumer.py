@@ -38,8 +38,9 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..errors import (IllegalStateError, InvalidGroupIdError, NoOffsetForPartitionError,
-                      OffsetOutOfRangeError, UnknownTopicOrPartitionError, WakeupError)
+from ..errors import (IllegalStateError, InvalidGroupIdError, KafkaTimeoutError,
+                      NoOffsetForPartitionError, OffsetOutOfRangeError,
+                      UnknownTopicOrPartitionError, WakeupError)
 from ..parsing import LONG_MAX
 from ..storage import codec
 from ..storage.record_batch import CONTROL_ABORT
@@ -49,6 +50,9 @@ from .group_member import GroupMembership, parse_subscription
 from .records import Record, RecordColumns
 
 EARLIEST, LATEST = -2, -1
+# How soon a partition whose committed offset is pending in a transaction is looked at
+# again (Kafka's consumer retries after retry.backoff.ms, 100 ms).
+_UNSTABLE_RETRY_S = 0.1
 
 
 class OffsetAndTimestamp(NamedTuple):
@@ -103,6 +107,7 @@ class Consumer:
         self._key_deserializer = s["key.deserializer"]
         self._value_deserializer = s["value.deserializer"]
         self._verify = s["check.crcs"]
+        self._api_timeout_s = s["default.api.timeout.ms"] / 1000
         self._assignment = []
         self._positions = {}
         self._paused = set()
@@ -221,15 +226,29 @@ class Consumer:
         self._assignment = tps
 
     def start_from_committed(self, partitions):
-        """Position newly assigned partitions at the group's committed offsets (else reset)."""
-        if not partitions:
-            return
-        for tp, committed in self._group.committed(partitions).items():
+        """Newly assigned partitions start at the group's committed offsets, else at
+        auto_offset_reset: found at the next poll() or position() (_initialize_positions),
+        as Kafka's consumer finds them (updateFetchPositions)."""
+        for tp in partitions:
+            self._positions.pop(tp, None)
             self._buffers.pop(tp, None)
-            if committed is not None:
-                self._positions[tp] = committed.offset
-            else:
-                self._positions.pop(tp, None)  # auto_offset_reset decides at the first fetch
+
+    def _initialize_positions(self, tps):
+        """Kafka's updateFetchPositions for assigned partitions without a position, subscribed
+        or assign()ed alike: with a group, its committed offset is the position. Returns the
+        partitions whose committed offset is pending in an open transaction: they get none
+        until it ends, as Kafka's consumer fetches committed offsets with require_stable and
+        retries while they are unstable (ConsumerCoordinator.fetchCommittedOffsets,
+        KIP-447), so a consumer taking over a partition does not read again what a
+        committing transaction consumed. The others are left to _reset (auto_offset_reset)."""
+        if self._group is None or not tps:
+            return set()
+        committed, unstable = self._group.stable_committed(tps)
+        for tp, found in committed.items():
+            if found is not None and tp not in unstable:
+                self._positions[tp] = found.offset
+                self._buffers.pop(tp, None)
+        return unstable
 
     def consumed_offsets(self):
         """{tp: OffsetAndMetadata(position)} for every assigned partition with a position."""
@@ -269,7 +288,16 @@ class Consumer:
         """The offset of the next record poll() returns for tp."""
         tp = self._assigned([tp])[0]
         if tp not in self._positions:
-            self._reset(tp)
+            deadline = time.monotonic() + self._api_timeout_s
+            while self._initialize_positions([tp]):
+                if time.monotonic() >= deadline:
+                    raise KafkaTimeoutError(
+                        f"the group's committed offset of {tp} stayed pending in an open "
+                        f"transaction for default.api.timeout.ms "
+                        f"({self._api_timeout_s * 1000:.0f} ms)")
+                time.sleep(_UNSTABLE_RETRY_S)
+            if tp not in self._positions:
+                self._reset(tp)
         return self._positions[tp]
 
     def seek(self, tp, offset):
@@ -403,12 +431,14 @@ class Consumer:
 
     def _fetch(self, wait_ms):
         positions = {}
-        for tp in self._assignment:
-            if tp in self._paused:
-                continue
-            buffered = self._buffers.get(tp)
-            if buffered is not None and not buffered.empty():
-                continue
+        wanted = [tp for tp in self._assignment if tp not in self._paused and (
+            tp not in self._buffers or self._buffers[tp].empty())]
+        unstable = self._initialize_positions([tp for tp in wanted if tp not in self._positions])
+        if unstable:   # look again soon: no wake() comes when the transaction ends
+            wait_ms = min(wait_ms, _UNSTABLE_RETRY_S * 1000)
+        for tp in wanted:
+            if tp in unstable:
+                continue   # no position until the transaction holding its offset ends
             if tp not in self._positions:
                 try:
                     self._reset(tp)

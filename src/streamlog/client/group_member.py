@@ -550,9 +550,14 @@ class GroupMembership:
             callback(offsets, error)
 
     def committed(self, partitions):
-        found = self._coordinator.offset_fetch(self.group_id, partitions)
-        return {tp: (None if c is None else OffsetAndMetadata(c.offset, c.metadata))
-                for tp, c in found.items()}
+        return self.stable_committed(partitions)[0]
+
+    def stable_committed(self, partitions):
+        """({tp: OffsetAndMetadata or None}, the partitions whose offset is pending in an
+        open transaction): what a consumer starts from, once none of its is pending."""
+        found, pending = self._coordinator.offset_fetch_stable(self.group_id, partitions)
+        return ({tp: (None if c is None else OffsetAndMetadata(c.offset, c.metadata))
+                 for tp, c in found.items()}, pending & set(found))
 
     def group_metadata(self):
         return ConsumerGroupMetadata(self.group_id, self.generation, self.member_id,

@@ -784,11 +784,13 @@ class GroupCoordinator:
                                     group.generation, group.leader, members,
                                     dict(self._store.committed(group_id)))
 
-    def pending_offsets(self, group_id):
-        """The partitions with an offset of the group pending in an open transaction
-        (OffsetFetch with require_stable answers them UNSTABLE_OFFSET_COMMIT: KIP-447)."""
+    def offset_fetch_stable(self, group_id, partitions=None):
+        """(offset_fetch's answer, the partitions with an offset of the group pending in an
+        open transaction), read at once: OffsetFetch with require_stable answers the second
+        UNSTABLE_OFFSET_COMMIT, and a consumer waits until their transaction ends (KIP-447)."""
         with self._lock:
-            return self._store.pending_partitions(group_id)
+            return self.offset_fetch(group_id, partitions), \
+                self._store.pending_partitions(group_id)
 
     def protocol_type(self, group_id):
         """The protocol type of the group's members ("consumer", ...), None if unknown."""

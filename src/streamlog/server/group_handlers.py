@@ -251,11 +251,11 @@ class GroupHandlers:
         exc, committed, unstable = None, {}, set()
         try:
             self._check_coordinator(body.group_id)
-            committed = self.coordinator.offset_fetch(body.group_id, wanted)
+            committed, pending = self.coordinator.offset_fetch_stable(body.group_id, wanted)
             if getattr(body, "require_stable", False):
                 # KIP-447: an offset pending in an open transaction is not answered yet;
-                # the read_committed client retries until the transaction ends.
-                unstable = self.coordinator.pending_offsets(body.group_id)
+                # the client retries until the transaction ends.
+                unstable = pending
         except errors.StreamlogError as exc_:
             exc = exc_
         by_topic = {}

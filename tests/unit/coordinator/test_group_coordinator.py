@@ -467,9 +467,9 @@ def test_deleting_an_offset_drops_it_from_an_open_transaction_too(coordinator):
     # open transaction of the group, so the commit marker does not bring it back.
     coordinator.txn_offset_commit("g", 1000, 0, "", -1, None, {TP0: OffsetAndMetadata(3),
                                                               TP1: OffsetAndMetadata(4)})
-    assert coordinator.pending_offsets("g") == {TP0, TP1}
+    assert coordinator.offset_fetch_stable("g")[1] == {TP0, TP1}
     assert coordinator.delete_offsets("g", [TP0]) == {TP0: None}
-    assert coordinator.pending_offsets("g") == {TP1}
+    assert coordinator.offset_fetch_stable("g")[1] == {TP1}
     coordinator.complete_transaction(coordinator.offsets_partition("g"), 1000, commit=True)
     assert {tp: c.offset for tp, c in coordinator.offset_fetch("g").items()} == {TP1: 4}
 
