@@ -827,6 +827,8 @@ def test_a_consumer_waits_out_a_committed_offset_pending_in_a_transaction(db, ho
     producer.send_offsets_to_transaction({t0: 4}, "g")
     consumer = db.consumer(group_id="g", auto_offset_reset="earliest", enable_auto_commit=False,
                            default_api_timeout_ms=200)
+    with pytest.raises(streamlog.KafkaTimeoutError, match="pending in an open transaction"):
+        consumer.committed([t0])   # Kafka's committed() asks for stable offsets too
     if how == "assign":
         consumer.assign([t0, TopicPartition("t", 1)])
         with pytest.raises(streamlog.KafkaTimeoutError, match="pending in an open transaction"):
@@ -840,4 +842,5 @@ def test_a_consumer_waits_out_a_committed_offset_pending_in_a_transaction(db, ho
     producer.close()
     got = poll_until(consumer, lambda r: any(x.partition == 0 for x in r), "t-0's records")
     assert min(r.offset for r in got if r.partition == 0) == 4
+    assert consumer.committed([t0]) == {t0: OffsetAndMetadata(4, "")}
     consumer.close()

@@ -288,17 +288,27 @@ class Consumer:
         """The offset of the next record poll() returns for tp."""
         tp = self._assigned([tp])[0]
         if tp not in self._positions:
-            deadline = time.monotonic() + self._api_timeout_s
-            while self._initialize_positions([tp]):
-                if time.monotonic() >= deadline:
-                    raise KafkaTimeoutError(
-                        f"the group's committed offset of {tp} stayed pending in an open "
-                        f"transaction for default.api.timeout.ms "
-                        f"({self._api_timeout_s * 1000:.0f} ms)")
-                time.sleep(_UNSTABLE_RETRY_S)
+            self._until_stable(lambda: (None, self._initialize_positions([tp])))
             if tp not in self._positions:
                 self._reset(tp)
         return self._positions[tp]
+
+    def _until_stable(self, attempt):
+        """attempt() -> (result, the partitions whose committed offset is pending in an open
+        transaction); tried again every 100 ms while there are any, up to
+        default.api.timeout.ms (then KafkaTimeoutError), as Kafka's consumer retries an
+        OffsetFetch answered UNSTABLE_OFFSET_COMMIT. Returns the result."""
+        deadline = time.monotonic() + self._api_timeout_s
+        while True:
+            result, unstable = attempt()
+            if not unstable:
+                return result
+            if time.monotonic() >= deadline:
+                raise KafkaTimeoutError(
+                    f"the group's committed offsets of {sorted(unstable)} stayed pending in an "
+                    f"open transaction for default.api.timeout.ms "
+                    f"({self._api_timeout_s * 1000:.0f} ms)")
+            time.sleep(_UNSTABLE_RETRY_S)
 
     def seek(self, tp, offset):
         tp = self._assigned([tp])[0]
@@ -619,9 +629,11 @@ class Consumer:
             self._exit()
 
     def committed(self, partitions):
-        """{tp: OffsetAndMetadata or None}: the group's committed offsets."""
-        return self._require_group("committed()").committed(
-            [TopicPartition(*tp) for tp in partitions])
+        """{tp: OffsetAndMetadata or None}: the group's committed offsets, once none of them
+        is pending in an open transaction (Kafka's committed() asks for stable offsets)."""
+        group = self._require_group("committed()")
+        tps = [TopicPartition(*tp) for tp in partitions]
+        return self._until_stable(lambda: group.stable_committed(tps))
 
     def group_metadata(self):
         """ConsumerGroupMetadata(group_id, generation_id, member_id, group_instance_id)."""

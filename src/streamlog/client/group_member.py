@@ -549,9 +549,6 @@ class GroupMembership:
             callback, offsets, error = self._commit_callbacks.pop(0)
             callback(offsets, error)
 
-    def committed(self, partitions):
-        return self.stable_committed(partitions)[0]
-
     def stable_committed(self, partitions):
         """({tp: OffsetAndMetadata or None}, the partitions whose offset is pending in an
         open transaction): what a consumer starts from, once none of its is pending."""
