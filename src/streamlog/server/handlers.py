@@ -34,6 +34,7 @@ from .elect_leaders import ElectLeadersHandlers
 from .error_codes import error_code, error_message, failure
 from .group_handlers import GroupHandlers
 from .log_dirs import LogDirsHandlers
+from .partition_reassignments import PartitionReassignmentsHandlers
 from .protocol import (ALTER_CONFIGS, API_VERSIONS, CREATE_PARTITIONS, CREATE_TOPICS,
                        DELETE_RECORDS, DELETE_TOPICS, DESCRIBE_CLUSTER, DESCRIBE_CONFIGS, FETCH,
                        INCREMENTAL_ALTER_CONFIGS, LIST_OFFSETS, METADATA, NO_THROTTLE,
@@ -107,6 +108,7 @@ class Handlers:
         self._by_key.update(LogDirsHandlers(broker).table)
         self._by_key.update(DescribeTopicPartitionsHandlers(broker, self._placement,
                                                             self._live_nodes).table)
+        self._by_key.update(PartitionReassignmentsHandlers().table)
 
     @property
     def _view(self):

@@ -82,6 +82,7 @@ SUPPORTED = {
     43: (0, 2),   # ElectLeaders (elect_leaders.py)
     35: (1, 4),   # DescribeLogDirs (log_dirs.py; 0 is gone from Kafka 4's schemas)
     75: (0, 0),   # DescribeTopicPartitions (describe_topic_partitions.py)
+    46: (0, 0),   # ListPartitionReassignments (partition_reassignments.py)
 }
 
 
