@@ -40,6 +40,7 @@ from .protocol import (ALTER_CONFIGS, API_VERSIONS, CREATE_PARTITIONS, CREATE_TO
                        INCREMENTAL_ALTER_CONFIGS, LIST_OFFSETS, METADATA, NO_THROTTLE,
                        OFFSET_FOR_LEADER_EPOCH, PRODUCE, SUPPORTED, RecordsChunks, build,
                        response_types)
+from .scram_credentials import ScramCredentialsHandlers
 from .txn_handlers import TxnHandlers, first_batch
 
 NODE_ID = 0
@@ -109,6 +110,7 @@ class Handlers:
         self._by_key.update(DescribeTopicPartitionsHandlers(broker, self._placement,
                                                             self._live_nodes).table)
         self._by_key.update(PartitionReassignmentsHandlers().table)
+        self._by_key.update(ScramCredentialsHandlers().table)
 
     @property
     def _view(self):

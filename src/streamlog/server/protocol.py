@@ -83,6 +83,7 @@ SUPPORTED = {
     35: (1, 4),   # DescribeLogDirs (log_dirs.py; 0 is gone from Kafka 4's schemas)
     75: (0, 0),   # DescribeTopicPartitions (describe_topic_partitions.py)
     46: (0, 0),   # ListPartitionReassignments (partition_reassignments.py)
+    50: (0, 0),   # DescribeUserScramCredentials (scram_credentials.py; 51 not served)
 }
 
 
