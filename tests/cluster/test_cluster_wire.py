@@ -21,6 +21,7 @@ from kio.schema.errors import ErrorCode
 from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
 from kio.schema.find_coordinator.v3.request import FindCoordinatorRequest
 from kio.schema.heartbeat.v4.request import HeartbeatRequest
+from kio.schema.list_config_resources.v1.request import ListConfigResourcesRequest
 from kio.schema.list_offsets.v4.request import ListOffsetsPartition as ListOffsetsPartitionV4
 from kio.schema.list_offsets.v4.request import ListOffsetsRequest as ListOffsetsRequestV4
 from kio.schema.list_offsets.v4.request import ListOffsetsTopic as ListOffsetsTopicV4
@@ -187,6 +188,27 @@ def test_describe_cluster_and_find_coordinator_name_the_clusters_brokers(cluster
     moved = cluster.coordinator_for("group-a")
     assert moved != coordinator and cluster.alive(moved)
     wait_until(lambda: moved in [b[0] for b in cluster.reachable_brokers()], "its listener")
+
+
+def test_list_config_resources_names_every_broker_of_the_cluster_down_ones_too(cluster):
+    # KafkaApis.handleListConfigResources lists MetadataCache.getBrokerNodes: every
+    # registered broker, fenced ones too; a stopped broker stays registered.
+    kafka = pytest.importorskip("kafka")
+    cluster.create_topic("r", partitions=1, replication_factor=3)
+    kp = kafka.KafkaAdminClient(bootstrap_servers=cluster.bootstrap_servers)
+    try:
+        listed = kp.list_config_resources(["BROKER", "TOPIC"])
+        # kafka-python asks the controller; no reassignment is ever in progress.
+        assert kp.list_partition_reassignments() == {}
+    finally:
+        kp.close()
+    assert listed["broker"] == ["0", "1", "2"] and "r" in listed["topic"]
+    cluster.stop(2)
+    with connect(cluster, 1) as sock:
+        answer = call(sock, ListConfigResourcesRequest(resource_types=(i8(8), i8(4))))
+    assert answer.error_code == ErrorCode.none
+    assert [(r.resource_type, r.resource_name) for r in answer.config_resources] == [
+        (8, "0"), (8, "1"), (8, "2"), (4, "0"), (4, "1"), (4, "2")]
 
 
 def test_describe_log_dirs_lists_the_replicas_each_broker_holds(cluster):

@@ -110,6 +110,11 @@ class ClusterView:
         """[(broker id, host, port)] of the brokers clients can reach now."""
         return self._cluster.reachable_brokers()
 
+    def broker_ids(self):
+        """Every broker of the cluster, down ones too (each stays registered, as a Kafka
+        broker does until it is unregistered)."""
+        return list(self._cluster.broker_ids)
+
     def partition_state(self, tp):
         return self._cluster.controller.partitions.get(tp)
 

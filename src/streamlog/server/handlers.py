@@ -28,6 +28,7 @@ from .acl_handlers import AclHandlers
 from .authorized_operations import (CLUSTER_OPERATIONS, NOT_ASKED, TOPIC_OPERATIONS,
                                     authorized_operations)
 from .config_catalog import CATALOG
+from .config_resources import ConfigResourcesHandlers
 from .configs import DEFAULT_CONFIG, broker_configs, topic_configs
 from .describe_topic_partitions import DescribeTopicPartitionsHandlers
 from .elect_leaders import ElectLeadersHandlers
@@ -111,6 +112,7 @@ class Handlers:
                                                             self._live_nodes).table)
         self._by_key.update(PartitionReassignmentsHandlers().table)
         self._by_key.update(ScramCredentialsHandlers().table)
+        self._by_key.update(ConfigResourcesHandlers(broker, self._broker_ids).table)
 
     @property
     def _view(self):
@@ -128,6 +130,11 @@ class Handlers:
         the address the client connected to."""
         view = self._view
         return [(NODE_ID, context.host, context.port)] if view is None else view.brokers()
+
+    def _broker_ids(self):
+        """The ids of every broker of the cluster, down ones too, or this one's."""
+        view = self._view
+        return [NODE_ID] if view is None else view.broker_ids()
 
     def _live_nodes(self, context):
         return {node for node, _, _ in self._brokers(context)}

@@ -84,6 +84,7 @@ SUPPORTED = {
     75: (0, 0),   # DescribeTopicPartitions (describe_topic_partitions.py)
     46: (0, 0),   # ListPartitionReassignments (partition_reassignments.py)
     50: (0, 0),   # DescribeUserScramCredentials (scram_credentials.py; 51 not served)
+    74: (0, 1),   # ListConfigResources (config_resources.py)
 }
 
 
