@@ -59,9 +59,9 @@ def test_admin_clients_describe_no_credentials(server):
             future.result(10)
         error = failure.value.args[0]
         assert error.code() == confluent_kafka.KafkaError.RESOURCE_NOT_FOUND
-        # librdkafka copies the message up to the next zero byte of the frame, not by its
-        # length: the bytes after it (the empty credential list's length, 0x01) follow.
-        assert error.str() == NOT_FOUND + user + "\x01"
+        # (librdkafka 2.16 copies the message up to the next zero byte of the frame, not by
+        # its length, so a byte of the next field may follow it.)
+        assert error.str().startswith(NOT_FOUND + user)
     kp = kafka.KafkaAdminClient(bootstrap_servers=server.bootstrap_servers)
     try:
         assert kp.describe_user_scram_credentials() == {}
