@@ -1,12 +1,16 @@
 """A power loss, simulated in-process for the segment files of a log root.
 
-PowerLoss watches the three calls that make a segment's bytes durable: a log
-file's fdatasync (FileRecords.flush), its cut (FileRecords.cut_to, which syncs
-the copy it renames in), and an index's msync (SparseIndex.flush). It keeps
+PowerLoss watches the calls that make a segment's bytes durable: a log file's
+fdatasync (FileRecords.flush), its cut (FileRecords.cut_to, which syncs the copy
+it renames in), an index's msync (SparseIndex.flush), and any other fsync or
+fdatasync of a segment file (a `.txnindex`'s appends, a cleaned one). It keeps
 each file's contents as of that moment; lose() puts every segment file back to
 them, as a power loss that drops the page cache would: a file never synced
 comes back empty. keep_logs=True keeps the log files as they are (the kernel
-wrote their pages back) and loses the index pages only.
+wrote their pages back) and loses the index pages only. Segment files under a
+temporary suffix (the cleaner's `.cleaned`, `.swap`, `.deleted`) count too, and
+what was synced goes with a file when it is renamed (the bytes belong to the
+file, not its name), and is forgotten when the file is removed.
 
 The objects that had the root open must not be used after lose(): open it
 again.
@@ -26,7 +30,9 @@ import threading
 from streamlog.storage.file_records import FileRecords
 from streamlog.storage.sparse_index import SparseIndex
 
-SEGMENT_SUFFIXES = (".log", ".index", ".timeindex")
+SEGMENT_SUFFIXES = (".log", ".index", ".timeindex", ".txnindex")
+# The names a segment file takes in a cleaner's swap (docs/COMPACTION.md, crash safety).
+TEMPORARY_SUFFIXES = (".cleaned", ".swap", ".deleted")
 
 
 class PowerLoss:
@@ -54,10 +60,45 @@ class PowerLoss:
         monkeypatch.setattr(FileRecords, "flush", synced_flush)
         monkeypatch.setattr(FileRecords, "cut_to", synced_cut_to)
         monkeypatch.setattr(SparseIndex, "flush", synced_index_flush)
+        durable = self.durable
+
+        def renaming(real):
+            def rename(src, dst, *args, **kwargs):
+                real(src, dst, *args, **kwargs)
+                src, dst = os.path.abspath(src), os.path.abspath(dst)
+                if src in durable:
+                    durable[dst] = durable.pop(src)
+                else:
+                    durable.pop(dst, None)   # the file that had the name is gone
+            return rename
+
+        def removing(real):
+            def remove(path, *args, **kwargs):
+                real(path, *args, **kwargs)
+                if isinstance(path, str):
+                    durable.pop(os.path.abspath(path), None)
+            return remove
+        for name in ("rename", "replace"):
+            monkeypatch.setattr(os, name, renaming(getattr(os, name)))
+        for name in ("remove", "unlink"):
+            monkeypatch.setattr(os, name, removing(getattr(os, name)))
+
+        def syncing(real):
+            def sync(fd):
+                real(fd)
+                try:
+                    path = os.readlink(f"/proc/self/fd/{fd if isinstance(fd, int) else fd.fileno()}")
+                except OSError:
+                    return
+                if _is_segment_file(path) and os.path.isfile(path):
+                    remember(path)
+            return sync
+        for name in ("fsync", "fdatasync"):
+            monkeypatch.setattr(os, name, syncing(getattr(os, name)))
 
     def _remember(self, path):
         with open(path, "rb") as f:
-            self.durable[path] = f.read()
+            self.durable[os.path.abspath(path)] = f.read()
 
     def _segment_files(self):
         return _segment_files(self.root)
@@ -70,16 +111,27 @@ def put_back(root, durable, keep_logs=False):
     """Every segment file under root as of its last sync in `durable` (path -> bytes);
     one never synced comes back empty."""
     for path in list(_segment_files(root)):
-        if keep_logs and path.endswith(".log"):
+        if keep_logs and _without_temporary_suffix(path).endswith(".log"):
             continue
         with open(path, "wb") as f:
-            f.write(durable.get(path, b""))
+            f.write(durable.get(os.path.abspath(path), b""))
+
+
+def _without_temporary_suffix(name):
+    for suffix in TEMPORARY_SUFFIXES:
+        if name.endswith(suffix):
+            return name[:-len(suffix)]
+    return name
+
+
+def _is_segment_file(name):
+    return _without_temporary_suffix(name).endswith(SEGMENT_SUFFIXES)
 
 
 def _segment_files(root):
     for directory, _, names in os.walk(root):
         for name in names:
-            if name.endswith(SEGMENT_SUFFIXES):
+            if _is_segment_file(name):
                 yield os.path.join(directory, name)
 
 
@@ -97,7 +149,8 @@ def die_at_sync(root, at, durable_path):
     fsync, fdatasync or index flush, counted from now; before it is made) write what
     was durable until then to durable_path (pickle) and kill the process with SIGKILL:
     the power went at that moment. The parent then calls put_back(root, durable).
-    Returns a function that dies the same way at once (a workload that ended first)."""
+    Returns a function that dies the same way at once (a workload that ended first); its
+    syncs() says how many syncs were counted so far."""
     power = PowerLoss(_Patcher, root)
     count = [0]
     dying = threading.Lock()   # never released: other threads' syncs wait for the end
@@ -117,6 +170,7 @@ def die_at_sync(root, at, durable_path):
         return call
     os.fsync, os.fdatasync = gated(os.fsync), gated(os.fdatasync)
     SparseIndex.flush = gated(SparseIndex.flush)
+    die.syncs = lambda: count[0]
     return die
 
 
