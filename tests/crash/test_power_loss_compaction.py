@@ -14,6 +14,9 @@ it is renamed. The sweep cuts every sync of a pass, from the rolls db.compact ma
 checkpoint, and goes on past the pass's end; a few writers are cut during their appends
 instead, so the passes also open logs cut in a roll. All writers share one database: each
 opens what the cuts before it left, and each pass cleans what earlier passes cleaned.
+Where a writer died with renames or removals that their directory had not synced yet (a
+cut at the swap's directory fsyncs, at a checkpoint's or snapshot's), a copy of the
+database is also checked as a power loss that loses those too leaves it.
 
 After each cut, the guarantees of a compacted log (KAFKA_REFERENCE.md §4, Kafka's "What
 guarantees does log compaction provide") and DESIGN.md §2 (acknowledged, fsynced data is
@@ -24,7 +27,9 @@ offsets increasing; the log reads from its start to its end and a new record goe
 end; a read_committed consumer sees no record of an aborted transaction (§6); once closed,
 `verify` finds no damage and no `.cleaned`, `.swap` or `.deleted` file is left. At the end
 a pass on the reopened database succeeds and all of it holds again."""
+import copy
 import os
+import shutil
 
 import streamlog
 from streamlog import TopicPartition
@@ -137,7 +142,17 @@ class Written:
 
 
 def cut_one(root, written, run, cut, arm="compact"):
-    written.add(run_cut_writer(WRITER, root, cut, run, arm))
+    """One writer cut; True when it died with renames or removals its directories had not
+    synced, and `check_cut` checked the database as a power loss that loses them too leaves
+    it (a copy: the next writer opens the one that kept them)."""
+    undone = root + ".undone"
+    written.add(run_cut_writer(WRITER, root, cut, run, arm, undone=undone))
+    if not os.path.exists(undone):
+        return False
+    check_cut(undone, copy.deepcopy(written), f"at sync {cut} of its {arm}, "
+              "losing the renames and removals not synced")
+    shutil.rmtree(undone)
+    return True
 
 
 def check_cut(root, written, where):
@@ -229,12 +244,12 @@ def test_a_power_loss_at_each_sync_of_a_compaction_keeps_the_compacted_logs_guar
         written.pass_syncs
     syncs = written.pass_syncs[-1]
     check_cut(root, written, "once its pass was over")
-    cut, finished = 0, 0
+    cut, finished, undone = 0, 0, 0
     while finished < 2:     # on past the pass's end: its last syncs are cut too
         cut += 1
         run += 1
         passes = written.passes
-        cut_one(root, written, run, cut)
+        undone += cut_one(root, written, run, cut)
         finished = finished + 1 if written.passes > passes else 0
         check_cut(root, written, f"at sync {cut} of its pass")
         if cut in APPEND_CUTS:
@@ -243,6 +258,7 @@ def test_a_power_loss_at_each_sync_of_a_compaction_keeps_the_compacted_logs_guar
             check_cut(root, written, f"at sync {cut} of its appends")
         assert cut <= 2 * syncs, f"writer cut at sync {cut} of a pass of {syncs}: no end"
     assert cut >= syncs   # every sync of a pass was cut
+    assert undone >= 4    # the cuts at the swap's and the checkpoint's directory fsyncs
     assert written.aborted and written.offsets["t"]
     with streamlog.open(root, config=CONFIG) as db:
         results = db.compact("c") + db.compact("t")
