@@ -10,7 +10,8 @@ keyed updates to them ("c": acks="all"; "t": cleanup.policy "compact,delete", tr
 one of every three aborted) and compacts both again; die_at_sync (support.power_loss) kills
 it just before its N-th sync counted from the end of its appends, and this process puts every segment file back to its bytes as of its last sync,
 `.cleaned`, `.swap` and `.deleted` files included, the synced bytes going with a file when
-it is renamed. The sweep cuts every sync of a pass, from the rolls db.compact makes to the
+it is renamed. Some updates to "c" are deletes (tombstones, kept for delete.retention.ms,
+a day: every pass keeps them, and the first one sets their delete horizon). The sweep cuts every sync of a pass, from the rolls db.compact makes to the
 checkpoint, and goes on past the pass's end; a few writers are cut during their appends
 instead, so the passes also open logs cut in a roll. All writers share one database: each
 opens what the cuts before it left, and each pass cleans what earlier passes cleaned.
@@ -53,6 +54,7 @@ PAD = b"." * 90       # a segment holds about six batches
 EXPLAINED = {files.PARTITION_METADATA_FILE, files.TOPIC_CONFIG_FILE,
              files.LEADER_EPOCH_CHECKPOINT}
 
+# Every record carries its value's text in its "id" header: a tombstone's ("~" first) too.
 # Lines: "W topic key value" before a record is sent; "A topic key value offset" once it
 # is acknowledged (acks="all"; for "t", once its transaction committed); "X topic key
 # value" before a record of a transaction that will be aborted is sent; "P syncs" once
@@ -81,8 +83,11 @@ if arm == "appends":
     die = die_at_sync(root, cut, durable)
 for i in range(%(updates)d):
     key, value = b"k%%d" %% ((run * 3 + i) %% %(keys)d), b"r%%d-%%d" %% (run, i)
+    if i %% 5 == 4:
+        value = b"~" + value   # a tombstone: a delete of the key
     print("W c", key.decode(), value.decode(), flush=True)
-    md = p.send("c", key=key, value=value + %(pad)r, partition=0).result()
+    md = p.send("c", key=key, value=None if value[:1] == b"~" else value + %(pad)r,
+                headers=[("id", value)], partition=0).result()
     print("A c", key.decode(), value.decode(), md.offset, flush=True)
 for j in range(%(transactions)d):
     sent = []
@@ -90,7 +95,8 @@ for j in range(%(transactions)d):
     for k in range(2):
         key, value = b"k%%d" %% ((run + j + k) %% %(keys)d), b"r%%d-t%%d-%%d" %% (run, j, k)
         print("X" if j %% 3 == 1 else "W", "t", key.decode(), value.decode(), flush=True)
-        sent.append((key, value, tx.send("t", key=key, value=value + %(pad)r, partition=0)))
+        sent.append((key, value, tx.send("t", key=key, value=value + %(pad)r,
+                                         headers=[("id", value)], partition=0)))
     if j %% 3 == 1:
         tx.abort_transaction()
         continue
@@ -176,7 +182,11 @@ def read_all(db, topic, isolation):
         records = consumer.poll(timeout=5)
         assert records or consumer.position(tp) > position, \
             f"{topic}: the read stops at {position}, before the end {end}"
-        out.extend((r.offset, r.key.decode(), r.value[:-len(PAD)].decode()) for r in records)
+        for r in records:
+            ident = dict(r.headers)["id"].decode()
+            assert r.value == (None if ident[0] == "~" else ident.encode() + PAD), \
+                f"{topic}: at {r.offset}, {ident} holds {r.value!r}"
+            out.append((r.offset, r.key.decode(), ident))
     consumer.close()
     return out
 
@@ -209,7 +219,7 @@ def check_topic(db, topic, written, isolation, probe):
         value = "probe-%d" % sum(len(v) for v in written.keys.values())
         producer = db.producer(acks="all", enable_idempotence=False)
         offset = producer.send(topic, key=b"k0", value=value.encode() + PAD,
-                               partition=0).result().offset
+                               headers=[("id", value.encode())], partition=0).result().offset
         producer.close()
         assert offset == end, (topic, offset, end)
         keys[value], acknowledged[value] = "k0", offset
