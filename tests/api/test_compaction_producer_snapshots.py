@@ -4,16 +4,12 @@ A roll takes a producer snapshot named by the new segment's base offset. When th
 cleaner swaps a group's cleaned segment in for several old ones, Kafka deletes the
 snapshots of the old segments that leave the log (UnifiedLog.replaceSegments calls
 deleteProducerSnapshots with the deleted segments, which removes each one's snapshot at
-its base offset). Seen in the partition directories test_power_loss_compaction.py leaves:
-a compacted log here keeps one snapshot per roll for ever."""
-import pytest
-
+its base offset); without that, a compacted log, whose start never moves, would keep
+one snapshot per roll for ever."""
 import streamlog
 from streamlog.storage import files
 
 
-@pytest.mark.xfail(strict=True, reason="replace_segments leaves the producer snapshots of "
-                   "the segments a pass merged away (Kafka's replaceSegments deletes them)")
 def test_a_pass_deletes_the_snapshots_of_the_segments_it_merges_away(tmp_path):
     db = streamlog.open(str(tmp_path / "db"), config={"log.cleaner.enable": False})
     db.create_topic("c", partitions=1, config={"cleanup.policy": "compact",

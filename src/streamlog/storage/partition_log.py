@@ -1170,6 +1170,10 @@ class PartitionLog:
                 fsync_dir(self.directory)
             finally:
                 self._install_replacements(replacements, new_by_first, old_bases)
+            # The old segments no cleaned one starts at are gone: so are their snapshots,
+            # which would otherwise pile up, one per roll, on a log whose start never moves.
+            self.producer_state.delete_snapshots_at(
+                old_bases - {cleaned.base_offset for _, cleaned, _ in replacements})
             return True
 
     def _install_replacements(self, replacements, new_by_first, old_bases):

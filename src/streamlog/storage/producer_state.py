@@ -464,6 +464,13 @@ class ProducerState:
         for old in [o for o in self.snapshot_offsets if o < offset and o != keep]:
             self._delete_snapshot(old)
 
+    def delete_snapshots_at(self, offsets):
+        """Segments at these bases left the log, merged into others by the cleaner: their
+        snapshots go (Kafka's UnifiedLog.deleteProducerSnapshots). A rebuild starts at the
+        newest one, which a pass never removes (the active segment's is never merged)."""
+        for offset in set(offsets) & set(self.snapshot_offsets):
+            self._delete_snapshot(offset)
+
     def truncate_fully(self):
         """The log was emptied (a replica restarted at its leader's log start): every
         producer and snapshot goes, as in Kafka's truncateFullyAndStartAt."""
