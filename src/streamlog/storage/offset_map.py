@@ -13,9 +13,12 @@ offset + 1 (0: an empty slot), side by side so that a probe touches one cache li
 and all zero at first so that a large map costs memory only where keys land. It
 is probed linearly from the slot the low half names. The native paths
 (native/sl_cleaner.h) probe the same array the same way.
-`put` refuses a new key once the map holds `max_entries` (the pass then
-stops its dirty range there, as Kafka's does when its map is full); a key it
-already holds is always updated.
+`put` refuses a new key once the map holds `max_entries`, and the pass then
+stops its dirty range there, as Kafka's does when its map is full; a key it
+already holds is always updated. Kafka's buildOffsetMapForSegment stops at the
+first keyed record once the map is full, held key or not: a pass here may reach
+further before a new key stops it, which cleans as correctly and leaves less to
+the next pass.
 
 Not thread-safe: one cleaning pass owns one map.
 """
