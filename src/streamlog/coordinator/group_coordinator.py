@@ -784,13 +784,15 @@ class GroupCoordinator:
                                     group.generation, group.leader, members,
                                     dict(self._store.committed(group_id)))
 
-    def offset_fetch_stable(self, group_id, partitions=None):
+    def offset_fetch_stable(self, group_id, partitions=None, require_stable=True):
         """(offset_fetch's answer, the partitions with an offset of the group pending in an
         open transaction), read at once: OffsetFetch with require_stable answers the second
-        UNSTABLE_OFFSET_COMMIT, and a consumer waits until their transaction ends (KIP-447)."""
+        UNSTABLE_OFFSET_COMMIT, and a consumer waits until their transaction ends (KIP-447).
+        require_stable=False: the second is empty, and not looked for (a scan of every open
+        transaction's pending offsets)."""
         with self._lock:
             return self.offset_fetch(group_id, partitions), \
-                self._store.pending_partitions(group_id)
+                self._store.pending_partitions(group_id) if require_stable else set()
 
     def protocol_type(self, group_id):
         """The protocol type of the group's members ("consumer", ...), None if unknown."""

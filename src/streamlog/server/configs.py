@@ -18,6 +18,7 @@ log.retention.hours default that stands in for it is left out, and the chain is 
 Where Kafka leaves a broker config null and derives it from another (log.retention.ms from
 log.retention.hours), the value shown is the one in force.
 """
+import functools
 from typing import NamedTuple
 
 from ..broker.config import BrokerConfig
@@ -128,6 +129,14 @@ def _broker_values(broker_config):
     return values
 
 
+@functools.cache
+def _default_texts():
+    """{broker name: default value as text}: the same for every database, computed once."""
+    defaults = _broker_values(BrokerConfig())
+    defaults.update(_KAFKA_BROKER_DEFAULTS)
+    return {name: config_text(value) for name, value in defaults.items() if value is not None}
+
+
 class _BrokerChains:
     """Which broker names were given at the open, and which have defaults, as text."""
 
@@ -135,10 +144,7 @@ class _BrokerChains:
         given = {TOPIC_CONFIG_SYNONYMS.get(name, name) for name in broker_config.given}
         self.static = {name: config_text(value)
                        for name, value in _broker_values(broker_config).items() if name in given}
-        defaults = _broker_values(BrokerConfig())
-        defaults.update(_KAFKA_BROKER_DEFAULTS)
-        self.defaults = {name: config_text(value) for name, value in defaults.items()
-                         if value is not None}
+        self.defaults = _default_texts()
 
     def synonyms(self, broker_name):
         """((name, value, source), ...) of a broker config: Kafka's

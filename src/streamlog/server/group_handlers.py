@@ -251,11 +251,10 @@ class GroupHandlers:
         exc, committed, unstable = None, {}, set()
         try:
             self._check_coordinator(body.group_id)
-            committed, pending = self.coordinator.offset_fetch_stable(body.group_id, wanted)
-            if getattr(body, "require_stable", False):
-                # KIP-447: an offset pending in an open transaction is not answered yet;
-                # the client retries until the transaction ends.
-                unstable = pending
+            # KIP-447: with require_stable, an offset pending in an open transaction is not
+            # answered yet; the client retries until the transaction ends.
+            committed, unstable = self.coordinator.offset_fetch_stable(
+                body.group_id, wanted, bool(getattr(body, "require_stable", False)))
         except errors.StreamlogError as exc_:
             exc = exc_
         by_topic = {}
