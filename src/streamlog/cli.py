@@ -26,7 +26,8 @@
 process writes. Exit codes: 0 ok, 1 an operation failed (the message says why),
 2 bad usage or unreadable input. `repair` exits 1 when a directory could not be
 recovered (each is listed with the reason), `compact` when a log was not cleaned
-(each says why; a later run cleans it).
+(each says why; a later run cleans it). Only `topics create`, `produce` and `serve`
+make a new database where --path names none; the others refuse the path (exit 2).
 """
 import argparse
 import base64
@@ -67,13 +68,21 @@ def _directory(args, given, command):
     return root
 
 
+def _missing(path, command):
+    """True (after saying so) when path is not a directory: a command that reads or changes
+    an existing database must not make a new one where a path was mistyped."""
+    if os.path.isdir(path):
+        return False
+    print(f"streamlog {command}: {path} is not a directory", file=sys.stderr)
+    return True
+
+
 def cmd_verify(args, out=sys.stdout):
     from .storage.verify import verify_directory
     root = _directory(args, args.directory, "verify")
     if root is None:
         return EXIT_USAGE
-    if not os.path.isdir(root):
-        print(f"streamlog verify: {root} is not a directory", file=sys.stderr)
+    if _missing(root, "verify"):
         return EXIT_USAGE
     bar = Progress("verify", 1, enabled=not args.quiet)
 
@@ -169,6 +178,8 @@ def cmd_serve(args, out=sys.stdout):
 
 
 def cmd_compact(args, out=sys.stdout):
+    if _missing(args.path, "compact"):
+        return EXIT_USAGE
     db = _open(args.path)
     try:
         names = [args.topic] if args.topic is not None else db.topics(internal=True)
@@ -226,8 +237,7 @@ def _parse_configs(pairs):
 
 def cmd_topics(args, out=sys.stdout):
     readonly = args.action in ("list", "describe")
-    if readonly and not os.path.isdir(args.path):
-        print(f"streamlog topics: {args.path} is not a directory", file=sys.stderr)
+    if args.action != "create" and _missing(args.path, "topics"):
         return EXIT_USAGE
     with _open(args.path, readonly=readonly) as db:
         if args.action == "list":
@@ -369,8 +379,7 @@ def _format_record(record, fmt, print_key, separator):
 
 def cmd_consume(args, out=sys.stdout):
     import streamlog
-    if not os.path.isdir(args.path):
-        print(f"streamlog consume: {args.path} is not a directory", file=sys.stderr)
+    if _missing(args.path, "consume"):
         return EXIT_USAGE
     if args.group is not None and (args.partition is not None or args.offset is not None or
                                    args.from_timestamp is not None):
@@ -484,8 +493,7 @@ def _print_group(d, out):
 
 def cmd_groups(args, out=sys.stdout):
     readonly = args.action in ("list", "describe")
-    if not os.path.isdir(args.path):
-        print(f"streamlog groups: {args.path} is not a directory", file=sys.stderr)
+    if _missing(args.path, "groups"):
         return EXIT_USAGE
     if args.action != "list" and not args.group:
         print(f"streamlog groups {args.action}: name the group", file=sys.stderr)

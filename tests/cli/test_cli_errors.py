@@ -137,3 +137,15 @@ def test_consume_with_a_group_commits_only_what_it_printed(path):
     rest = run("consume", "events", "--group", "g", "--path", path)
     assert rest.stdout.splitlines() == [f"v{i}" for i in range(4, 10)]
     assert "TotalLag: 0" in run("groups", "describe", "g", "--path", path).stdout
+
+
+@pytest.mark.parametrize("command", [("compact",), ("topics", "delete", "t"),
+                                     ("topics", "list"), ("groups", "list"), ("consume", "t")])
+def test_a_mistyped_path_is_refused_and_no_database_is_made_there(tmp_path, command):
+    """`compact` and `topics delete` made a new, empty database at a path that did not exist
+    (compact then said "__cluster_metadata-0: nothing to clean" and exited 0). A command that
+    reads or changes an existing database refuses such a path, as the others did already."""
+    missing = tmp_path / "no-such-db"
+    error = one_line_error(run(*command, "--path", str(missing)), code=2)
+    assert error == f"streamlog {command[0]}: {missing} is not a directory"
+    assert not missing.exists()
