@@ -20,8 +20,11 @@ BYTES_TYPES = (bytes, bytearray, memoryview)
 
 def check_payload(what, data):
     if data is not None and not isinstance(data, BYTES_TYPES):
-        raise TypeError(f"the {what} must be bytes (or None), not {type(data).__name__}; set a "
-                        f"{what.split()[-1]}_serializer to send other types")
+        # A record's key and value have serializers; a header's value has none (nor in Kafka).
+        hint = f"set a {what}_serializer to send other types" if what in ("key", "value") \
+            else "encode it to bytes first"
+        raise TypeError(f"the {what} must be bytes (or None), not {type(data).__name__}; "
+                        f"{hint}")
 
 
 def check_timestamp(timestamp_ms, what="timestamp_ms", nullable=True):
