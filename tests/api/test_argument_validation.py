@@ -152,6 +152,26 @@ def test_consumer_arguments_are_checked(db):
         db.consumer(group_id="")  # KIP-289: "" is no group id; None is
 
 
+def test_a_bad_subscription_pattern_and_bad_group_metadata_are_named(db):
+    """subscribe(pattern="[") raised re.error ("unterminated character set at position 0"),
+    and send_offsets_to_transaction(offsets, 42) an AttributeError ('int' object has no
+    attribute 'group_id') after the group's partition had joined the transaction."""
+    db.create_topic("t")
+    consumer = db.consumer(group_id="g")
+    with pytest.raises(streamlog.InvalidRegularExpressionError, match=r"pattern '\[' is not"):
+        consumer.subscribe(pattern="[")
+    assert consumer.subscription() == set()
+    producer = db.producer(transactional_id="tx")
+    producer.init_transactions()
+    producer.begin_transaction()
+    with pytest.raises(TypeError, match="group_metadata\\(\\) \\(or a group id str\\), not int"):
+        producer.send_offsets_to_transaction({TopicPartition("t", 0): 1}, 42)
+    producer.send("t", value=b"v")
+    producer.commit_transaction()   # the refused call left the transaction whole
+    consumer.close()
+    producer.close()
+
+
 def test_altering_committed_offsets_past_the_log_end_is_refused(db):
     db.create_topic("t")
     db.producer().send_batch("t", [b"a", b"b", b"c"]).result()

@@ -37,7 +37,8 @@ from ..coordinator.assignors import (COOPERATIVE, EAGER, Subscription, get_assig
                                      supported_protocols)
 from ..coordinator.group_coordinator import FENCED, REMOVED, find_coordinator
 from ..errors import (CommitFailedError, FencedInstanceIdError, IllegalGenerationError,
-                      IllegalStateError, InvalidConfigurationError, RebalanceInProgressError,
+                      IllegalStateError, InvalidConfigurationError,
+                      InvalidRegularExpressionError, RebalanceInProgressError,
                       UnknownMemberIdError)
 from ..structs import OffsetAndMetadata, TopicPartition
 
@@ -600,7 +601,12 @@ def parse_subscription(topics, pattern):
         if topics:
             raise IllegalStateError("subscribe() takes topics or a pattern, not both")
         if isinstance(pattern, str):
-            pattern = re.compile(pattern)
+            try:
+                pattern = re.compile(pattern)
+            except re.error as exc:
+                raise InvalidRegularExpressionError(
+                    f"subscribe() pattern {pattern!r} is not a valid regular expression: "
+                    f"{exc}") from None
         if not isinstance(pattern, re.Pattern):
             raise TypeError(f"pattern must be a str or compiled regex, got {pattern!r}")
         return None, pattern

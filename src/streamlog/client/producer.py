@@ -743,6 +743,10 @@ class Producer:
         txn = self._transaction("send_offsets_to_transaction()")
         if isinstance(group_metadata, str):
             group_metadata = ConsumerGroupMetadata(group_metadata, -1, "", None)
+        elif not isinstance(group_metadata, ConsumerGroupMetadata):
+            raise TypeError("send_offsets_to_transaction() takes the consumer's "
+                            "group_metadata() (or a group id str), not "
+                            f"{type(group_metadata).__name__}")
         txn.add_offsets(group_metadata.group_id)
         pid, epoch = txn.producer
         try:
