@@ -344,11 +344,16 @@ def _produce_lines(args, producer, stdin, bar, sent):
 # --- consume --------------------------------------------------------------------
 
 
-def _parse_time(text):
+def _parse_time(text, option):
     """Milliseconds since the epoch from an integer or an ISO-8601 time (UTC if naive)."""
     if text.lstrip("-").isdigit():
         return int(text)
-    moment = datetime.datetime.fromisoformat(text)
+    try:
+        moment = datetime.datetime.fromisoformat(text)
+    except ValueError:
+        raise ValueError(f"{option} takes milliseconds since the epoch or an ISO-8601 time "
+                         f"(2026-11-27T10:00:00, UTC unless it names a zone), got {text!r}") \
+            from None
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=datetime.timezone.utc)
     return int(moment.timestamp() * 1000)
@@ -411,7 +416,7 @@ def _seek_start(consumer, tps, args):
         for tp in tps:
             consumer.seek(tp, args.offset)
     elif args.from_timestamp is not None:
-        found = consumer.offsets_for_times({tp: _parse_time(args.from_timestamp) for tp in tps})
+        found = consumer.offsets_for_times({tp: _parse_time(args.from_timestamp, "--from-timestamp") for tp in tps})
         for tp in tps:
             if found[tp] is None:
                 consumer.seek_to_end([tp])
@@ -517,7 +522,7 @@ def cmd_groups(args, out=sys.stdout):
                       "--to-latest, --to-offset, --to-datetime, --shift-by", file=sys.stderr)
                 return EXIT_USAGE
             strategy, value = chosen[0]
-            value = _parse_time(value) if strategy == "datetime" else value
+            value = _parse_time(value, "--to-datetime") if strategy == "datetime" else value
             if args.all_topics:
                 partitions = sorted(db.describe_group(args.group).partitions)
             elif args.topic:

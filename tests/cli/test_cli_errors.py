@@ -149,3 +149,15 @@ def test_a_mistyped_path_is_refused_and_no_database_is_made_there(tmp_path, comm
     error = one_line_error(run(*command, "--path", str(missing)), code=2)
     assert error == f"streamlog {command[0]}: {missing} is not a directory"
     assert not missing.exists()
+
+
+def test_a_time_that_is_no_time_names_the_option_and_its_forms(path):
+    """--from-timestamp yesterday said only "Invalid isoformat string: 'yesterday'"."""
+    assert run("topics", "create", "t", "--path", path).returncode == 0
+    error = one_line_error(run("consume", "t", "--path", path, "--from-timestamp", "yesterday"),
+                           code=2)
+    assert error.startswith("streamlog consume: --from-timestamp takes milliseconds since the "
+                            "epoch or an ISO-8601 time") and error.endswith("got 'yesterday'")
+    error = one_line_error(run("groups", "reset-offsets", "g", "--path", path, "--all-topics",
+                               "--to-datetime", "noon"), code=2)
+    assert "--to-datetime takes milliseconds since the epoch" in error
