@@ -154,6 +154,36 @@ def test_only_delete_directories_the_library_names_are_removed_at_open(tmp_path)
     assert read_file(os.path.join(theirs, "notes.txt")) == b"my notes\n"
 
 
+def test_a_users_file_in_a_deleted_partitions_directory_is_kept_and_reported(tmp_path, caplog):
+    """delete_topic removed the whole partition directory, a user's notes.txt in it too. The
+    library's own files go; the directory, renamed for deletion, stays with what it did not
+    make, and each open says so until the user has moved it; then the open removes it."""
+    root = str(tmp_path / "db")
+    with streamlog.open(root) as db:
+        db.create_topic("t", partitions=1)
+        db.producer(acks="all").send("t", value=b"v").result()
+        notes = os.path.join(root, "t-0", "notes.txt")
+        with open(notes, "wb") as f:
+            f.write(b"my notes\n")
+        with caplog.at_level("WARNING", logger="streamlog.storage"):
+            db.delete_topic("t")
+        assert db.topics() == []
+        db.create_topic("t", partitions=1)   # the name is free again
+        assert values(db, "t") == []
+    (kept,) = [name for name in os.listdir(root) if files.is_delete_dir_name(name)]
+    kept = os.path.join(root, kept)
+    assert os.listdir(kept) == ["notes.txt"]   # the segment files, indexes and metadata went
+    assert read_file(os.path.join(kept, "notes.txt")) == b"my notes\n"
+    assert f"kept {kept}" in caplog.text and "notes.txt" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="streamlog.storage"):
+        streamlog.open(root).close()
+    assert f"kept {kept}" in caplog.text
+    os.unlink(os.path.join(kept, "notes.txt"))
+    streamlog.open(root).close()
+    assert not os.path.exists(kept)
+
+
 def test_a_directory_of_another_topic_id_is_not_opened_as_this_topic(tmp_path):
     root = str(tmp_path / "db")
     with streamlog.open(root) as db:

@@ -188,6 +188,24 @@ def is_leftover_file_name(name, parsed=False):
     return parsed is not None and parsed[2] in (DELETED_SUFFIX, CLEANED_SUFFIX, TMP_SUFFIX)
 
 
+_PARTITION_FILES = frozenset((PARTITION_METADATA_FILE, TOPIC_CONFIG_FILE,
+                              LEADER_EPOCH_CHECKPOINT)) | _LEFTOVER_TMP_FILES
+_OFFSET_FILE_SUFFIXES = frozenset(SEGMENT_FILE_SUFFIXES + (SNAPSHOT_SUFFIX,))
+_TEMP_SUFFIXES = frozenset(("", CLEANED_SUFFIX, SWAP_SUFFIX, DELETED_SUFFIX, TMP_SUFFIX))
+
+
+def is_partition_file_name(name):
+    """True for a name the library gives a file in a partition directory: a segment file,
+    index or snapshot (with or without a temporary suffix), partition.metadata, topic.json,
+    leader-epoch-checkpoint, or one of those three being written. Deleting a partition
+    removes these and nothing else."""
+    if name in _PARTITION_FILES:
+        return True
+    parsed = parse_segment_file_name(name)
+    return parsed is not None and parsed[1] in _OFFSET_FILE_SUFFIXES and \
+        parsed[2] in _TEMP_SUFFIXES
+
+
 def delete_dir_name(topic, partition, unique_id):
     """The name a partition directory is renamed to before it is removed; <= 255 bytes."""
     suffix = f"-{partition}.{unique_id}{DELETE_DIR_SUFFIX}"

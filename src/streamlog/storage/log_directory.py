@@ -41,7 +41,6 @@ PartitionLog is thread-safe on its own. Writes of the checkpoint files hold
 """
 import logging
 import os
-import shutil
 import stat
 import threading
 import time
@@ -142,7 +141,7 @@ class LogDirectory:
         for name in os.listdir(self.root):
             path = os.path.join(self.root, name)
             if files.is_delete_dir_name(name) and os.path.isdir(path):
-                shutil.rmtree(path, onerror=_log_removal_failure)
+                _remove_partition_files(path)
 
     def partition_dir(self, tp):
         return os.path.join(self.root, files.partition_dir_name(tp.topic, tp.partition))
@@ -289,7 +288,7 @@ class LogDirectory:
             fsync_dir(self.root)
         except OSError as exc:
             raise KafkaStorageError(f"cannot delete {directory}: {exc}") from exc
-        shutil.rmtree(doomed, onerror=_log_removal_failure)
+        _remove_partition_files(doomed)
 
     def checkpoint(self):
         """Write the recovery points and log start offsets of the open logs."""
@@ -423,10 +422,40 @@ class LogDirectory:
         return saved_listings.settle(listings)
 
 
-def _log_removal_failure(_function, path, exc_info):
-    # A directory already renamed for deletion that cannot be removed now is removed by the
-    # next writable open; a failed cleanup never fails the caller.
-    log.warning("could not remove %s: %s; the next open retries", path, exc_info[1])
+def _remove_partition_files(doomed):
+    """Remove a partition directory renamed for deletion: the files the library made in it,
+    then the directory once it is empty. Anything else (a user's file or folder put there)
+    is kept with the directory, and a warning names it: the library removes only what it
+    made. A failure is logged, never raised: a directory already renamed for deletion that
+    cannot be removed now is tried again by the next writable open."""
+    try:
+        names = os.listdir(doomed)
+    except OSError as exc:
+        log.warning("could not list %s: %s; the next open retries", doomed, exc)
+        return
+    kept = []
+    for name in names:
+        if not files.is_partition_file_name(name):
+            kept.append(name)
+            continue
+        try:
+            os.unlink(os.path.join(doomed, name))
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            log.warning("could not remove %s: %s; the next open retries",
+                        os.path.join(doomed, name), exc)
+            kept.append(name)
+    if kept:
+        if any(not files.is_partition_file_name(name) for name in kept):
+            log.warning("kept %s, the directory of a deleted partition: it holds what the "
+                        "library did not make (%s); remove it yourself once its contents are "
+                        "safe elsewhere", doomed, ", ".join(sorted(kept)[:5]))
+        return
+    try:
+        os.rmdir(doomed)
+    except OSError as exc:
+        log.warning("could not remove %s: %s; the next open retries", doomed, exc)
 
 
 class _RootEntry:
