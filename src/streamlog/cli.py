@@ -416,7 +416,8 @@ def _seek_start(consumer, tps, args):
         for tp in tps:
             consumer.seek(tp, args.offset)
     elif args.from_timestamp is not None:
-        found = consumer.offsets_for_times({tp: _parse_time(args.from_timestamp, "--from-timestamp") for tp in tps})
+        moment = _parse_time(args.from_timestamp, "--from-timestamp")
+        found = consumer.offsets_for_times({tp: moment for tp in tps})
         for tp in tps:
             if found[tp] is None:
                 consumer.seek_to_end([tp])
