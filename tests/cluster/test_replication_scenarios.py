@@ -4,6 +4,7 @@ cluster/controller.py and cluster/replica_fetcher.py).
 
 Waits are on states (support.wait_until); no verdict rests on how fast one came."""
 import os
+import threading
 import time
 
 import pytest
@@ -19,7 +20,7 @@ from streamlog.storage.leader_epoch_cache import LeaderEpochCache
 from streamlog.storage.record_batch import LOG_APPEND_TIME
 from streamlog.structs import TopicPartition
 
-from support import wait_until
+from support import GENEROUS_S, wait_until
 
 LAG_MS = 300   # replica.lag.time.max.ms for these tests (Kafka's default is 30 s)
 
@@ -527,3 +528,36 @@ def test_a_follower_stores_a_log_append_time_batch_as_its_leader_stamped_it(clus
     assert batch.timestamp_type == LOG_APPEND_TIME
     for broker_id in followers:
         assert [bytes(b.view()) for b in stored(broker_id)] == [bytes(batch.view())], broker_id
+
+
+def test_a_followers_append_in_progress_holds_up_no_state_change_of_the_broker(cluster):
+    # Kafka guards a follower's append with its partition's own lock (Partition.
+    # leaderIsrUpdateLock): while broker 1 copies a fetch of t-0, the controller's pushes
+    # of new ISRs to it -- a kill's, here -- go through, and the copy then completes.
+    cluster.create_topic("t", 2, 3)
+    tp0 = TopicPartition("t", 0)
+    assert cluster.leader("t", 0) == 0 and cluster.leader("t", 1) == 1
+    cluster.wait_in_sync("t")
+    follower_log = cluster.broker(1).partition_log(tp0)
+    appending, release = threading.Event(), threading.Event()
+    append = follower_log.append
+
+    def held_append(data, *args, **kwargs):
+        appending.set()
+        release.wait(2 * GENEROUS_S)   # a copy that takes long (a large fetch, a busy machine)
+        return append(data, *args, **kwargs)
+    follower_log.append = held_append
+    kill = threading.Thread(target=cluster.kill, args=(2,), daemon=True)
+    try:
+        cluster.produce("t", 0, values(b"a", 3), acks=1)
+        wait_until(appending.is_set, "broker 1 to start copying t-0")
+        kill.start()
+        wait_until(lambda: not kill.is_alive(), "the kill to complete during the copy")
+        assert not release.is_set()
+        manager = cluster.replica_manager(1)
+        assert manager.state(tp0).isr == (0, 1)
+        assert manager.state(TopicPartition("t", 1)).isr == (1, 0)
+    finally:
+        release.set()
+        kill.join(GENEROUS_S)
+    wait_until(lambda: follower_log.log_end_offset == 3, "the copy to complete")

@@ -55,8 +55,14 @@ The high watermarks are checkpointed in `replication-offset-checkpoint` at the r
 each partition from it.
 
 Lock order: a replica manager never calls the controller or another broker while holding
-its lock (the controller calls apply() while holding its own).
+its lock (the controller calls apply() while holding its own). Each replica also has a
+role lock (Kafka's per-partition Partition.leaderIsrUpdateLock), taken inside the manager's:
+a follower's append holds only that one, as the change of role it must not straddle (a
+new leader epoch, the replica's removal) takes it too. Held for the whole append, the
+manager's lock would stop every other partition of the broker -- the controller's pushes
+of their states, the leader's reads and acks -- behind one large fetch.
 """
+import contextlib
 import logging
 import os
 import queue
@@ -116,7 +122,7 @@ class _Replica:
     """One partition on this broker."""
 
     __slots__ = ("tp", "log", "state", "followers", "epoch_start_offset", "waiters",
-                 "needs_truncation", "pending_isr")
+                 "needs_truncation", "pending_isr", "role_lock")
 
     def __init__(self, tp, partition_log, state):
         self.tp = tp
@@ -127,6 +133,8 @@ class _Replica:
         self.waiters = []            # acks=all: (required offset, callback(error or None))
         self.needs_truncation = False
         self.pending_isr = None      # the ISR this leader proposed, until the controller answers
+        # A follower's append, and a change of role it must not straddle (see the module doc).
+        self.role_lock = threading.Lock()
 
     def maximal_isr(self):
         """The committed ISR and any follower a pending change adds (see the module doc)."""
@@ -192,9 +200,10 @@ class ReplicaManager:
             replica = self._replicas.get(tp)
             if self.node_id not in state.replicas:
                 if replica is not None:
-                    self._fail_waiters(replica, NotLeaderOrFollowerError(
-                        f"broker {self.node_id} no longer holds a replica of {tp}"))
-                    del self._replicas[tp]
+                    with replica.role_lock:
+                        self._fail_waiters(replica, NotLeaderOrFollowerError(
+                            f"broker {self.node_id} no longer holds a replica of {tp}"))
+                        del self._replicas[tp]
                 return
             old = None if replica is None else replica.state
             new_epoch = old is None or state.leader_epoch != old.leader_epoch
@@ -212,29 +221,35 @@ class ReplicaManager:
                 # The proposal pending here (if any) was decided from the older state: it was
                 # just applied, or the controller will refuse it.
                 replica.pending_isr = None
-            if state.leader == self.node_id:
-                replica.state = state
-                if new_epoch:
-                    self._become_leader(replica)
-                self._maybe_advance_high_watermark(replica)
-                self._complete_waiters(replica)
-            elif new_epoch:
-                # The flag before the new state (fetchers read both without the lock): a
-                # fetcher that sees the new epoch also sees that it must truncate first.
-                replica.needs_truncation = True
-                replica.log.become_follower()
-                replica.followers = {}
-                replica.state = state
-                self._fail_waiters(replica, NotLeaderOrFollowerError(
-                    f"broker {self.node_id} no longer leads {tp}"))
-            else:
-                replica.state = state
+            # A new ISR alone changes no role: it need not wait for a follower's append.
+            with replica.role_lock if new_epoch else contextlib.nullcontext():
+                self._take_state(replica, state, new_epoch)
             if (elected and self.leadership_listeners) or \
                     (resigned and self.resignation_listeners):
                 self._elections.put(tp)
         with self._appended:
             self.version += 1
             self._appended.notify_all()   # a waiting replica fetch sees the change
+
+    def _take_state(self, replica, state, new_epoch):
+        """apply()'s change of replica to state (under the locks apply takes)."""
+        if state.leader == self.node_id:
+            replica.state = state
+            if new_epoch:
+                self._become_leader(replica)
+            self._maybe_advance_high_watermark(replica)
+            self._complete_waiters(replica)
+        elif new_epoch:
+            # The flag before the new state (fetchers read both without the lock): a
+            # fetcher that sees the new epoch also sees that it must truncate first.
+            replica.needs_truncation = True
+            replica.log.become_follower()
+            replica.followers = {}
+            replica.state = state
+            self._fail_waiters(replica, NotLeaderOrFollowerError(
+                f"broker {self.node_id} no longer leads {replica.tp}"))
+        else:
+            replica.state = state
 
     def _run_listeners(self):
         while True:
@@ -323,9 +338,11 @@ class ReplicaManager:
     def forget(self, tp):
         """tp's topic is being deleted: its replica goes, waiting acks=all answered."""
         with self._lock:
-            replica = self._replicas.pop(tp, None)
+            replica = self._replicas.get(tp)
             if replica is not None:
-                self._fail_waiters(replica, NotLeaderOrFollowerError(f"{tp} was deleted"))
+                with replica.role_lock:
+                    del self._replicas[tp]
+                    self._fail_waiters(replica, NotLeaderOrFollowerError(f"{tp} was deleted"))
 
     def _become_leader(self, replica):
         """Kafka's makeLeader: the epoch starts at the log end; every follower's LEO is
@@ -709,9 +726,12 @@ class ReplicaManager:
         start offset (records a DeleteRecords removed there go here too, as Kafka's
         follower takes the leader's log start from each fetch). Ignored when the
         partition's state moved on meanwhile."""
-        with self._lock:   # the check and the append, with no change of role between
-            replica = self._replicas.get(tp)
-            if replica is None or replica.state.leader_epoch != leader_epoch or \
+        replica = self._replicas.get(tp)
+        if replica is None:
+            return False
+        with replica.role_lock:   # the check and the append, with no change of role between
+            if self._replicas.get(tp) is not replica or \
+                    replica.state.leader_epoch != leader_epoch or \
                     replica.state.leader == self.node_id or replica.needs_truncation:
                 return False
             partition_log = replica.log
@@ -728,9 +748,12 @@ class ReplicaManager:
         """Cut tp's log at offset (a follower's divergent tail) and, when done, start
         fetching (done=False: one step of KIP-279's walk back). Nothing when tp's state
         moved on meanwhile."""
-        with self._lock:   # the check and the cut, with no change of role between
-            replica = self._replicas.get(tp)
-            if replica is None or replica.state.leader_epoch != leader_epoch or \
+        replica = self._replicas.get(tp)
+        if replica is None:
+            return
+        with replica.role_lock:   # the check and the cut, with no change of role between
+            if self._replicas.get(tp) is not replica or \
+                    replica.state.leader_epoch != leader_epoch or \
                     replica.state.leader == self.node_id:
                 return
             if offset > replica.log.log_end_offset:
