@@ -433,10 +433,10 @@ def _remove_partition_files(doomed):
     except OSError as exc:
         log.warning("could not list %s: %s; the next open retries", doomed, exc)
         return
-    kept = []
+    foreign = {name for name in names if not files.is_partition_file_name(name)}
+    failed = False
     for name in names:
-        if not files.is_partition_file_name(name):
-            kept.append(name)
+        if name in foreign:
             continue
         try:
             os.unlink(os.path.join(doomed, name))
@@ -445,12 +445,12 @@ def _remove_partition_files(doomed):
         except OSError as exc:
             log.warning("could not remove %s: %s; the next open retries",
                         os.path.join(doomed, name), exc)
-            kept.append(name)
-    if kept:
-        if any(not files.is_partition_file_name(name) for name in kept):
-            log.warning("kept %s, the directory of a deleted partition: it holds what the "
-                        "library did not make (%s); remove it yourself once its contents are "
-                        "safe elsewhere", doomed, ", ".join(sorted(kept)[:5]))
+            failed = True
+    if foreign:
+        log.warning("kept %s, the directory of a deleted partition: it holds what the "
+                    "library did not make (%s); remove it yourself once its contents are "
+                    "safe elsewhere", doomed, ", ".join(sorted(foreign)[:5]))
+    if foreign or failed:
         return
     try:
         os.rmdir(doomed)
