@@ -539,13 +539,16 @@ def test_a_followers_append_in_progress_holds_up_no_state_change_of_the_broker(c
     assert cluster.leader("t", 0) == 0 and cluster.leader("t", 1) == 1
     cluster.wait_in_sync("t")
     follower_log = cluster.broker(1).partition_log(tp0)
-    appending, release = threading.Event(), threading.Event()
+    appending, release, appended = threading.Event(), threading.Event(), threading.Event()
     append = follower_log.append
 
     def held_append(data, *args, **kwargs):
         appending.set()
         release.wait(2 * GENEROUS_S)   # a copy that takes long (a large fetch, a busy machine)
-        return append(data, *args, **kwargs)
+        try:
+            return append(data, *args, **kwargs)
+        finally:
+            appended.set()
     follower_log.append = held_append
     kill = threading.Thread(target=cluster.kill, args=(2,), daemon=True)
     try:
@@ -553,7 +556,7 @@ def test_a_followers_append_in_progress_holds_up_no_state_change_of_the_broker(c
         wait_until(appending.is_set, "broker 1 to start copying t-0")
         kill.start()
         wait_until(lambda: not kill.is_alive(), "the kill to complete during the copy")
-        assert not release.is_set()
+        assert not appended.is_set()   # the kill and the new ISRs came during the copy
         manager = cluster.replica_manager(1)
         assert manager.state(tp0).isr == (0, 1)
         assert manager.state(TopicPartition("t", 1)).isr == (1, 0)
