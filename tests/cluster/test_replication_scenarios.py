@@ -72,11 +72,11 @@ def test_the_high_watermark_waits_for_a_follower_the_leader_is_adding(cluster):
                "the cut follower to leave the ISR")
     cluster.produce("t", 0, values(b"two", 5))
     seen = []
-    alter_partition = cluster.controller.alter_partition
+    alter_partitions = cluster.controller.alter_partitions
 
-    def racing_alter_partition(broker_id, tp_, leader_epoch, partition_epoch, isr, epochs):
-        if joining in isr and joining not in cluster.controller.partitions[tp_].isr and \
-                not seen:
+    def racing_alter_partitions(broker_id, changes):
+        if not seen and any(joining in isr and joining not in cluster.controller.partitions[
+                tp_].isr for tp_, _, _, isr, _ in changes):
             end = cluster.produce("t", 0, values(b"meanwhile", 5), acks=1) + 5
             leader_view = cluster.replica_manager(leader)._replicas[tp].followers[other]
             wait_until(lambda: leader_view.leo == end,
@@ -84,9 +84,9 @@ def test_the_high_watermark_waits_for_a_follower_the_leader_is_adding(cluster):
             state = cluster.partition_state("t", 0)
             seen.append((state.replica_states[leader].high_watermark,
                          state.replica_states[joining].log_end_offset))
-        return alter_partition(broker_id, tp_, leader_epoch, partition_epoch, isr, epochs)
+        return alter_partitions(broker_id, changes)
 
-    cluster.controller.alter_partition = racing_alter_partition
+    cluster.controller.alter_partitions = racing_alter_partitions
     cluster.heal(joining)
     wait_until(lambda: joining in cluster.partition_state("t", 0).isr,
                "the follower to rejoin the ISR")
@@ -112,10 +112,10 @@ def test_min_insync_replicas_counts_the_committed_isr_before_an_append_the_maxim
                "the cut follower to leave the ISR")
     manager = cluster.replica_manager(leader)
     seen = {}
-    alter_partition = cluster.controller.alter_partition
+    alter_partitions = cluster.controller.alter_partitions
 
-    def while_pending(broker_id, tp_, leader_epoch, partition_epoch, isr, epochs):
-        if joining in isr and not seen:   # the leader's fetch thread: recorded, not raised
+    def while_pending(broker_id, changes):
+        if not seen and any(joining in isr for _, _, _, isr, _ in changes):   # the leader's fetch thread: recorded, not raised
             seen["maximal"] = manager._replicas[tp].maximal_isr()
             try:
                 cluster.produce("t", 0, [b"refused"])
@@ -123,9 +123,9 @@ def test_min_insync_replicas_counts_the_committed_isr_before_an_append_the_maxim
                 seen["append"] = exc
             seen["answer"] = []
             manager.when_replicated(tp, 5, seen["answer"].append)   # at the high watermark
-        return alter_partition(broker_id, tp_, leader_epoch, partition_epoch, isr, epochs)
+        return alter_partitions(broker_id, changes)
 
-    cluster.controller.alter_partition = while_pending
+    cluster.controller.alter_partitions = while_pending
     cluster.heal(joining)
     wait_until(lambda: joining in cluster.partition_state("t", 0).isr,
                "the follower to rejoin the ISR")
@@ -156,7 +156,7 @@ def test_an_isr_change_decided_from_an_older_state_is_refused(cluster):
     cluster.slow(follower, 60_000)   # back, but copying nothing
     cluster.restart(follower)
     assert cluster.partition_state("t", 0).replica_states[follower].log_end_offset < 10
-    manager._alter_isr(*decided)
+    manager._alter_isrs([decided])
     assert follower not in cluster.partition_state("t", 0).isr
     cluster.slow(follower, 0)
 
@@ -410,6 +410,45 @@ def test_a_restarted_follower_counts_only_once_it_fetched_in_its_new_incarnation
             cluster.replica_records("t", 0, leader)
 
 
+def test_the_isr_changes_of_one_fetch_reach_the_controller_in_one_write(cluster):
+    # AlterPartitionManager sends every pending ISR change of the broker in one
+    # AlterPartition request, and the controller records the accepted ones in one batch.
+    # Written one by one, with an fsync each, a restarted follower's first fetch over many
+    # partitions outlasted replica.lag.time.max.ms: the partitions taken back first were
+    # dropped again before the last was taken back.
+    cluster.create_topic("t", 12, 3)
+    tps = [TopicPartition("t", p) for p in range(12)
+           if cluster.partition_state("t", p).leader == 0]
+    follower = cluster.partition_state("t", tps[0].partition).replicas[1]
+    assert len(tps) == 4 and all(follower in cluster.partition_state("t", tp.partition)
+                                 .replicas for tp in tps)
+    for tp in tps:
+        cluster.produce("t", tp.partition, values(b"a", 5))
+    cluster.wait_in_sync("t")
+    manager = cluster.replica_manager(0)
+    cluster.isolate(follower)
+    wait_until(lambda: all(follower not in cluster.partition_state("t", tp.partition).isr
+                           and manager._replicas[tp].pending_isr is None for tp in tps),
+               "the cut follower to leave the ISRs")
+    manager.replica_lag_time_max_ms = 600_000   # nothing leaves an ISR from here on
+    writes = []
+    write = cluster.controller._write
+
+    def recording(changes, *args):
+        writes.append([key for key, _ in changes])
+        return write(changes, *args)
+
+    cluster.controller._write = recording
+    epochs = {tp: cluster.partition_state("t", tp.partition).leader_epoch for tp in tps}
+    answers = manager.replica_fetch(follower, {tp: (5, epochs[tp]) for tp in tps},
+                                    broker_epoch=cluster.controller.broker_epochs[follower])
+    assert all(answer.error is None for answer in answers.values())
+    assert all(follower in cluster.partition_state("t", tp.partition).isr for tp in tps)
+    assert writes == [[b"partition:t:%d" % tp.partition for tp in tps]]
+    cluster.controller._write = write
+    cluster.heal(follower)
+
+
 def test_an_isr_change_naming_a_member_that_restarted_since_is_refused(cluster):
     # KIP-903 at the controller (ReplicationControlManager.validateAlterPartitionData,
     # ineligibleReplicasForIsr): AlterPartition names each member of the new ISR with the
@@ -422,22 +461,21 @@ def test_an_isr_change_naming_a_member_that_restarted_since_is_refused(cluster):
     (leader, _, follower), manager, epoch = _ten_records_then_the_last_replica_cut(cluster)
     isr = cluster.partition_state("t", 0).isr
     earlier = cluster.controller.broker_epochs[follower]
-    alter_partition = cluster.controller.alter_partition
+    alter_partitions = cluster.controller.alter_partitions
 
-    def restarting_first(broker_id, tp_, leader_epoch, partition_epoch, new_isr, *epochs):
-        if follower in new_isr:
+    def restarting_first(broker_id, changes):
+        if any(follower in new_isr for _, _, _, new_isr, _ in changes):
             cluster.kill(follower)
             cluster.restart(follower)   # still cut off: it fetches nothing
-        return alter_partition(broker_id, tp_, leader_epoch, partition_epoch, new_isr,
-                               *epochs)
+        return alter_partitions(broker_id, changes)
 
-    cluster.controller.alter_partition = restarting_first
+    cluster.controller.alter_partitions = restarting_first
     answer = manager.replica_fetch(follower, {tp: (10, epoch)}, broker_epoch=earlier)[tp]
     assert answer.error is None
     assert cluster.controller.broker_epochs[follower] > earlier
     assert cluster.partition_state("t", 0).isr == isr
     assert manager._replicas[tp].pending_isr is None
-    cluster.controller.alter_partition = alter_partition
+    cluster.controller.alter_partitions = alter_partitions
     cluster.heal(follower)
     cluster.wait_in_sync("t")   # its new incarnation joins once it fetched
     assert cluster.replica_records("t", 0, follower) == \

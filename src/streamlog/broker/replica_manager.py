@@ -147,8 +147,9 @@ class ReplicaManager:
     def __init__(self, broker, node_id, controller,
                  replica_lag_time_max_ms=DEFAULT_REPLICA_LAG_TIME_MAX_MS):
         """controller: what this broker asks of the controller --
-        alter_partition(node_id, tp, leader_epoch, partition_epoch, isr, broker_epochs) ->
-        PartitionState, or None when refused (stale, or a member no longer eligible),
+        alter_partitions(node_id, [(tp, leader_epoch, partition_epoch, isr, broker_epochs)])
+        -> {tp: PartitionState, or None when refused (stale, or a member no longer
+        eligible)},
         allocate_producer_ids(node_id) -> range -- and knows of it: alive, the ids of the
         brokers in the cluster now (Kafka's unfenced brokers of the metadata cache), and
         broker_epochs, {broker id: the broker epoch of its current incarnation} of those."""
@@ -554,8 +555,7 @@ class ReplicaManager:
         deadline = time.monotonic() + max_wait_ms / 1000
         expand = []
         out = self._replica_read(replica_id, broker_epoch, partitions, max_bytes, expand)
-        for proposal in expand:
-            self._alter_isr(*proposal)
+        self._alter_isrs(expand)
         while not any(r.batches or r.error for r in out.values()) and \
                 time.monotonic() < deadline and not self._closed.is_set():
             with self._appended:
@@ -640,7 +640,7 @@ class ReplicaManager:
 
     def _propose_isr(self, replica, isr):
         """Under self._lock: mark isr (None: no change) pending on replica, unless a change
-        is already pending there; returns the proposal for _alter_isr, or None."""
+        is already pending there; returns the proposal for _alter_isrs, or None."""
         if isr is None or replica.pending_isr is not None:
             return None
         replica.pending_isr = isr
@@ -664,23 +664,34 @@ class ReplicaManager:
                 epochs[replica_id] = -1 if known is None else known
         return epochs
 
-    def _alter_isr(self, tp, isr, leader_epoch, partition_epoch, broker_epochs):
-        """Send a proposal of _propose_isr to the controller (outside our lock: it calls
-        apply()); whatever it answers, the change is no longer pending."""
-        log.info("broker %d: proposing the ISR %s for %s", self.node_id, list(isr), tp)
+    def _alter_isrs(self, proposals):
+        """Send proposals of _propose_isr to the controller in one request (outside our
+        lock: it calls apply()); whatever it answers, they are no longer pending. One
+        request, one fsynced write: a restarted follower's first fetch brings one change
+        per partition it catches up on, and written one by one they outlasted
+        replica.lag.time.max.ms, dropping the partitions caught up first again."""
+        if not proposals:
+            return
+        log.info("broker %d: proposing the ISRs %s", self.node_id,
+                 ", ".join(f"{tp}: {list(isr)}" for tp, isr, *_ in proposals))
+        answers = {}
         try:
-            accepted = self.controller.alter_partition(
-                self.node_id, tp, leader_epoch, partition_epoch, isr,
-                broker_epochs) is not None
+            answers = self.controller.alter_partitions(
+                self.node_id, [(tp, leader_epoch, partition_epoch, isr, broker_epochs)
+                               for tp, isr, leader_epoch, partition_epoch, broker_epochs
+                               in proposals])
         finally:
             with self._lock:
-                replica = self._replicas.get(tp)
-                if replica is not None and replica.pending_isr is isr:
-                    replica.pending_isr = None
-                    self._maybe_advance_high_watermark(replica)
-        if not accepted:
-            log.info("broker %d: ISR change of %s to %s refused (stale, or a member's broker "
-                     "epoch is not its current one)", self.node_id, tp, list(isr))
+                for tp, isr, *_ in proposals:
+                    replica = self._replicas.get(tp)
+                    if replica is not None and replica.pending_isr is isr:
+                        replica.pending_isr = None
+                        self._maybe_advance_high_watermark(replica)
+        refused = [f"{tp}: {list(isr)}" for tp, isr, *_ in proposals
+                   if answers.get(tp) is None]
+        if refused:
+            log.info("broker %d: ISR changes refused (stale, or a member's broker epoch is "
+                     "not its current one): %s", self.node_id, ", ".join(refused))
 
     def log_end_offsets(self, tp):
         """(log start, log end) of tp on its leader, for a follower whose fetch offset
@@ -714,8 +725,7 @@ class ReplicaManager:
                         replica, tuple(r for r in state.isr if r not in lagging))
                     if proposal is not None:
                         changes.append(proposal)
-        for proposal in changes:
-            self._alter_isr(*proposal)
+        self._alter_isrs(changes)
 
     # --- the follower's side -----------------------------------------------------
 

@@ -28,11 +28,13 @@ PartitionChangeBuilder.java):
     restarted follower's fetches from its earlier incarnation's by it. Kept in memory: a
     cluster that reopens starts every broker, and every leader's view of its followers,
     afresh.
-  - AlterPartition (a leader's ISR change) is applied only when it names the current
-    leader epoch and partition epoch, keeps the leader in the ISR, and lists only live
-    replicas, each at its current broker epoch where the leader names one (KIP-903's
-    INELIGIBLE_REPLICA: a follower that restarted after the leader saw it fetch may lack
-    what it had); each applied change bumps the partition epoch.
+  - AlterPartition carries every ISR change a leader has pending (AlterPartitionManager
+    sends them in one request); the accepted ones are written in one batch. A change is
+    applied only when it names the current leader epoch and partition epoch, keeps the
+    leader in the ISR, and lists only live replicas, each at its current broker epoch
+    where the leader names one (KIP-903's INELIGIBLE_REPLICA: a follower that restarted
+    after the leader saw it fetch may lack what it had); each applied change bumps the
+    partition epoch.
 """
 import logging
 import os
@@ -274,25 +276,37 @@ class Controller:
 
     # --- requests from brokers ------------------------------------------------------
 
-    def alter_partition(self, broker_id, tp, leader_epoch, partition_epoch, isr,
-                        broker_epochs):
-        """A leader's ISR change, broker_epochs naming each member's broker epoch as the
-        leader knows it (-1: unknown); the new PartitionState, or None when refused."""
+    def alter_partitions(self, broker_id, changes):
+        """A leader's ISR changes, all it has pending, in one request (Kafka's AlterPartition,
+        which AlterPartitionManager fills with every item waiting to be sent): changes =
+        [(tp, leader_epoch, partition_epoch, isr, broker_epochs)], broker_epochs naming each
+        member's broker epoch as the leader knows it (-1: unknown). Each change is judged
+        alone; the accepted ones are written in one fsynced batch and pushed together.
+        Returns {tp: the new PartitionState, or None when refused}."""
         with self._lock:
-            state = self.partitions.get(tp)
-            if state is None or state.leader != broker_id or \
-                    state.leader_epoch != leader_epoch or \
-                    state.partition_epoch != partition_epoch or broker_id not in isr or \
-                    any(r not in state.replicas for r in isr):
-                return None
-            ineligible = self._ineligible_replicas(isr, broker_epochs)
-            if ineligible:
-                log.info("refused the ISR %s of %s from broker %d: %s", list(isr), tp,
-                         broker_id, "; ".join(ineligible))
-                return None
-            new = state._replace(isr=tuple(isr), partition_epoch=partition_epoch + 1)
-            self._change({tp: new})
-            return new
+            answers = {tp: self._isr_change(broker_id, tp, leader_epoch, partition_epoch, isr,
+                                            broker_epochs)
+                       for tp, leader_epoch, partition_epoch, isr, broker_epochs in changes}
+            accepted = {tp: new for tp, new in answers.items() if new is not None}
+            if accepted:
+                self._change(accepted)
+            return answers
+
+    def _isr_change(self, broker_id, tp, leader_epoch, partition_epoch, isr, broker_epochs):
+        """tp's state with the ISR a leader asks for, or None when refused (see the module
+        doc)."""
+        state = self.partitions.get(tp)
+        if state is None or state.leader != broker_id or \
+                state.leader_epoch != leader_epoch or \
+                state.partition_epoch != partition_epoch or broker_id not in isr or \
+                any(r not in state.replicas for r in isr):
+            return None
+        ineligible = self._ineligible_replicas(isr, broker_epochs)
+        if ineligible:
+            log.info("refused the ISR %s of %s from broker %d: %s", list(isr), tp,
+                     broker_id, "; ".join(ineligible))
+            return None
+        return state._replace(isr=tuple(isr), partition_epoch=partition_epoch + 1)
 
     def _ineligible_replicas(self, isr, broker_epochs):
         """Why members of a proposed ISR may not be in it (ReplicationControlManager.
