@@ -169,6 +169,7 @@ def aiokafka_reader(r, bootstrap):
     asyncio.run(main())
 
 
+@pytest.mark.slow
 def test_three_clients_through_twenty_broker_kills(tmp_path):
     with make_cluster(3, path=str(tmp_path / "c"), config={"min.insync.replicas": 2},
                       replica_lag_time_max_ms=2000) as cluster:

@@ -20,6 +20,7 @@ import os
 import random
 import time
 
+import pytest
 
 from streamlog.cluster import Cluster
 from streamlog.errors import StreamlogError
@@ -113,6 +114,7 @@ def _check(cluster, acked):
                             f"{sorted(missing.items())[:5]}"
 
 
+@pytest.mark.slow
 def test_random_fault_schedules_keep_replicas_identical_and_acks_all_records(tmp_path):
     print(f"STREAMLOG_CLUSTER_SEED={SEED}")
     with Cluster(3, path=str(tmp_path / "cluster"), replica_lag_time_max_ms=300,

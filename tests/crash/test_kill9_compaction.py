@@ -17,6 +17,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 import streamlog
 from streamlog import TopicPartition
 from streamlog.storage.verify import verify_directory
@@ -84,6 +86,7 @@ def run_child(path, kill_at=-1):
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
+@pytest.mark.slow
 def test_a_kill_anywhere_in_a_pass_reopens_as_before_or_after_it(tmp_path):
     template = str(tmp_path / "template")
     make_template(template)

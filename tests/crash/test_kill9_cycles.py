@@ -40,6 +40,8 @@ import subprocess
 import sys
 from collections import defaultdict
 
+import pytest
+
 import streamlog
 from streamlog import TopicPartition
 from streamlog.storage.verify import verify_directory
@@ -181,6 +183,7 @@ def crash_seed():
     return seeds.master_seed("STREAMLOG_CRASH_SEED")
 
 
+@pytest.mark.slow
 def test_acknowledged_records_survive_kill_9_cycles_of_recreates_config_changes_and_reopens(
         tmp_path):
     seed = crash_seed()

@@ -20,6 +20,8 @@ import sys
 import time
 from collections import Counter
 
+import pytest
+
 import streamlog
 from streamlog import TopicPartition
 from streamlog.coordinator.transaction_coordinator import find_transaction_coordinator
@@ -97,6 +99,7 @@ def check(root, committed, epochs):
     return counts
 
 
+@pytest.mark.slow
 def test_kill_9_a_transactional_writer_at_100_random_moments(tmp_path):
     root = str(tmp_path / "db")
     rng = random.Random(20261125)

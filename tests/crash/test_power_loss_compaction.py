@@ -32,6 +32,8 @@ import copy
 import os
 import shutil
 
+import pytest
+
 import streamlog
 from streamlog import TopicPartition
 from streamlog.storage import files
@@ -244,6 +246,7 @@ def check(root, written, probe=True):
         assert not left, f"{topic}: left after a reopen: {left}"
 
 
+@pytest.mark.slow
 def test_a_power_loss_at_each_sync_of_a_compaction_keeps_the_compacted_logs_guarantees(
         tmp_path):
     root = os.path.abspath(str(tmp_path / "db"))

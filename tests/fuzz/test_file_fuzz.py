@@ -80,6 +80,7 @@ def reference(tmp_path_factory):
     return root, ref
 
 
+@pytest.mark.slow
 def test_damaged_files_are_read_intact_cut_or_as_a_typed_error(reference, tmp_path):
     root, ref = reference
     master_seed = seeds.master_seed("STREAMLOG_FUZZ_SEED")

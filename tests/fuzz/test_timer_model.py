@@ -24,6 +24,7 @@ import itertools
 import os
 from typing import ClassVar, NamedTuple
 
+import pytest
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (Bundle, RuleBasedStateMachine, initialize, invariant, multiple,
@@ -254,6 +255,7 @@ class WheelVersusModel(RuleBasedStateMachine):
             assert self.wheel.expiration(handle) == expiration
 
 
+@pytest.mark.slow
 def test_wheel_agrees_with_the_reference_model_for_100k_steps():
     if NATIVE_EXPECTED:
         assert native.AVAILABLE, (f"the native wheel did not load ({native.UNAVAILABLE_REASON}); "
