@@ -111,6 +111,38 @@ def test_a_new_instance_fences_the_zombie_and_aborts_its_open_transaction(db):
     assert committed_view(db) == [b"fresh"]
 
 
+def test_close_aborts_an_open_transaction_unless_forced(db):
+    # KafkaProducer.close(): its Sender aborts a transaction still open ("Aborting incomplete
+    # transaction due to shutdown", Sender.run); a forced close (zero timeout) leaves it to
+    # the coordinator's transaction.timeout.ms. Without the abort, read_committed consumers
+    # of its partitions wait up to that timeout (60 s by default) for the records after it.
+    def partition(p):
+        return db.describe_topic("t").partitions[p]
+
+    closed = producer(db, "closed")
+    closed.begin_transaction()
+    closed.send("t", value=b"left open", partition=0)
+    closed.close()
+    assert find_transaction_coordinator(db._broker).describe("closed").state == \
+        TxnState.COMPLETE_ABORT
+    assert partition(0).last_stable_offset == partition(0).log_end_offset == 2   # + marker
+    with pytest.raises(RuntimeError):
+        with producer(db, "raised") as raised:
+            raised.begin_transaction()
+            raised.send("t", value=b"raised", partition=1)
+            raise RuntimeError("the with-block's body failed")
+    assert partition(1).last_stable_offset == partition(1).log_end_offset == 2
+    forced = producer(db, "forced")
+    forced.begin_transaction()
+    forced.send("t", value=b"forced", partition=0).result()
+    forced.close(timeout=0)
+    assert find_transaction_coordinator(db._broker).describe("forced").state == \
+        TxnState.ONGOING
+    assert partition(0).last_stable_offset == 2 < partition(0).log_end_offset
+    assert committed_view(db, "read_uncommitted") == [b"forced", b"left open", b"raised"]
+    assert committed_view(db) == []
+
+
 def test_init_during_an_open_transaction_aborts_it_and_answers_concurrent_transactions(
         db, monkeypatch):
     # TransactionCoordinator.handleInitProducerId / prepareInitProducerIdTransit, case

@@ -760,7 +760,9 @@ class Producer:
     def abort_transaction(self):
         """Abort: what was sent since begin_transaction() is never visible to read_committed
         consumers. Buffered records are appended first and aborted with the rest."""
-        txn = self._transaction("abort_transaction()")
+        self._abort(self._transaction("abort_transaction()"))
+
+    def _abort(self, txn):
         txn.start_ending(commit=False)
         try:
             self.flush()
@@ -768,6 +770,21 @@ class Producer:
             pass  # the transaction is being aborted: its failures no longer matter
         if txn.end(commit=False):
             self._producer = txn.producer
+
+    def _abort_on_close(self):
+        """Kafka's close() aborts a transaction its owner left open (Sender.run: "Aborting
+        incomplete transaction due to shutdown"), unless forced (a zero timeout): the
+        read_committed consumers of its partitions would otherwise wait for it until
+        transaction.timeout.ms. A failure is logged and the close goes on, as Kafka's; the
+        coordinator then aborts it at that timeout."""
+        try:
+            self._abort(self._txn)
+        except ProducerFencedError:
+            raise
+        except StreamlogError as exc:
+            log.warning("close(): the open transaction of %r was not aborted (%s); its "
+                        "coordinator aborts it after transaction.timeout.ms",
+                        self._txn.transactional_id, exc)
 
     def flush(self, timeout=None):
         """Append everything queued and wait until all of it is acknowledged.
@@ -799,12 +816,15 @@ class Producer:
             raise error
 
     def close(self, timeout=None):
-        """Flush, then refuse further sends (ProducerClosedError)."""
+        """Flush, then refuse further sends (ProducerClosedError). An open transaction is
+        aborted first, unless timeout is 0 (Kafka's forced close)."""
         if self._closed:
             return
         self._closing = True
         self._plain = False  # every send now takes the checked path, which refuses it
         try:
+            if timeout != 0 and self._txn is not None and self._txn.open:
+                self._abort_on_close()
             self.flush(timeout)
         except ProducerFencedError:
             # A fenced transactional producer is closed as the error told its owner to:

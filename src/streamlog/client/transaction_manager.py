@@ -5,7 +5,7 @@ coordinator answers in the call). States and the calls that move them:
 
     UNINITIALIZED --init_transactions()--> READY --begin_transaction()--> IN_TRANSACTION
     IN_TRANSACTION --commit_transaction()--> COMMITTING --> READY
-    IN_TRANSACTION / ABORTABLE --abort_transaction()--> ABORTING --> READY
+    IN_TRANSACTION / ABORTABLE --abort_transaction(), or close()--> ABORTING --> READY
     IN_TRANSACTION --a batch failed--> ABORTABLE (only abort_transaction() is allowed)
     any --fenced (ProducerFencedError from the coordinator or a partition)--> FENCED (final)
 
@@ -46,6 +46,12 @@ class TransactionManager:
     @property
     def fenced(self):
         return self.state == FENCED
+
+    @property
+    def open(self):
+        """A transaction was begun and no commit or abort has started (Kafka's
+        hasOngoingTransaction, less its completing states): close() aborts it."""
+        return self.state in (IN_TRANSACTION, ABORTABLE)
 
     def _expect(self, *states, call):
         if self.state == FENCED:
