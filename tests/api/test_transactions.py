@@ -90,6 +90,13 @@ def test_calls_in_the_wrong_state_say_which_call_was_expected(db):
     with pytest.raises(InvalidTxnStateError, match="commit_transaction"):
         p.begin_transaction()
     p.commit_transaction()  # nothing sent: nothing to tell the coordinator
+    p.begin_transaction()
+    p.send("t", value=b"k", key=b"k")   # send()'s fast path: a keyed record, no options
+    p.commit_transaction()
+    for _ in range(2):   # the fast path refuses it too, with the topic's metadata cached
+        with pytest.raises(InvalidTxnStateError, match="begin_transaction"):
+            p.send("t", value=b"x", key=b"k")
+    assert committed_view(db) == [b"k"]
     with pytest.raises(InvalidTxnStateError, match="transactional producer"):
         db.producer().begin_transaction()
 

@@ -77,7 +77,7 @@ from ..coordinator.group_coordinator import find_coordinator
 from ..coordinator.transaction_coordinator import find_transaction_coordinator
 from .config import PRODUCER, resolve
 from .group_member import ConsumerGroupMetadata
-from .transaction_manager import ABORTABLE, TransactionManager
+from .transaction_manager import ABORTABLE, IN_TRANSACTION, TransactionManager
 from .futures import BatchResult, BatchSendFuture, make_future
 from .murmur2 import partition_for_key, partitions_for_keys
 from .partitioners import DefaultPartitioner, make_partitioner
@@ -171,9 +171,10 @@ class Producer:
         # Keyed records under the default partitioner: hashed inline in send().
         self._hash_keys = isinstance(self._partitioner, DefaultPartitioner) and \
             not s["partitioner.ignore.keys"]
-        # send()'s fast path: keys hashed, no serializers, producer open.
+        # send()'s fast path: keys hashed, no serializers, producer open (and, for a
+        # transactional one, in a transaction: checked there).
         self._plain = self._hash_keys and self._key_serializer is None and \
-            self._value_serializer is None and self._txn is None
+            self._value_serializer is None
         # One lock for the accumulator. `with` on the raw Lock is C-level; a Condition's
         # __enter__ is a Python method, which alone cost ~0.3 us per send().
         self._lock = threading.Lock()
@@ -234,7 +235,11 @@ class Producer:
         if type(key) is bytes and type(value) is bytes and self._plain and partition is None \
                 and headers is None and timestamp_ms is None and callback is None:
             cached = self._topics.get(topic)
-            if cached is not None and cached[4] == self._metadata.version:
+            # The transaction's state read without its lock, as check_send's answer is used
+            # after the lock is released: a send racing commit_transaction() is refused at
+            # its batch's append either way (TransactionManager.appending).
+            if cached is not None and cached[4] == self._metadata.version and \
+                    (self._txn is None or self._txn.state == IN_TRANSACTION):
                 size = _RECORD_OVERHEAD + 1 + len(key) + len(value)
                 batch_limit = cached[5]
                 if size + RECORD_BATCH_OVERHEAD <= batch_limit and \
