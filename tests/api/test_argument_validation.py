@@ -172,6 +172,59 @@ def test_a_bad_subscription_pattern_and_bad_group_metadata_are_named(db):
     producer.close()
 
 
+def test_one_partition_where_a_list_or_a_dict_is_taken_is_named_in_the_call(db):
+    """consumer.committed(tp), with the list left out, iterated the TopicPartition into its
+    fields: TypeError "TopicPartition.__new__() missing 1 required positional argument", from
+    a line of the consumer; a two-letter topic name given to end_offsets() was read as the
+    partition ("a", "b")."""
+    db.create_topic("ab")
+    tp = TopicPartition("ab", 0)
+    consumer = db.consumer(group_id="g", auto_offset_reset="earliest")
+    consumer.assign([("ab", 0)])   # (topic, partition) pairs stay accepted
+    calls = {"assign()": lambda a: consumer.assign(a),
+             "pause()": lambda a: consumer.pause(a),
+             "resume()": lambda a: consumer.resume(a),
+             "seek_to_beginning()": lambda a: consumer.seek_to_beginning(a),
+             "seek_to_end()": lambda a: consumer.seek_to_end(a),
+             "beginning_offsets()": lambda a: consumer.beginning_offsets(a),
+             "end_offsets()": lambda a: consumer.end_offsets(a),
+             "committed()": lambda a: consumer.committed(a),
+             "reset_group_offsets()": lambda a: db.reset_group_offsets("g", a, "earliest")}
+    for call, fn in calls.items():
+        with pytest.raises(TypeError, match=rf"{call[:-2]}\(\) takes a list of "
+                                            r"TopicPartitions, not TopicPartition.*pass \["):
+            fn(tp)
+        with pytest.raises(TypeError, match=rf"{call[:-2]}\(\) takes a list of "
+                                            r"TopicPartitions, not the str 'ab'"):
+            fn("ab")
+        with pytest.raises(TypeError, match=rf"{call[:-2]}\(\) takes TopicPartitions .* "
+                                            r"not 'ab'"):
+            fn(["ab"])
+    with pytest.raises(TypeError, match=r"position\(\) takes TopicPartitions"):
+        consumer.position([tp])
+    producer = db.producer(transactional_id="tx")
+    producer.init_transactions()
+    producer.begin_transaction()
+    dicts = {"commit()": lambda a: consumer.commit(a),
+             "offsets_for_times()": lambda a: consumer.offsets_for_times(a),
+             "alter_group_offsets()": lambda a: db.alter_group_offsets("g", a),
+             "send_offsets_to_transaction()":
+                 lambda a: producer.send_offsets_to_transaction(a, "g")}
+    for call, fn in dicts.items():
+        with pytest.raises(TypeError, match=rf"{call[:-2]}\(\) takes a dict"):
+            fn([tp])
+        with pytest.raises(TypeError, match=rf"{call[:-2]}\(\) takes TopicPartitions"):
+            fn({"ab": 0})
+    producer.send("ab", value=b"v")
+    producer.commit_transaction()   # the refused calls left the transaction whole
+    assert consumer.end_offsets([tp]) == {tp: 2}
+    assert consumer.position(tp) == 0
+    consumer.commit({tp: 1})
+    assert consumer.committed([tp]) == {tp: streamlog.OffsetAndMetadata(1)}
+    consumer.close()
+    producer.close()
+
+
 def test_altering_committed_offsets_past_the_log_end_is_refused(db):
     db.create_topic("t")
     db.producer().send_batch("t", [b"a", b"b", b"c"]).result()

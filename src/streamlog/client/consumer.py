@@ -44,10 +44,11 @@ from ..errors import (IllegalStateError, InvalidGroupIdError, KafkaTimeoutError,
 from ..parsing import LONG_MAX
 from ..storage import codec
 from ..storage.record_batch import CONTROL_ABORT
-from ..structs import OffsetAndMetadata, TopicPartition
+from ..structs import OffsetAndMetadata
 from .config import CONSUMER, resolve
 from .group_member import GroupMembership, parse_subscription
 from .records import Record, RecordColumns
+from .validation import by_topic_partition, topic_partitions
 
 EARLIEST, LATEST = -2, -1
 # How soon a partition whose committed offset is pending in a transaction is looked at
@@ -153,8 +154,7 @@ class Consumer:
                 raise IllegalStateError("the consumer is subscribed; assign() and subscribe() "
                                         "are exclusive: unsubscribe() first")
             tps = []
-            for tp in partitions:
-                tp = TopicPartition(*tp)
+            for tp in topic_partitions(partitions, "assign()"):
                 info = self._broker.topic(tp.topic)
                 if not 0 <= tp.partition < info.partitions:
                     raise UnknownTopicOrPartitionError(
@@ -265,18 +265,17 @@ class Consumer:
             self._group is not None and self._group.interrupted())
 
     def pause(self, partitions):
-        self._paused.update(self._assigned(partitions))
+        self._paused.update(self._assigned(partitions, "pause()"))
 
     def resume(self, partitions):
-        self._paused.difference_update(self._assigned(partitions))
+        self._paused.difference_update(self._assigned(partitions, "resume()"))
 
     def paused(self):
         return set(self._paused)
 
-    def _assigned(self, partitions):
+    def _assigned(self, partitions, call):
         out = []
-        for tp in partitions:
-            tp = TopicPartition(*tp)
+        for tp in topic_partitions(partitions, call):
             if tp not in self._assignment:
                 raise IllegalStateError(f"{tp} is not assigned to this consumer")
             out.append(tp)
@@ -286,7 +285,7 @@ class Consumer:
 
     def position(self, tp):
         """The offset of the next record poll() returns for tp."""
-        tp = self._assigned([tp])[0]
+        tp = self._assigned([tp], "position()")[0]
         if tp not in self._positions:
             self._until_stable(lambda: (None, self._initialize_positions([tp])))
             if tp not in self._positions:
@@ -311,7 +310,7 @@ class Consumer:
             time.sleep(_UNSTABLE_RETRY_S)
 
     def seek(self, tp, offset):
-        tp = self._assigned([tp])[0]
+        tp = self._assigned([tp], "seek()")[0]
         if isinstance(offset, bool) or not isinstance(offset, int):
             raise TypeError(f"seek offset must be an int, not {type(offset).__name__}")
         if not 0 <= offset <= LONG_MAX:
@@ -320,13 +319,14 @@ class Consumer:
         self._buffers.pop(tp, None)
 
     def seek_to_beginning(self, partitions=None):
-        self._seek_to(partitions, EARLIEST)
+        self._seek_to(partitions, EARLIEST, "seek_to_beginning()")
 
     def seek_to_end(self, partitions=None):
-        self._seek_to(partitions, LATEST)
+        self._seek_to(partitions, LATEST, "seek_to_end()")
 
-    def _seek_to(self, partitions, which):
-        tps = self._assigned(partitions) if partitions is not None else list(self._assignment)
+    def _seek_to(self, partitions, which, call):
+        tps = self._assigned(partitions, call) if partitions is not None \
+            else list(self._assignment)
         offsets = self._broker.list_offsets({tp: which for tp in tps},
                                             read_committed=self._read_committed)
         for tp in tps:
@@ -348,23 +348,24 @@ class Consumer:
 
     def beginning_offsets(self, partitions):
         return {tp: o for tp, (o, _) in self._broker.list_offsets(
-            {TopicPartition(*tp): EARLIEST for tp in partitions}).items()}
+            {tp: EARLIEST for tp in topic_partitions(partitions, "beginning_offsets()")}
+        ).items()}
 
     def end_offsets(self, partitions):
         """{tp: the offset after the last record this consumer may read}: the high
         watermark, or the last stable offset under read_committed (as Kafka's)."""
         return {tp: o for tp, (o, _) in self._broker.list_offsets(
-            {TopicPartition(*tp): LATEST for tp in partitions},
+            {tp: LATEST for tp in topic_partitions(partitions, "end_offsets()")},
             read_committed=self._read_committed).items()}
 
     def offsets_for_times(self, timestamps):
         """{tp: ms} -> {tp: OffsetAndTimestamp of the first record at or after it, or None};
         under read_committed, None for a record at or past the last stable offset (Kafka's)."""
+        timestamps = by_topic_partition(timestamps, "offsets_for_times()", "ms")
         for tp, ts in timestamps.items():
             if isinstance(ts, bool) or not isinstance(ts, int) or ts < 0:
                 raise ValueError(f"timestamp for {tp} must be a non-negative int (ms), got {ts!r}")
-        found = self._broker.list_offsets({TopicPartition(*tp): ts
-                                           for tp, ts in timestamps.items()},
+        found = self._broker.list_offsets(timestamps,
                                           read_committed=self._read_committed)
         return {tp: (OffsetAndTimestamp(*v) if v is not None else None)
                 for tp, v in found.items()}
@@ -632,7 +633,7 @@ class Consumer:
         """{tp: OffsetAndMetadata or None}: the group's committed offsets, once none of them
         is pending in an open transaction (Kafka's committed() asks for stable offsets)."""
         group = self._require_group("committed()")
-        tps = [TopicPartition(*tp) for tp in partitions]
+        tps = topic_partitions(partitions, "committed()")
         return self._until_stable(lambda: group.stable_committed(tps))
 
     def group_metadata(self):

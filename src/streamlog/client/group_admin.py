@@ -12,7 +12,8 @@ from typing import NamedTuple, Optional
 
 from ..coordinator.group_coordinator import find_coordinator
 from ..errors import OffsetOutOfRangeError, UnknownTopicOrPartitionError
-from ..structs import OffsetAndMetadata, TopicPartition
+from ..structs import OffsetAndMetadata
+from .validation import by_topic_partition, topic_partitions
 
 EARLIEST, LATEST = -2, -1
 RESET_STRATEGIES = ("earliest", "latest", "offset", "datetime", "shift")
@@ -113,9 +114,8 @@ def alter_group_offsets(broker, group_id, offsets):
     the group would skip records not yet written, and its lag would read 0.
     reset_group_offsets() clamps instead, as kafka-consumer-groups does.
     """
-    offsets = {TopicPartition(*tp): (v if isinstance(v, OffsetAndMetadata)
-                                     else OffsetAndMetadata(v))
-               for tp, v in offsets.items()}
+    offsets = {tp: (v if isinstance(v, OffsetAndMetadata) else OffsetAndMetadata(v))
+               for tp, v in by_topic_partition(offsets, "alter_group_offsets()").items()}
     for tp, meta in offsets.items():
         if isinstance(meta.offset, bool) or not isinstance(meta.offset, int):
             raise TypeError(f"the offset for {tp} must be an int, not {meta.offset!r}")
@@ -148,7 +148,7 @@ def plan_offset_reset(broker, group_id, partitions, strategy, value=None):
     if strategy in ("offset", "datetime", "shift") and (
             isinstance(value, bool) or not isinstance(value, int)):
         raise ValueError(f"reset strategy {strategy!r} needs an integer value, got {value!r}")
-    tps = [TopicPartition(*tp) for tp in partitions]
+    tps = topic_partitions(partitions, "reset_group_offsets()")
     for tp in tps:
         info = broker.topic(tp.topic)
         if not 0 <= tp.partition < info.partitions:

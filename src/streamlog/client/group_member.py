@@ -41,6 +41,7 @@ from ..errors import (CommitFailedError, FencedInstanceIdError, IllegalGeneratio
                       InvalidRegularExpressionError, RebalanceInProgressError,
                       UnknownMemberIdError)
 from ..structs import OffsetAndMetadata, TopicPartition
+from .validation import by_topic_partition
 
 log = logging.getLogger("streamlog.consumer")
 
@@ -467,8 +468,8 @@ class GroupMembership:
 
     def commit(self, offsets, asynchronous=False, callback=None):
         """Commit {TopicPartition: offset | OffsetAndMetadata} for the group."""
-        offsets = {TopicPartition(*tp): (v if isinstance(v, tuple) else OffsetAndMetadata(v))
-                   for tp, v in offsets.items()}
+        offsets = {tp: (v if isinstance(v, tuple) else OffsetAndMetadata(v))
+                   for tp, v in by_topic_partition(offsets, "commit()").items()}
         if asynchronous:
             try:
                 self._commit(offsets)

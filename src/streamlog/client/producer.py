@@ -81,8 +81,8 @@ from .transaction_manager import ABORTABLE, IN_TRANSACTION, TransactionManager
 from .futures import BatchResult, BatchSendFuture, make_future
 from .murmur2 import partition_for_key, partitions_for_keys
 from .partitioners import DefaultPartitioner, make_partitioner
-from .validation import (check_column, check_headers, check_payload, check_timestamp,
-                         check_timestamps)
+from .validation import (by_topic_partition, check_column, check_headers, check_payload,
+                         check_timestamp, check_timestamps)
 
 log = logging.getLogger("streamlog.producer")
 
@@ -752,6 +752,7 @@ class Producer:
             raise TypeError("send_offsets_to_transaction() takes the consumer's "
                             "group_metadata() (or a group id str), not "
                             f"{type(group_metadata).__name__}")
+        offsets = by_topic_partition(offsets, "send_offsets_to_transaction()")
         txn.add_offsets(group_metadata.group_id)
         pid, epoch = txn.producer
         try:

@@ -1,4 +1,5 @@
-"""Checks of what send() and send_batch() are given, made before anything is queued.
+"""Checks of what the client's calls are given: send() and send_batch()'s records, made
+before anything is queued, and the partitions the consumer's and the admin calls name.
 
 A record joins a batch shared with other calls' records; anything wrong with it found
 later, when the batch is encoded, would fail every record of that batch. So every argument
@@ -9,11 +10,13 @@ One rule for every payload -- keys, values and header values: bytes (or bytearra
 memoryview) or None. A str is refused everywhere alike (a serializer turns other types into
 bytes); header keys are str, as in Kafka (Header.key() is a String).
 """
-from collections.abc import Sequence
+import numbers
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
 from ..parsing import LONG_MAX
+from ..structs import TopicPartition
 
 BYTES_TYPES = (bytes, bytearray, memoryview)
 
@@ -109,3 +112,35 @@ def _record_timestamp(timestamp):
         raise TypeError("a record's timestamp must be an int of ms since the epoch, not None "
                         "(timestamps=None stamps every record with the send time)")
     return check_timestamp(timestamp, "a record's timestamp", nullable=False)
+
+
+def topic_partition(tp, call):
+    """tp, a TopicPartition or a (topic, partition) pair, as a TopicPartition; TypeError
+    naming call for anything else."""
+    if isinstance(tp, TopicPartition):
+        return tp
+    if isinstance(tp, (tuple, list)) and len(tp) == 2 and isinstance(tp[0], str) and \
+            isinstance(tp[1], numbers.Integral) and not isinstance(tp[1], bool):
+        return TopicPartition(tp[0], int(tp[1]))
+    raise TypeError(f"{call} takes TopicPartitions (or (topic, partition) pairs), not {tp!r}")
+
+
+def topic_partitions(partitions, call):
+    """A list of TopicPartitions from an iterable of them (or of pairs). One TopicPartition,
+    or a topic name, is refused with a hint: iterated, it would give its fields or its
+    characters, and the error would name neither the call nor the argument."""
+    if isinstance(partitions, (TopicPartition, str)):
+        raise TypeError(f"{call} takes a list of TopicPartitions, not {partitions!r}: "
+                        f"pass [{partitions!r}]" if isinstance(partitions, TopicPartition)
+                        else f"{call} takes a list of TopicPartitions, not the str "
+                        f"{partitions!r}")
+    return [topic_partition(tp, call) for tp in partitions]
+
+
+def by_topic_partition(mapping, call, what="offset"):
+    """{TopicPartition: value} from a dict keyed by TopicPartitions (or pairs); TypeError
+    naming call for anything but a dict, or a key that is no partition."""
+    if not isinstance(mapping, Mapping):
+        raise TypeError(f"{call} takes a dict {{TopicPartition: {what}}}, not "
+                        f"{type(mapping).__name__}")
+    return {topic_partition(tp, call): value for tp, value in mapping.items()}
