@@ -10,6 +10,7 @@ acks=1 and linger.ms=0 (Kafka 3.x/4.x default to acks=all / linger.ms=5).
 """
 from ..errors import InvalidConfigurationError
 from ..parsing import bad_value, parse_bool, parse_choice, parse_int
+from ..storage.files import topic_name_problem
 
 
 # Kafka declares these settings Type.INT (ConsumerConfig / ProducerConfig), so a
@@ -64,6 +65,26 @@ def _group_id(name, value):
     return value
 
 
+def _transactional_id(name, value):
+    # Kafka's ProducerConfig checks it with ConfigDef.NonEmptyString (and its coordinator
+    # answers INVALID_REQUEST to an empty one).
+    value = _optional_str(name, value)
+    if value == "":
+        raise _bad(name, value, "a non-empty string, or None for no transactions")
+    return value
+
+
+def _group_instance_id(name, value):
+    # Kafka's consumer checks it as it checks a topic name (GroupRebalanceConfig ->
+    # JoinGroupRequest.validateGroupInstanceId -> Topic.validate).
+    value = _optional_str(name, value)
+    problem = None if value is None else topic_name_problem(value, "a group instance id")
+    if problem:
+        raise InvalidConfigurationError(f"invalid value {value!r} for {name!r}: {problem} "
+                                        "(Kafka checks it as a topic name)")
+    return value
+
+
 def _callable_or_none(name, value):
     if value is not None and not callable(value):
         raise _bad(name, value, "a callable or None")
@@ -95,7 +116,7 @@ PRODUCER = {
     "partitioner": ("default", _any),  # a name or a callable; checked by the producer
     "partitioner.ignore.keys": (False, _bool),
     "enable.idempotence": (None, _bool),  # None: as acks allows (Producer)
-    "transactional.id": (None, _optional_str),
+    "transactional.id": (None, _transactional_id),
     "transaction.timeout.ms": (60000, _int32(1)),
     "key.serializer": (None, _callable_or_none),
     "value.serializer": (None, _callable_or_none),
@@ -109,7 +130,7 @@ PRODUCER = {
 
 CONSUMER = {
     "group.id": (None, _group_id),
-    "group.instance.id": (None, _optional_str),
+    "group.instance.id": (None, _group_instance_id),
     "client.id": ("", _optional_str),
     "auto.offset.reset": ("latest", _choice("earliest", "latest", "none")),
     "enable.auto.commit": (True, _bool),

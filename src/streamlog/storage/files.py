@@ -227,17 +227,18 @@ def parse_partition_dir_name(name):
     return topic, int(part)
 
 
-def topic_name_problem(name):
-    """None if `name` is a legal topic name, else a sentence saying why not."""
+def topic_name_problem(name, what="topic name"):
+    """None if `name` is a legal topic name, else a sentence saying why not, about `what`
+    (Kafka checks a static member's group instance id by the same rule: Topic.validate)."""
     if not isinstance(name, str):
-        return f"topic name must be a str, not {type(name).__name__}"
+        return f"{what} must be a str, not {type(name).__name__}"
     if not name:
-        return "topic name is empty"
+        return f"{what} is empty"
     if name in (".", ".."):
-        return f"topic name cannot be {name!r}"
+        return f"{what} cannot be {name!r}"
     if len(name) > MAX_TOPIC_NAME_LENGTH:
-        return f"topic name is {len(name)} characters long; the limit is {MAX_TOPIC_NAME_LENGTH}"
+        return f"{what} is {len(name)} characters long; the limit is {MAX_TOPIC_NAME_LENGTH}"
     if not _TOPIC_CHARS.match(name):
-        return (f"topic name {name!r} contains characters other than ASCII letters, "
+        return (f"{what} {name!r} contains characters other than ASCII letters, "
                 "digits, '.', '_' and '-'")
     return None

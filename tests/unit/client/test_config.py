@@ -39,3 +39,28 @@ def test_python_keyword_names_get_the_same_bound():
 @pytest.mark.parametrize("name", PRODUCER_INT64)
 def test_kafka_long_settings_have_no_upper_bound(name):
     assert resolve(PRODUCER, "producer", {name: 2**63 - 1})[name] == 2**63 - 1
+
+
+def test_an_empty_transactional_id_is_refused_as_kafkas_producer_config_refuses_it():
+    # ProducerConfig: transactional.id has ConfigDef.NonEmptyString ("String must be
+    # non-empty"); Kafka's coordinator answers INVALID_REQUEST to one, too.
+    assert resolve(PRODUCER, "producer", {"transactional.id": "t-1"})["transactional.id"] == \
+        "t-1"
+    assert resolve(PRODUCER, "producer", {})["transactional.id"] is None
+    with pytest.raises(InvalidConfigurationError, match=r"'transactional.id': must be a "
+                                                        r"non-empty string"):
+        resolve(PRODUCER, "producer", {"transactional.id": ""})
+
+
+@pytest.mark.parametrize("instance_id, problem", [
+    ("", "is empty"), ("..", "cannot be '..'"), ("a" * 250, "250 characters long"),
+    ("worker 1", "contains characters other than")])
+def test_a_group_instance_id_follows_the_rule_of_topic_names(instance_id, problem):
+    # GroupRebalanceConfig -> JoinGroupRequest.validateGroupInstanceId -> Topic.validate:
+    # 1 to 249 of [a-zA-Z0-9._-], not "." or "..".
+    for good in ("worker-1", "a.b_c", "a" * 249):
+        assert resolve(CONSUMER, "consumer", {"group.instance.id": good})[
+            "group.instance.id"] == good
+    with pytest.raises(InvalidConfigurationError,
+                       match=rf"'group.instance.id': a group instance id .*{problem}"):
+        resolve(CONSUMER, "consumer", {"group.instance.id": instance_id})
