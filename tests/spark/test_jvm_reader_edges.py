@@ -970,6 +970,7 @@ def test_read_committed_hides_aborted_and_open_transactions_in_both_readers(spar
         p.send("tx", value=b"open", partition=1)
         p.flush()
         plain.send("tx", value=b"after-open", partition=1).result()
+        p.close(timeout=0)   # Kafka's forced close: the transaction stays open
 
     def values(**options):
         df = read(spark, fresh_db, subscribe="tx", **options)
