@@ -674,7 +674,6 @@ class ReplicaManager:
             return
         log.info("broker %d: proposing the ISRs %s", self.node_id,
                  ", ".join(f"{tp}: {list(isr)}" for tp, isr, *_ in proposals))
-        answers = {}
         try:
             answers = self.controller.alter_partitions(
                 self.node_id, [(tp, leader_epoch, partition_epoch, isr, broker_epochs)

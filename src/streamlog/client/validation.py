@@ -129,11 +129,11 @@ def topic_partitions(partitions, call):
     """A list of TopicPartitions from an iterable of them (or of pairs). One TopicPartition,
     or a topic name, is refused with a hint: iterated, it would give its fields or its
     characters, and the error would name neither the call nor the argument."""
-    if isinstance(partitions, (TopicPartition, str)):
+    if isinstance(partitions, TopicPartition):
         raise TypeError(f"{call} takes a list of TopicPartitions, not {partitions!r}: "
-                        f"pass [{partitions!r}]" if isinstance(partitions, TopicPartition)
-                        else f"{call} takes a list of TopicPartitions, not the str "
-                        f"{partitions!r}")
+                        f"pass [{partitions!r}]")
+    if isinstance(partitions, str):
+        raise TypeError(f"{call} takes a list of TopicPartitions, not the str {partitions!r}")
     return [topic_partition(tp, call) for tp in partitions]
 
 
