@@ -17,3 +17,14 @@ class OffsetAndMetadata(NamedTuple):
 
     offset: int
     metadata: str = ""
+
+    @classmethod
+    def of(cls, value):
+        """value as an OffsetAndMetadata: one already, an (offset, metadata) pair, or an
+        offset alone -- what every call that takes offsets to commit accepts."""
+        if not isinstance(value, tuple):
+            return cls(value)
+        if not 1 <= len(value) <= 2:
+            raise ValueError(f"an offset to commit is an offset or an (offset, metadata) "
+                             f"pair, not {value!r}")
+        return cls(*value)

@@ -241,6 +241,31 @@ def test_altering_committed_offsets_past_the_log_end_is_refused(db):
     assert db.reset_group_offsets("g", [tp], "offset", 10) == {tp: 3}  # clamps, as the tool
 
 
+def test_every_call_that_commits_offsets_takes_the_same_value_forms(db):
+    """An offset, an OffsetAndMetadata or an (offset, metadata) pair, as commit() always
+    took, in each call that stores committed offsets (one reading: OffsetAndMetadata.of);
+    a tuple of another length is refused by name, not by a constructor's TypeError."""
+    db.create_topic("t")
+    db.producer().send_batch("t", [b"a", b"b", b"c"]).result()
+    tp = TopicPartition("t", 0)
+    consumer = db.consumer(group_id="g", enable_auto_commit=False)
+    consumer.assign([tp])
+    calls = {"commit": lambda o: consumer.commit(o),
+             "alter_group_offsets": lambda o: db.alter_group_offsets("g", o)}
+    for name, call in calls.items():
+        for value, want in [(1, streamlog.OffsetAndMetadata(1)),
+                            (streamlog.OffsetAndMetadata(2, "x"),
+                             streamlog.OffsetAndMetadata(2, "x")),
+                            ((3, name), streamlog.OffsetAndMetadata(3, name))]:
+            call({tp: value})
+            assert consumer.committed([tp]) == {tp: want}, (name, value)
+        with pytest.raises(ValueError, match=r"an offset or an \(offset, metadata\) pair, "
+                                             r"not \(1, 'm', 2\)"):
+            call({tp: (1, "m", 2)})
+    assert consumer.committed([tp]) == {tp: streamlog.OffsetAndMetadata(3, "alter_group_offsets")}
+    consumer.close()
+
+
 def test_to_arrow_without_pyarrow_names_the_extra(db, monkeypatch):
     db.create_topic("t")
     db.producer().send("t", value=b"v").result()

@@ -114,7 +114,7 @@ def alter_group_offsets(broker, group_id, offsets):
     the group would skip records not yet written, and its lag would read 0.
     reset_group_offsets() clamps instead, as kafka-consumer-groups does.
     """
-    offsets = {tp: (v if isinstance(v, OffsetAndMetadata) else OffsetAndMetadata(v))
+    offsets = {tp: OffsetAndMetadata.of(v)
                for tp, v in by_topic_partition(offsets, "alter_group_offsets()").items()}
     for tp, meta in offsets.items():
         if isinstance(meta.offset, bool) or not isinstance(meta.offset, int):

@@ -468,7 +468,7 @@ class GroupMembership:
 
     def commit(self, offsets, asynchronous=False, callback=None):
         """Commit {TopicPartition: offset | OffsetAndMetadata} for the group."""
-        offsets = {tp: (v if isinstance(v, tuple) else OffsetAndMetadata(v))
+        offsets = {tp: OffsetAndMetadata.of(v)
                    for tp, v in by_topic_partition(offsets, "commit()").items()}
         if asynchronous:
             try:

@@ -737,8 +737,7 @@ class GroupCoordinator:
         out = {}
         for tp, value in dict(offsets).items():
             tp = TopicPartition(*tp)
-            om = value if isinstance(value, tuple) else OffsetAndMetadata(value)
-            om = OffsetAndMetadata(*om)
+            om = OffsetAndMetadata.of(value)
             if isinstance(om.offset, bool) or not isinstance(om.offset, int) or om.offset < 0:
                 raise ValueError(f"the offset to commit for {tp} must be a non-negative int, "
                                  f"got {om.offset!r}")
