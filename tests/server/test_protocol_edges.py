@@ -4,6 +4,7 @@ import datetime
 import socket
 import threading
 import time
+import uuid
 
 import pytest
 
@@ -82,6 +83,37 @@ def test_metadata_v0_with_no_topics_lists_every_topic(db, sock):
     answer = call(sock, MetadataV1(topics=None))
     assert [(t.name, t.is_internal) for t in answer.topics] == [("__consumer_offsets", True),
                                                                 ("t", False)]
+
+
+def test_a_topic_name_kafka_refuses_is_an_invalid_topic_not_an_unknown_one(db, sock):
+    # Topic.validate before the topic is looked up: KafkaApis.getTopicMetadata (with or
+    # without auto-creation), ConfigHelper.describeConfigs and
+    # ControllerConfigurationValidator (Incremental/AlterConfigs) answer
+    # INVALID_TOPIC_EXCEPTION; a legal name no topic has stays UNKNOWN_TOPIC_OR_PARTITION.
+    from kio.schema.describe_configs.v4.request import (DescribeConfigsRequest,
+                                                        DescribeConfigsResource)
+    from kio.schema.incremental_alter_configs.v1.request import (
+        AlterableConfig, AlterConfigsResource, IncrementalAlterConfigsRequest)
+    from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
+    names = ("bad name", "missing")
+    invalid, unknown = ErrorCode.invalid_topic_exception, ErrorCode.unknown_topic_or_partition
+    for auto_create in (False, True):
+        answer = call(sock, MetadataRequest(
+            topics=tuple(MetadataRequestTopic(topic_id=uuid.UUID(int=0), name=name)
+                         for name in names),
+            allow_auto_topic_creation=auto_create, include_topic_authorized_operations=False))
+        assert [(t.name, t.error_code) for t in answer.topics] == [("bad name", invalid),
+                                                                   ("missing", unknown)]
+    answer = call(sock, DescribeConfigsRequest(resources=tuple(
+        DescribeConfigsResource(resource_type=i8(2), resource_name=name,
+                                configuration_keys=None) for name in names),
+        include_synonyms=False, include_documentation=False))
+    assert [r.error_code for r in answer.results] == [invalid, unknown]
+    answer = call(sock, IncrementalAlterConfigsRequest(validate_only=False, resources=tuple(
+        AlterConfigsResource(resource_type=i8(2), resource_name=name, configs=(
+            AlterableConfig(name="retention.ms", config_operation=i8(0), value="1000"),))
+        for name in names)))
+    assert [r.error_code for r in answer.responses] == [invalid, unknown]
 
 
 def test_a_null_topic_config_value_fails_that_topic_only(db, sock):

@@ -168,12 +168,23 @@ class Handlers:
 
     def _ensure_topic(self, name, allow_create):
         """The topic's info, auto-created (through the controller in a cluster) when allowed."""
+        if not allow_create:
+            return self._topic(name)
+        validate_topic_name(name, allow_internal=True)
         view = self._view
-        if view is not None and allow_create and name not in self.broker.topics():
+        if view is not None and name not in self.broker.topics():
             validate_topic_name(name)
             with contextlib.suppress(errors.TopicAlreadyExistsError):
                 view.create_topic(name, self.broker.config.num_partitions, None, {})
-        return self.broker.ensure_topic(name) if allow_create else self.broker.topic(name)
+        return self.broker.ensure_topic(name)
+
+    def _topic(self, name):
+        """A topic's info, named by a client. A name Kafka's Topic.validate refuses is
+        INVALID_TOPIC_EXCEPTION, not an unknown topic, with or without auto-creation, as
+        Kafka's KafkaApis.getTopicMetadata, ConfigHelper.describeConfigs and
+        ControllerConfigurationValidator answer."""
+        validate_topic_name(name, allow_internal=True)
+        return self.broker.topic(name)
 
     def _check_leader(self, tp, current_leader_epoch=-1):
         """In a cluster, only tp's leader serves its produce, fetch and offsets, and a
@@ -745,7 +756,7 @@ class Handlers:
         database takes its settings when it opens (AlterConfigs serves topics only), where
         Kafka can change some of them dynamically."""
         if resource.resource_type == TOPIC_RESOURCE:
-            return topic_configs(self.broker.topic(resource.resource_name),
+            return topic_configs(self._topic(resource.resource_name),
                                  self.broker.config), False
         if resource.resource_type != BROKER_RESOURCE:
             raise errors.InvalidRequestError("only topic and broker configs are served")
@@ -828,7 +839,7 @@ class Handlers:
                 if resource.resource_type != TOPIC_RESOURCE:
                     raise errors.InvalidRequestError("only topic configs are served")
                 self._check_not_internal(resource.resource_name, "alter the configs of")
-                info = self.broker.topic(resource.resource_name)
+                info = self._topic(resource.resource_name)
                 overrides, remove = change(info, resource.configs)
                 if body.validate_only:
                     self.broker.config.topic_defaults.with_overrides(
