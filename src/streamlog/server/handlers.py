@@ -795,8 +795,7 @@ class Handlers:
         """AlterConfigs: the given configs become the topic's whole set of overrides (the
         others go back to their defaults), as Kafka's non-incremental API does."""
         def change(info, configs):
-            # a null value sets nothing: the config goes back to its default (Kafka's rule)
-            given = {c.name: c.value for c in configs if c.value is not None}
+            given = {c.name: c.value for c in configs}
             return given, [name for name in info.overrides if name not in given]
         return self._alter(ALTER_CONFIGS, version, body, change)
 
@@ -805,20 +804,20 @@ class Handlers:
             overrides, remove = {}, []
             for c in configs:
                 if c.config_operation == SET:
-                    if c.value is None:
-                        raise errors.InvalidRequestError(
-                            f"SET {c.name} without a value: use DELETE to go back to "
-                            "the default")
                     overrides[c.name] = c.value
                 elif c.config_operation == DELETE:
-                    remove.append(c.name)
+                    # A config that is not set (an unknown name, too) is left as it is, no
+                    # error: Kafka's ConfigurationControlManager writes no record for it and
+                    # validates none.
+                    if c.name in info.overrides:
+                        remove.append(c.name)
                 elif c.config_operation in (APPEND, SUBTRACT):
                     if c.name != "cleanup.policy":
                         raise errors.InvalidConfigurationError(
                             f"{c.name} is not a list config: APPEND and SUBTRACT apply to "
                             "cleanup.policy only")
                     items = list(info.config.cleanup_policy)
-                    for item in (c.value or "").split(","):
+                    for item in c.value.split(","):
                         if c.config_operation == APPEND and item and item not in items:
                             items.append(item)
                         elif c.config_operation == SUBTRACT and item in items:
@@ -832,12 +831,16 @@ class Handlers:
 
     def _alter(self, api, version, body, change):
         cls, types = response_types(api, version)
+        twice = _named_twice((r.resource_type, r.resource_name) for r in body.resources)
         responses = []
         for resource in body.resources:
             exc = None
             try:
+                _preprocess_alter(resource, twice)
                 if resource.resource_type != TOPIC_RESOURCE:
                     raise errors.InvalidRequestError("only topic configs are served")
+                if not resource.resource_name:   # ControllerConfigurationValidator's rule
+                    raise errors.InvalidRequestError("Default topic resources are not allowed.")
                 self._check_not_internal(resource.resource_name, "alter the configs of")
                 info = self._topic(resource.resource_name)
                 overrides, remove = change(info, resource.configs)
@@ -877,15 +880,32 @@ _TWICE = "the topic is named more than once in the request"
 
 
 def _named_twice(names):
-    """The topic names given more than once, in order. Kafka's CreateTopics, DeleteTopics
-    and CreatePartitions answer each of them once, INVALID_REQUEST, and act on none of them
-    (their responses are keyed by topic name)."""
+    """The names given more than once, in order. Kafka's CreateTopics, DeleteTopics and
+    CreatePartitions answer each of these topics once, INVALID_REQUEST, and act on none of
+    them (their responses are keyed by topic name); its (Incremental)AlterConfigs answers
+    each entry of such a resource (ConfigAdminManager.preprocess)."""
     seen, twice = set(), {}
     for name in names:
         if name in seen:
             twice[name] = None
         seen.add(name)
     return list(twice)
+
+
+def _preprocess_alter(resource, twice):
+    """What Kafka's ConfigAdminManager.preprocess refuses in an AlterConfigs or
+    IncrementalAlterConfigs resource, INVALID_REQUEST, before its controller sees it: a
+    resource named more than once (each of them), a config named more than once, a null
+    value (IncrementalAlterConfigs: other than for DELETE)."""
+    if (resource.resource_type, resource.resource_name) in twice:
+        raise errors.InvalidRequestError("Each resource must appear at most once.")
+    names = [c.name for c in resource.configs]
+    if len(set(names)) < len(names):
+        raise errors.InvalidRequestError("Error due to duplicate config keys")
+    nulls = [c.name for c in resource.configs
+             if c.value is None and getattr(c, "config_operation", None) != DELETE]
+    if nulls:
+        raise errors.InvalidRequestError("Null value not supported for : " + ", ".join(nulls))
 
 
 def _described_entry(types, entry, read_only, body):

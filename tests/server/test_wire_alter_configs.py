@@ -1,0 +1,61 @@
+"""AlterConfigs and IncrementalAlterConfigs sent raw: what Kafka's broker refuses before its
+controller sees the request (ConfigAdminManager.preprocess), and what its controller takes
+as no change (ConfigurationControlManager.incrementalAlterConfigResource)."""
+from kio.schema.alter_configs.v2 import request as legacy
+from kio.schema.errors import ErrorCode
+from kio.schema.incremental_alter_configs.v1.request import (AlterableConfig,
+                                                             AlterConfigsResource,
+                                                             IncrementalAlterConfigsRequest)
+from kio.static.primitive import i8
+
+from support.wire import call
+
+TOPIC = 2   # Kafka's ConfigResource.Type
+SET, DELETE, APPEND = 0, 1, 2   # AlterConfigOp.OpType
+
+
+def resource(name, *configs):
+    return AlterConfigsResource(resource_type=i8(TOPIC), resource_name=name, configs=tuple(
+        AlterableConfig(name=key, config_operation=i8(op), value=value)
+        for key, op, value in configs))
+
+
+def alter(sock, *resources):
+    answer = call(sock, IncrementalAlterConfigsRequest(resources=resources, validate_only=False))
+    return [(r.resource_name, r.error_code, r.error_message) for r in answer.responses]
+
+
+def test_what_kafkas_preprocess_refuses_is_invalid_request_and_changes_nothing(db, sock):
+    # ConfigAdminManager.preprocess: a resource named twice (each entry), a config named
+    # twice, a null value other than DELETE's (the legacy API: any null value), all
+    # INVALID_REQUEST with Kafka's messages; the empty topic name, the default resource,
+    # ControllerConfigurationValidator.validateTopicName's INVALID_REQUEST.
+    db.alter_topic_config("t", {"retention.ms": 5000})
+    once = ("retention.ms", SET, "1000")
+    twice = "Each resource must appear at most once."
+    assert alter(sock, resource("t", once), resource("t", once)) == [
+        ("t", ErrorCode.invalid_request, twice), ("t", ErrorCode.invalid_request, twice)]
+    assert alter(sock, resource("t", once, ("retention.ms", SET, "2000"))) == [
+        ("t", ErrorCode.invalid_request, "Error due to duplicate config keys")]
+    assert alter(sock, resource("t", ("cleanup.policy", APPEND, None))) == [
+        ("t", ErrorCode.invalid_request, "Null value not supported for : cleanup.policy")]
+    assert alter(sock, resource("", once)) == [
+        ("", ErrorCode.invalid_request, "Default topic resources are not allowed.")]
+    answer = call(sock, legacy.AlterConfigsRequest(validate_only=False, resources=(
+        legacy.AlterConfigsResource(resource_type=i8(TOPIC), resource_name="t", configs=(
+            legacy.AlterableConfig(name="segment.bytes", value="1048576"),
+            legacy.AlterableConfig(name="retention.ms", value=None))),)))
+    assert [(r.error_code, r.error_message) for r in answer.responses] == [
+        (ErrorCode.invalid_request, "Null value not supported for : retention.ms")]
+    assert db.describe_topic("t").overrides == {"retention.ms": 5000}
+
+
+def test_deleting_a_config_that_is_not_set_is_no_change_even_an_unknown_one(db, sock):
+    # ConfigurationControlManager.incrementalAlterConfigResource: DELETE of a config with no
+    # value writes no record, and only the configs written are validated.
+    db.alter_topic_config("t", {"retention.ms": 5000})
+    assert alter(sock, resource("t", ("no.such.config", DELETE, None),
+                                ("segment.bytes", DELETE, None))) == [("t", ErrorCode.none, None)]
+    assert alter(sock, resource("t", ("retention.ms", DELETE, None))) == [
+        ("t", ErrorCode.none, None)]
+    assert db.describe_topic("t").overrides == {}
