@@ -415,3 +415,9 @@ class CoordinatorNotAvailableError(StreamlogError):
 
 class InvalidReplicationFactorError(InvalidConfigurationError):
     """A replication factor below 1 or above the cluster's broker count."""
+
+
+class InvalidReplicaAssignmentError(InvalidConfigurationError):
+    """A manual replica assignment Kafka's controller refuses: an empty replica list, a
+    broker that does not exist or one named twice, lists of different lengths, partitions
+    that do not follow on."""

@@ -171,6 +171,56 @@ def test_create_topics_takes_a_replication_factor_and_refuses_one_above_the_brok
             assert "r2" in cluster.broker(broker_id).topics()
 
 
+def test_a_manual_replica_assignment_places_the_replicas_on_the_brokers_it_names(cluster):
+    # ReplicationControlManager.createTopic and createPartitions: each partition on the
+    # brokers listed, the first leading; a down broker may be listed, a list of down brokers
+    # only is INVALID_REPLICA_ASSIGNMENT, as a list of the wrong length is.
+    from kio.schema.create_partitions.v3.request import (CreatePartitionsAssignment,
+                                                         CreatePartitionsRequest,
+                                                         CreatePartitionsTopic)
+    from kio.schema.create_topics.v7.request import CreatableReplicaAssignment
+    cluster.stop(0)
+    with connect(cluster, 1) as sock:
+        (created,) = call(sock, CreateTopicsRequest(timeout=SECONDS, validate_only=False, topics=(
+            CreatableTopic(name="placed", num_partitions=i32(-1), replication_factor=i16(-1),
+                           configs=(), assignments=tuple(
+                CreatableReplicaAssignment(partition_index=i32(p),
+                                           broker_ids=tuple(BrokerId(b) for b in brokers))
+                for p, brokers in ((0, (2, 0)), (1, (1, 2))))),))).topics
+
+        def grow(count, *lists):
+            (result,) = call(sock, CreatePartitionsRequest(
+                timeout=SECONDS, validate_only=False, topics=(CreatePartitionsTopic(
+                    name="placed", count=i32(count), assignments=tuple(
+                        CreatePartitionsAssignment(broker_ids=tuple(BrokerId(b) for b in ids))
+                        for ids in lists)),))).results
+            return result.error_code, result.error_message
+        assert grow(3, (0, 1, 2)) == (
+            ErrorCode.invalid_replica_assignment, "The manual partition assignment includes "
+            "a partition with 3 replica(s), but this is not consistent with previous "
+            "partitions, which have 2 replica(s).")
+        assert grow(3, (0,)) == (
+            ErrorCode.invalid_replica_assignment, "The manual partition assignment includes "
+            "a partition with 1 replica(s), but this is not consistent with previous "
+            "partitions, which have 2 replica(s).")
+        assert grow(3, (0, 0)) == (
+            ErrorCode.invalid_replica_assignment,
+            "The manual partition assignment includes the broker 0 more than once.")
+        assert grow(3, (2, 1)) == (ErrorCode.none, None)
+        (down,) = call(sock, CreateTopicsRequest(timeout=SECONDS, validate_only=False, topics=(
+            CreatableTopic(name="down", num_partitions=i32(-1), replication_factor=i16(-1),
+                           configs=(), assignments=(CreatableReplicaAssignment(
+                               partition_index=i32(0), broker_ids=(BrokerId(0),)),)),))).topics
+    assert (down.error_code, down.error_message) == (
+        ErrorCode.invalid_replica_assignment, "All brokers specified in the manual partition "
+        "assignment for partition 0 are fenced or in controlled shutdown.")
+    assert (created.error_code, created.num_partitions, created.replication_factor) == (
+        ErrorCode.none, 2, 2)
+    placed = {p: cluster.partition_state("placed", p) for p in range(3)}
+    assert {p: (s.replicas, s.leader) for p, s in placed.items()} == {
+        0: ((2, 0), 2), 1: ((1, 2), 1), 2: ((2, 1), 2)}
+
+
 def test_describe_cluster_and_find_coordinator_name_the_clusters_brokers(cluster):
     with connect(cluster, 2) as sock:
         brokers = call(sock, DescribeClusterRequest(include_cluster_authorized_operations=False))

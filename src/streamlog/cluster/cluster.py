@@ -151,14 +151,15 @@ class ClusterView:
     def write_txn_markers(self, markers):
         return self._cluster.write_txn_markers(self.node_id, markers)
 
-    def create_topic(self, name, partitions, replication_factor, config):
-        return self._cluster.create_topic(name, partitions, replication_factor, config)
+    def create_topic(self, name, partitions, replication_factor, config, assignment=None):
+        return self._cluster.create_topic(name, partitions, replication_factor, config,
+                                          assignment)
 
     def delete_topic(self, name):
         return self._cluster.delete_topic(name)
 
-    def create_partitions(self, name, total):
-        return self._cluster.create_partitions(name, total)
+    def create_partitions(self, name, total, assignment=None):
+        return self._cluster.create_partitions(name, total, assignment)
 
     def elect_leader(self, tp, unclean):
         """ElectLeaders of one partition: a preferred election, or an unclean one."""
@@ -470,13 +471,17 @@ class Cluster:
                                          self._on_live_broker(self._create_local),
                                          internal=True)
 
-    def create_topic(self, name, partitions=1, replication_factor=None, config=None):
+    def create_topic(self, name, partitions=1, replication_factor=None, config=None,
+                     assignment=None):
         """A topic replicated replication_factor times (default: min(3, brokers)), created
-        through the controller on every live broker. Returns {partition: PartitionState}."""
+        through the controller on every live broker. Returns {partition: PartitionState}.
+        assignment ({partition: (broker ids)}, the first one leading; a wire client's
+        manual replica assignment, checked by the server) places the replicas instead."""
         rf = min(3, len(self._slots)) if replication_factor in (None, -1) \
             else replication_factor
         states = self.controller.create_topic(name, partitions, rf, config,
-                                              self._on_live_broker(self._create_local))
+                                              self._on_live_broker(self._create_local),
+                                              assignment=assignment)
         return {tp.partition: state for tp, state in states.items()}
 
     def delete_topic(self, name):
@@ -484,10 +489,12 @@ class Cluster:
         self.controller.delete_topic(name, self._on_live_broker(
             lambda broker, topic_name: broker.delete_topic(topic_name)))
 
-    def create_partitions(self, name, total):
-        """Grow a topic to `total` partitions, replicated as its first ones are."""
+    def create_partitions(self, name, total, assignment=None):
+        """Grow a topic to `total` partitions, replicated as its first ones are (on the
+        brokers `assignment` names, as create_topic's)."""
         states = self.controller.create_partitions(name, total,
-                                                   self._on_live_broker(self._create_local))
+                                                   self._on_live_broker(self._create_local),
+                                                   assignment)
         return {tp.partition: state for tp, state in states.items()}
 
     def elect_preferred_leader(self, topic, partition):

@@ -336,10 +336,11 @@ class Controller:
     # --- topics ---------------------------------------------------------------------
 
     def create_topic(self, name, partitions, replication_factor, config=None, create_local=None,
-                     internal=False):
+                     internal=False, assignment=None):
         """Assign and record a topic's partitions; create_local(broker id) makes its logs
         on each live broker (create_local(broker id, name, topic record)), before the states
-        reach them. Returns {tp: PartitionState}."""
+        reach them. assignment: {partition: (broker ids)} chosen by the caller (checked),
+        in place of the placement. Returns {tp: PartitionState}."""
         with self._lock:
             if name in self.topics:
                 raise TopicAlreadyExistsError(f"topic {name!r} already exists")
@@ -348,7 +349,8 @@ class Controller:
                                           f"{partitions}")
             config = dict(config or {})
             LogConfig.from_dict(config)   # a bad config is refused before anything is written
-            assignment = assign_replicas(partitions, replication_factor, self.broker_ids)
+            if assignment is None:
+                assignment = assign_replicas(partitions, replication_factor, self.broker_ids)
             topic = {"partitions": partitions, "replication_factor": replication_factor,
                      "config": config, "id": uuid.uuid4().hex, "internal": internal}
             return self._add_partitions(name, topic, assignment, create_local)
@@ -382,9 +384,10 @@ class Controller:
                 self._partition_change(TopicPartition(name, p), None)
                 for p in range(topic["partitions"])])
 
-    def create_partitions(self, name, total, create_local=None):
-        """Grow a topic to `total` partitions, the new ones assigned as create_topic's are;
-        create_local(broker id, name, topic record) makes them on each live broker."""
+    def create_partitions(self, name, total, create_local=None, assignment=None):
+        """Grow a topic to `total` partitions, the new ones assigned as create_topic's are
+        (or as `assignment` says, checked by the caller); create_local(broker id, name,
+        topic record) makes them on each live broker."""
         with self._lock:
             topic = self.topics.get(name)
             if topic is None:
@@ -393,8 +396,9 @@ class Controller:
             if total <= current:
                 raise InvalidPartitionsError(f"topic {name!r} has {current} partitions; a "
                                              "count only grows")
-            assignment = assign_replicas(total - current, topic["replication_factor"],
-                                         self.broker_ids, first_partition=current)
+            if assignment is None:
+                assignment = assign_replicas(total - current, topic["replication_factor"],
+                                             self.broker_ids, first_partition=current)
             return self._add_partitions(name, dict(topic, partitions=total), assignment,
                                         create_local)
 

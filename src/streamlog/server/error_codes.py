@@ -24,6 +24,7 @@ _ERROR_CODES = [
     (errors.CoordinatorNotAvailableError, ErrorCode.coordinator_not_available),
     (errors.CoordinatorLoadInProgressError, ErrorCode.coordinator_load_in_progress),
     (errors.InvalidReplicationFactorError, ErrorCode.invalid_replication_factor),
+    (errors.InvalidReplicaAssignmentError, ErrorCode.invalid_replica_assignment),
     (errors.ElectionNotNeededError, ErrorCode.election_not_needed),
     (errors.PreferredLeaderNotAvailableError, ErrorCode.preferred_leader_not_available),
     (errors.EligibleLeadersNotAvailableError, ErrorCode.eligible_leaders_not_available),

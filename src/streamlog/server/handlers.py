@@ -41,6 +41,7 @@ from .protocol import (ALTER_CONFIGS, API_VERSIONS, CREATE_PARTITIONS, CREATE_TO
                        INCREMENTAL_ALTER_CONFIGS, LIST_OFFSETS, METADATA, NO_THROTTLE,
                        OFFSET_FOR_LEADER_EPOCH, PRODUCE, SUPPORTED, RecordsChunks, build,
                        response_types)
+from .replica_assignments import manual_assignment
 from .scram_credentials import ScramCredentialsHandlers
 from .txn_handlers import TxnHandlers, first_batch
 
@@ -630,16 +631,20 @@ class Handlers:
             info, exc = None, None
             view = self._view
             try:
-                if view is None and topic.replication_factor not in (-1, 1):
+                assignment = None
+                if topic.assignments:
+                    assignment = self._manual_assignment(topic, context)
+                    partitions, replication_factor = len(assignment), len(assignment[0])
+                elif view is None and topic.replication_factor not in (-1, 1):
                     results.append(refused(
                         topic.name, ErrorCode.invalid_replication_factor,
                         f"replication factor {topic.replication_factor}: this database is "
                         "one broker, one replica"))
                     continue
-                if topic.assignments:
-                    raise errors.InvalidRequestError("replica assignments are not served: "
-                                                     "give num_partitions")
-                partitions = None if topic.num_partitions == -1 else int(topic.num_partitions)
+                else:
+                    partitions = None if topic.num_partitions == -1 \
+                        else int(topic.num_partitions)
+                    replication_factor = int(topic.replication_factor)
                 config = {c.name: c.value for c in topic.configs}
                 if None in config.values():
                     raise errors.InvalidConfigurationError(
@@ -649,7 +654,7 @@ class Handlers:
                 elif view is not None:
                     validate_topic_name(topic.name)
                     view.create_topic(topic.name, partitions or self.broker.config.num_partitions,
-                                      int(topic.replication_factor), config)
+                                      replication_factor, config, assignment)
                     info = self.broker.topic(topic.name)
                 else:
                     info = self.broker.create_topic(topic.name, partitions, config)
@@ -663,6 +668,19 @@ class Handlers:
                 num_partitions=i32(info.partitions if info is not None else -1),
                 replication_factor=i16(self._replication_factor(info)), configs=()))
         return build(cls, throttle_time=NO_THROTTLE, topics=tuple(results))
+
+    def _manual_assignment(self, topic, context):
+        """A CreateTopics topic's replica assignment, {partition: (broker ids)}, checked as
+        Kafka's ReplicationControlManager.createTopic checks it: the partition count and
+        replication factor it sets must be left -1 (INVALID_REQUEST)."""
+        if topic.replication_factor != -1:
+            raise errors.InvalidRequestError("A manual partition assignment was specified, "
+                                             "but replication factor was not set to -1.")
+        if topic.num_partitions != -1:
+            raise errors.InvalidRequestError("A manual partition assignment was specified, "
+                                             "but numPartitions was not set to -1.")
+        return manual_assignment(((a.partition_index, a.broker_ids) for a in topic.assignments),
+                                 self._broker_ids(), self._live_nodes(context))
 
     def _replication_factor(self, info):
         if info is None:
@@ -711,23 +729,41 @@ class Handlers:
                 continue
             exc = None
             try:
-                if topic.assignments:
-                    raise errors.InvalidRequestError("replica assignments are not served")
                 self._check_not_internal(topic.name, "add partitions to")
-                current = self.broker.topic(topic.name).partitions
+                info = self.broker.topic(topic.name)
+                current = info.partitions
                 if topic.count <= current:
                     raise errors.InvalidPartitionsError(
                         f"topic {topic.name!r} has {current} partitions; a count only grows")
+                assignment = None
+                if topic.assignments is not None:   # null: placed as the others are
+                    assignment = self._added_assignment(topic, info, context)
                 if not body.validate_only:
                     view = self._view
-                    (self.broker.create_partitions if view is None
-                     else view.create_partitions)(topic.name, int(topic.count))
+                    if view is None:
+                        self.broker.create_partitions(topic.name, int(topic.count))
+                    else:
+                        view.create_partitions(topic.name, int(topic.count), assignment)
             except errors.StreamlogError as exc_:
                 exc = exc_
             results.append(build(types.CreatePartitionsTopicResult, name=topic.name,
                                  error_code=error_code(exc),
                                  error_message=error_message(exc)))
         return build(cls, throttle_time=NO_THROTTLE, results=tuple(results))
+
+    def _added_assignment(self, topic, info, context):
+        """A CreatePartitions topic's replica assignment of the partitions it adds, one
+        list each, of the topic's replication factor, as Kafka's
+        ReplicationControlManager.createPartitions checks it."""
+        added = int(topic.count) - info.partitions
+        if len(topic.assignments) != added:
+            raise errors.InvalidReplicaAssignmentError(
+                f"Attempted to add {added} additional partition(s), but only "
+                f"{len(topic.assignments)} assignment(s) were specified.")
+        return manual_assignment(
+            enumerate((a.broker_ids for a in topic.assignments), info.partitions),
+            self._broker_ids(), self._live_nodes(context),
+            replication_factor=self._replication_factor(info), first_partition=info.partitions)
 
     def describe_configs(self, version, body, context):
         cls, types = response_types(DESCRIBE_CONFIGS, version)
