@@ -116,6 +116,24 @@ def test_a_topic_name_kafka_refuses_is_an_invalid_topic_not_an_unknown_one(db, s
     assert [r.error_code for r in answer.responses] == [invalid, unknown]
 
 
+def test_validate_only_refuses_a_name_that_collides_as_the_creation_would(db, sock):
+    # Kafka's controller runs CreateTopics with validate_only through the same checks
+    # (ReplicationControlManager.createTopics, validateNewTopicNames) and writes nothing:
+    # a name colliding with a topic's ('.' and '_' alike) is INVALID_TOPIC_EXCEPTION there
+    # too, an existing one TOPIC_ALREADY_EXISTS.
+    answer = call(sock, CreateTopicsRequest(timeout=SECONDS, validate_only=True, topics=tuple(
+        CreatableTopic(name=name, num_partitions=i32(1), replication_factor=i16(1),
+                       assignments=(), configs=()) for name in ("t", "t.x", "_t", "u"))))
+    db.create_topic("t_x", partitions=1)
+    again = call(sock, CreateTopicsRequest(timeout=SECONDS, validate_only=True, topics=(
+        CreatableTopic(name="t.x", num_partitions=i32(1), replication_factor=i16(1),
+                       assignments=(), configs=()),)))
+    assert [(t.name, t.error_code) for t in answer.topics + again.topics] == [
+        ("t", ErrorCode.topic_already_exists), ("t.x", ErrorCode.none), ("_t", ErrorCode.none),
+        ("u", ErrorCode.none), ("t.x", ErrorCode.invalid_topic_exception)]
+    assert db.topics() == ["t", "t_x"]
+
+
 def test_a_null_topic_config_value_fails_that_topic_only(db, sock):
     # Kafka's CreateTopics: "Null value not supported for topic configs" (INVALID_CONFIG),
     # per topic; the other topics are created.

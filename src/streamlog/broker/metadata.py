@@ -80,6 +80,19 @@ def validate_topic_name(name, allow_internal=False):
         raise InvalidTopicError(f"{name!r} is an internal topic name and cannot be used")
 
 
+def check_name_free(name, topics):
+    """TopicAlreadyExistsError when one of `topics` (names) is `name`, InvalidTopicError
+    when one collides with it: '.' and '_' are alike in Kafka's metric names, and its
+    controller refuses such a name (ReplicationControlManager.validateNewTopicNames)."""
+    if name in topics:
+        raise TopicAlreadyExistsError(f"topic {name!r} already exists")
+    twin = next((t for t in topics if t.replace(".", "_") == name.replace(".", "_")), None)
+    if twin is not None:
+        raise InvalidTopicError(
+            f"topic {name!r} collides with existing topic {twin!r} ('.' and '_' are "
+            "treated alike in metric names); choose another name")
+
+
 def validate_partitions(partitions):
     if isinstance(partitions, bool) or not isinstance(partitions, int) or partitions < 1:
         raise InvalidPartitionsError(f"partitions must be a positive integer, got {partitions!r}")
@@ -246,14 +259,7 @@ class TopicRegistry:
         validate_partitions(partitions)
         normalized = normalized_overrides(overrides or {})  # raises on a bad key or value
         with self._lock:
-            if name in self.topics:
-                raise TopicAlreadyExistsError(f"topic {name!r} already exists")
-            twin = next((t for t in self.topics
-                         if t.replace(".", "_") == name.replace(".", "_")), None)
-            if twin is not None:
-                raise InvalidTopicError(
-                    f"topic {name!r} collides with existing topic {twin!r} ('.' and '_' are "
-                    "treated alike in metric names); choose another name")
+            check_name_free(name, self.topics)
             return self._write(name, {"v": 1, "name": name, "id": topic_id or uuid.uuid4().hex,
                                       "partitions": partitions, "config": normalized,
                                       "created_ms": int(time.time() * 1000)})

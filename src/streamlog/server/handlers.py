@@ -19,7 +19,8 @@ from kio.static.primitive import i8, i16, i32, i64
 
 from .. import errors
 from ..broker.broker import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
-from ..broker.metadata import overrides_after, validate_partitions, validate_topic_name
+from ..broker.metadata import (check_name_free, overrides_after, validate_partitions,
+                               validate_topic_name)
 from ..storage.compression import ZSTD
 from ..storage.partition_log import UNREPLICATED_LEADER_EPOCH
 from ..storage.record_batch import MAGIC, iter_batches
@@ -695,8 +696,7 @@ class Handlers:
         if partitions is not None:
             validate_partitions(partitions)
         self.broker.config.topic_defaults.with_overrides(config)
-        if name in self.broker.topics():
-            raise errors.TopicAlreadyExistsError(f"topic {name!r} already exists")
+        check_name_free(name, self.broker.topics())
 
     def delete_topics(self, version, body, context):
         cls, types = response_types(DELETE_TOPICS, version)
