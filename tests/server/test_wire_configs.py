@@ -2,11 +2,15 @@
 resource), each config's source (a topic default the database was opened with is
 STATIC_BROKER_CONFIG), no configuration keys meaning every config, and each config's
 synonyms (v1+), type and documentation (v3+) when asked for."""
+import datetime
+
 import pytest
+from kio.schema.create_topics.v7.request import (CreatableTopic, CreatableTopicConfig,
+                                                 CreateTopicsRequest)
 from kio.schema.describe_configs.v2 import request as v2
 from kio.schema.describe_configs.v4.request import DescribeConfigsRequest, DescribeConfigsResource
 from kio.schema.errors import ErrorCode
-from kio.static.primitive import i8
+from kio.static.primitive import i8, i16, i32, i32Timedelta
 
 import streamlog
 
@@ -159,3 +163,21 @@ def test_confluent_kafka_describes_synonyms(server):
     assert [(s.name, s.value, s.source) for s in retention.synonyms.values()] == [
         ("log.retention.ms", "60000", STATIC_BROKER_CONFIG),
         ("log.retention.hours", "168", DEFAULT_CONFIG)]
+
+
+def test_a_created_topics_answer_carries_its_configs_as_describe_configs_gives_them(sock):
+    # KIP-525 (CreateTopics v5+): Kafka's ReplicationControlManager.createTopic answers the
+    # new topic's effective configs, by name, each with its source; a topic not created
+    # none.
+    created, refused = call(sock, CreateTopicsRequest(
+        timeout=i32Timedelta.parse(datetime.timedelta(seconds=5)), validate_only=False,
+        topics=tuple(CreatableTopic(name=name, num_partitions=i32(2), replication_factor=i16(-1),
+                                    assignments=(), configs=(CreatableTopicConfig(
+                                        name="segment.bytes", value="1048576"),))
+                     for name in ("new", "t")))).topics
+    answered = [(c.name, c.value, c.config_source, c.read_only) for c in created.configs]
+    assert answered == [(c.name, c.value, c.config_source, False)
+                        for c in describe(sock, TOPIC, "new").configs]
+    assert ("segment.bytes", "1048576", DYNAMIC_TOPIC_CONFIG, False) in answered
+    assert ("retention.ms", "60000", STATIC_BROKER_CONFIG, False) in answered
+    assert (refused.error_code, refused.configs) == (ErrorCode.topic_already_exists, ())

@@ -667,8 +667,21 @@ class Handlers:
                 error_code=error_code(exc), error_message=error_message(exc),
                 topic_config_error_code=ErrorCode.none,
                 num_partitions=i32(info.partitions if info is not None else -1),
-                replication_factor=i16(self._replication_factor(info)), configs=()))
+                replication_factor=i16(self._replication_factor(info)),
+                configs=self._created_configs(types, info)))
         return build(cls, throttle_time=NO_THROTTLE, topics=tuple(results))
+
+    def _created_configs(self, types, info):
+        """A created topic's every config (v5+, KIP-525), by name, as DescribeConfigs
+        gives them: Kafka's ReplicationControlManager.createTopic answers the effective
+        configs (computeEffectiveTopicConfigs) with their sources; none for a topic not
+        created."""
+        if info is None or not hasattr(types, "CreatableTopicConfigs"):
+            return ()
+        return tuple(build(types.CreatableTopicConfigs, name=entry.name, value=entry.value,
+                           read_only=False, config_source=i8(entry.source),
+                           is_sensitive=False)
+                     for entry in topic_configs(info, self.broker.config))
 
     def _manual_assignment(self, topic, context):
         """A CreateTopics topic's replica assignment, {partition: (broker ids)}, checked as
