@@ -136,6 +136,30 @@ def test_admin_clients_describe_list_and_delete_a_group_of_both_kinds(db, server
         admin.delete_consumer_groups(["mixed"])["mixed"].result(10)
 
 
+def test_kafka_python_removes_a_static_member_by_its_instance_id(db, server):
+    # An admin's LeaveGroup names a static member by its group.instance.id alone (member id
+    # "": kafka-python's remove_group_members, Java's removeMembersFromConsumerGroup), and
+    # Kafka's classicGroupLeaveToClassicGroup removes the member holding it; an instance id
+    # no member holds is UNKNOWN_MEMBER_ID.
+    metadata = encode_subscription(Subscription(["t"]))
+    with socket.create_connection((server.host, server.port)) as sock:
+        joined = call(sock, JoinV5(group_id="static", session_timeout=_ms(10_000),
+                                   rebalance_timeout=_ms(10_000), member_id="",
+                                   group_instance_id="app-1", protocol_type="consumer",
+                                   protocols=(ProtocolV5(name="range", metadata=metadata),)))
+    assert joined.error_code == ErrorCode.none
+    admin = kafka.KafkaAdminClient(bootstrap_servers=server.bootstrap_servers)
+    try:
+        removed = admin.remove_group_members("static", [
+            kafka.admin.MemberToRemove(group_instance_id="app-1"),
+            kafka.admin.MemberToRemove(group_instance_id="app-9")])
+    finally:
+        admin.close()
+    assert removed == {"app-1": kafka.errors.NoError,
+                       "app-9": kafka.errors.UnknownMemberIdError}
+    assert db.describe_group("static").members == []
+
+
 def test_kafka_python_deletes_a_groups_offsets_but_not_those_of_a_subscribed_topic(db,
                                                                                   server):
     # Kafka's OffsetDelete (KafkaAdminClient.delete_group_offsets; confluent-kafka's and

@@ -572,12 +572,28 @@ class GroupCoordinator:
                 raise RebalanceInProgressError(f"group {group_id!r} is rebalancing; join again")
 
     def leave_group(self, group_id, member_id, group_instance_id=None):
+        """A member leaves, as Kafka's classicGroupLeaveToClassicGroup
+        (GroupMetadataManager.java) answers it: without a member id (an admin's
+        removeMembersFromConsumerGroup) the static member holding the instance id is
+        removed, and told so; a member id handed out but not joined with yet (KIP-394) is
+        forgotten, nothing to rebalance for; any other member is validated first."""
         self._check_writable()
         with self._locked():
             group = self._group(group_id, member_id)
-            member = self._member(group, member_id, group_instance_id)
-            self._remove(group, member, None)
-            self._after_removal(group, f"{member_id} left")
+            if not member_id:
+                member = group.members.get(group.static_members.get(group_instance_id))
+                if group_instance_id is None or member is None:
+                    raise UnknownMemberIdError(
+                        f"group {group_id!r} has no member with group_instance_id "
+                        f"{group_instance_id!r} to remove")
+                self._remove(group, member, REMOVED)
+            elif member_id in group.pending_members:
+                self._cancel(group.pending_members.pop(member_id))
+                return
+            else:
+                member = self._member(group, member_id, group_instance_id)
+                self._remove(group, member, None)
+            self._after_removal(group, f"{member.member_id} left")
 
     def _remove(self, group, member, event):
         for waiter in (member.join_waiter, member.sync_waiter):

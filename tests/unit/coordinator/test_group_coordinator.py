@@ -245,6 +245,34 @@ def test_leaving_rebalances_the_rest_and_the_last_leaves_an_empty_group(coordina
     assert d.state == EMPTY and d.members == [] and d.generation == 4
 
 
+def test_an_admin_removes_a_static_member_by_its_instance_id_alone(coordinator):
+    # Kafka's classicGroupLeaveToClassicGroup (GroupMetadataManager.java): a LeaveGroup
+    # member without a member id (UNKNOWN_MEMBER_ID, as removeMembersFromConsumerGroup
+    # sends it) removes the static member holding the instance id; an instance id no
+    # member holds is UNKNOWN_MEMBER_ID.
+    a, b = Client(coordinator, instance="app-1"), Client(coordinator)
+    form_group(a, b)
+    coordinator.leave_group("g", "", "app-1")
+    a.wait_for(REMOVED)
+    b.wait_for(REBALANCE)
+    assert [m.member_id for m in coordinator.describe_group("g").members] == [b.member_id]
+    for instance in ("app-1", None):
+        with pytest.raises(UnknownMemberIdError):
+            coordinator.leave_group("g", "", instance)
+
+
+def test_a_member_id_handed_out_but_not_joined_with_leaves_without_a_rebalance(coordinator):
+    # Kafka's classicGroupLeaveToClassicGroup: a pending member (KIP-394) that leaves is
+    # forgotten, without an error, and the group does not rebalance for it.
+    a, b = Client(coordinator), Client(coordinator)
+    join_alone(a)
+    with pytest.raises(MemberIdRequiredError) as required:
+        b.join(require_known_member_id=True)
+    coordinator.leave_group("g", required.value.member_id)
+    assert state(coordinator) == STABLE
+    assert required.value.member_id not in coordinator._groups["g"].pending_members
+
+
 def test_a_member_that_stops_heartbeating_is_removed_after_its_session(coordinator):
     a = Client(coordinator, session_ms=10_000)
     b = Client(coordinator, session_ms=50)
