@@ -521,16 +521,19 @@ class PartitionLog:
         return self.txn_indexes.collect(fetch_offset, upper_bound)
 
     def _check_batch_size(self, size):
-        """A batch of `size` bytes fits the topic's segments and max.message.bytes (checked
-        as it arrives and, as Kafka's LogValidator does, again once recompressed)."""
-        if size > self.config.segment_bytes:
-            raise RecordBatchTooLargeError(
-                f"a {size}-byte batch can never fit {self.name}'s {self.config.segment_bytes}"
-                "-byte segments; raise segment.bytes or send smaller batches")
+        """A batch of `size` bytes fits the topic's max.message.bytes and segments (checked
+        as it arrives and, as Kafka's LogValidator does, again once recompressed), in
+        Kafka's order: UnifiedLog.analyzeAndValidateRecords refuses a batch above
+        max.message.bytes (MESSAGE_TOO_LARGE, on which a producer splits its batch) before
+        append checks the segment size (RECORD_LIST_TOO_LARGE)."""
         if size > self.config.max_message_bytes:
             raise RecordTooLargeError(
                 f"a {size}-byte batch exceeds max.message.bytes={self.config.max_message_bytes}"
                 f" of {self.name}; raise the topic's max.message.bytes or send less per batch")
+        if size > self.config.segment_bytes:
+            raise RecordBatchTooLargeError(
+                f"a {size}-byte batch can never fit {self.name}'s {self.config.segment_bytes}"
+                "-byte segments; raise segment.bytes or send smaller batches")
 
     @contextlib.contextmanager
     def _refusing(self):

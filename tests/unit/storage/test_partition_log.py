@@ -336,9 +336,17 @@ def test_batches_above_limits_are_refused_and_nothing_is_written(log_dir):
     log2 = small_log(log_dir + "2", segment_bytes=300, max_message_bytes=10**6)
     with pytest.raises(RecordBatchTooLargeError):
         log2.append(build_batch([b"x" * 400], timestamp=1))
-    assert log.log_end_offset == 10 and log2.log_end_offset == 0
+    # Above both limits: max.message.bytes is Kafka's first check
+    # (UnifiedLog.analyzeAndValidateRecords, before append's segment size check), and its
+    # MESSAGE_TOO_LARGE is what lets a producer split the batch.
+    log3 = small_log(log_dir + "3", segment_bytes=300, max_message_bytes=200)
+    with pytest.raises(RecordTooLargeError, match="max.message.bytes") as refused:
+        log3.append(build_batch([b"x" * 400], timestamp=1))
+    assert type(refused.value) is RecordTooLargeError
+    assert log.log_end_offset == 10 and log2.log_end_offset == 0 == log3.log_end_offset
     log.close()
     log2.close()
+    log3.close()
 
 
 def test_corrupt_or_partial_input_is_refused_whole(log_dir):
