@@ -388,6 +388,10 @@ class Broker:
             return service
 
     def delete_topic(self, name):
+        """Delete a topic; then each attached service with an on_topic_deleted(info) hears of
+        it, outside the lock (the group coordinator writes tombstones for the groups'
+        offsets of its partitions, as Kafka's broker tells its GroupCoordinator
+        onPartitionsDeleted)."""
         self._check_writable()
         with self._lock:
             info = self.metadata.delete(name)
@@ -397,7 +401,12 @@ class Broker:
             gone = self._drop_partitions_locked(info)
             for tp in gone:
                 self.fetch_purgatory.check_and_complete(tp)  # waiting fetches answer now
-            return info
+            services = [service for _, service in self._services]
+        for service in services:
+            hook = getattr(service, "on_topic_deleted", None)
+            if hook is not None:
+                hook(info)
+        return info
 
     def create_partitions(self, name, total):
         self._check_writable()

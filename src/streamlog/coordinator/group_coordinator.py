@@ -35,7 +35,7 @@ from contextlib import contextmanager
 from typing import NamedTuple
 
 from ..errors import (FencedInstanceIdError, GroupIdNotFoundError, IllegalGenerationError,
-                      GroupSubscribedToTopicError,
+                      GroupSubscribedToTopicError, StreamlogError,
                       NotCoordinatorError,
                       InconsistentGroupProtocolError, InvalidGroupIdError, InvalidRequestError,
                       InvalidSessionTimeoutError, LogClosedError, MemberIdRequiredError,
@@ -870,6 +870,33 @@ class GroupCoordinator:
         if written is not None:
             self._store.wait_replicated(*written)
         return results
+
+    def on_topic_deleted(self, info):
+        """A topic was deleted (Broker.delete_topic): every group's offsets of its partitions,
+        committed or pending in an open transaction, get tombstones, as Kafka's
+        OffsetMetadataManager.onPartitionsDeleted writes them, so a topic made again under
+        the name is not read from where a group left the old one. The topic is gone
+        whatever happens here: a group whose offsets partition this broker of a cluster
+        does not lead is its leader's to clean, and a failure is logged."""
+        written = []
+        with self._locked():
+            if self._closed:
+                return
+            now = self._broker.clock_ms()
+            for group_id, doomed in sorted(self._store.offsets_of_topic(info.name).items()):
+                try:
+                    written.append(self._store.delete(group_id, sorted(doomed), now))
+                except NotCoordinatorError:
+                    pass
+                except StreamlogError:
+                    log.exception("group %s: the offsets of deleted topic %s stay",
+                                  group_id, info.name)
+        for tp, end_offset in written:
+            try:
+                self._store.wait_replicated(tp, end_offset)
+            except StreamlogError:
+                log.exception("the tombstones of deleted topic %s in %s are not replicated",
+                              info.name, tp)
 
     def _offset_delete_problem(self, group, tp):
         """Why OffsetDelete keeps tp's offset of the group, or None."""

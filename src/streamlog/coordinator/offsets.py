@@ -307,14 +307,29 @@ class OffsetStore:
     def pending_partitions(self, group_id):
         """The TopicPartitions for which group_id has an offset pending in an open
         transaction (committed() does not show it yet)."""
-        out = set()
+        return {tp for group, tp in self._pending_offsets() if group == group_id}
+
+    def offsets_of_topic(self, topic):
+        """{group: {TopicPartition}}: every group's offsets of the topic's partitions,
+        committed or pending in an open transaction."""
+        out = {}
+        for group, committed in self.offsets.items():
+            for tp in committed:
+                if tp.topic == topic:
+                    out.setdefault(group, set()).add(tp)
+        for group, tp in self._pending_offsets():
+            if tp.topic == topic:
+                out.setdefault(group, set()).add(tp)
+        return out
+
+    def _pending_offsets(self):
+        """(group, TopicPartition) of each offset pending in an open transaction."""
         for producers in self.pending.values():
             for held in producers.values():
                 for key, *_ in held:
                     kind, group, *where = msgpack.unpackb(key, raw=False)
-                    if kind == _OFFSET_KEY and group == group_id:
-                        out.add(TopicPartition(*where))
-        return out
+                    if kind == _OFFSET_KEY:
+                        yield group, TopicPartition(*where)
 
     def write_group(self, group_id, record, now_ms):
         *fields, members = record

@@ -502,6 +502,33 @@ def test_deleting_an_offset_drops_it_from_an_open_transaction_too(coordinator):
     assert {tp: c.offset for tp, c in coordinator.offset_fetch("g").items()} == {TP1: 4}
 
 
+def test_deleting_a_topic_deletes_every_groups_offsets_of_it(coordinator, broker, tmp_path):
+    # Kafka's broker tells its GroupCoordinator of deleted partitions
+    # (BrokerMetadataPublisher: onPartitionsDeleted), and OffsetMetadataManager
+    # .onPartitionsDeleted writes a tombstone for each group's offset of them, committed or
+    # pending in an open transaction: a topic made again under the name starts with no
+    # committed offset, where the old ones would skip its first records.
+    broker.create_topic("u", 1)
+    tpu = TopicPartition("u", 0)
+    coordinator.offset_commit("g", "", -1, None, {TP0: 5, TP1: 6, tpu: 1})
+    coordinator.offset_commit("h", "", -1, None, {TP1: 2})
+    coordinator.txn_offset_commit("p", 1000, 0, "", -1, None, {TP0: OffsetAndMetadata(3)})
+    broker.delete_topic("t")
+    assert set(coordinator.offset_fetch("g")) == {tpu}
+    assert coordinator.offset_fetch("h") == {} and coordinator.offset_fetch_stable("p")[1] == set()
+    coordinator.complete_transaction(coordinator.offsets_partition("p"), 1000, commit=True)
+    assert coordinator.offset_fetch("p") == {}
+    broker.create_topic("t", 2)
+    assert coordinator.offset_fetch("g", [TP0, TP1]) == {TP0: None, TP1: None}
+    # The tombstones are in the log: the offsets stay deleted when it is read again.
+    broker.close()
+    reopened = Broker(str(tmp_path / "db"), config={"offsets.topic.num.partitions": 3})
+    try:
+        assert set(find_coordinator(reopened).offset_fetch("g")) == {tpu}
+    finally:
+        reopened.close()
+
+
 def test_deleting_a_group_drops_its_offsets_pending_in_open_transactions(coordinator):
     # Kafka's OffsetMetadataManager.deleteAllOffsets: a tombstone for each partition with a
     # committed or a pending offset, so no commit marker brings one back to a deleted group.
