@@ -135,6 +135,25 @@ def committed_offsets(db, group_id="g"):
     return {tp: p.committed for tp, p in db.describe_group(group_id).partitions.items()}
 
 
+def test_a_topic_deleted_and_made_again_is_read_from_the_start_by_a_group(db_path):
+    # Kafka's OffsetMetadataManager.onPartitionsDeleted: deleting a topic deletes every
+    # group's offsets of it, here too when no group was used since the database opened.
+    with streamlog.open(db_path) as db:
+        fill(db, 8, partitions=1)
+        consumer = db.consumer(group_id="g")
+        consumer.commit({TopicPartition("t", 0): OffsetAndMetadata(5)})
+        consumer.close()
+    with streamlog.open(db_path) as db:
+        db.delete_topic("t")
+        fill(db, 8, partitions=1)
+        assert db.describe_group("g").partitions == {}
+        consumer = db.consumer(group_id="g", auto_offset_reset="earliest")
+        consumer.subscribe(["t"])
+        assert values(poll_until(consumer, lambda r: len(r) >= 8, "the new topic")) == \
+            list(range(8))
+        consumer.close()
+
+
 def test_auto_commit_commits_the_positions_every_interval_while_the_consumer_polls(db):
     fill(db, 40)
     consumer = db.consumer(group_id="g", auto_offset_reset="earliest", max_poll_records=6,

@@ -160,6 +160,24 @@ def test_kafka_python_removes_a_static_member_by_its_instance_id(db, server):
     assert db.describe_group("static").members == []
 
 
+def test_kafka_python_deleting_a_topic_deletes_the_groups_offsets_of_it(tmp_path):
+    # Kafka's OffsetMetadataManager.onPartitionsDeleted: DeleteTopics deletes every group's
+    # offsets of the topic, here too when no group was used since the database opened.
+    path = str(tmp_path / "reopened")
+    with streamlog.open(path) as database:
+        database.create_topic("t", partitions=2)
+        consumer = database.consumer(group_id="g")
+        consumer.commit({TopicPartition("t", 1): 4})
+        consumer.close()
+    with streamlog.open(path) as database, database.serve() as server:
+        admin = kafka.KafkaAdminClient(bootstrap_servers=server.bootstrap_servers)
+        try:
+            admin.delete_topics(["t"])
+            assert admin.list_group_offsets({"g": None}) == {"g": {}}
+        finally:
+            admin.close()
+
+
 def test_kafka_python_deletes_a_groups_offsets_but_not_those_of_a_subscribed_topic(db,
                                                                                   server):
     # Kafka's OffsetDelete (KafkaAdminClient.delete_group_offsets; confluent-kafka's and

@@ -15,6 +15,7 @@ from ..broker import registry
 from ..broker.broker import Broker, PartitionInfo  # noqa: F401 - public as streamlog.PartitionInfo
 from ..broker.cleaner import CompactionResult  # noqa: F401 - public as streamlog.CompactionResult
 from ..broker.repair import RepairReport, repair as _repair
+from ..coordinator.group_coordinator import delete_topic
 from ..coordinator.transaction_coordinator import find_transaction_coordinator, has_transactions
 from ..errors import InvalidConfigurationError, LogClosedError, ReadOnlyError
 from . import group_admin
@@ -133,7 +134,7 @@ class Database:
 
     def delete_topic(self, name):
         self._check()
-        self._broker.delete_topic(name)
+        delete_topic(self._broker, name)
 
     def add_partitions(self, name, total):
         """Grow the topic to `total` partitions (counts only grow, as in Kafka)."""

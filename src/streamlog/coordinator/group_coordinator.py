@@ -47,7 +47,7 @@ from ..storage.producer_state import UNVERIFIED
 from ..structs import OffsetAndMetadata, TopicPartition
 from .group import (COMPLETING_REBALANCE, DEAD, EMPTY, PREPARING_REBALANCE, STABLE, Group,
                     Member)
-from .offsets import OffsetStore
+from .offsets import OFFSETS_TOPIC, OffsetStore
 
 log = logging.getLogger("streamlog.coordinator")
 
@@ -65,6 +65,15 @@ FENCED = "fenced"         # another member took this one's group_instance_id
 def find_coordinator(broker):
     """The coordinator of the broker's groups (made on first use; closed with the broker)."""
     return broker.attach_service(SERVICE, GroupCoordinator)
+
+
+def delete_topic(broker, name):
+    """broker.delete_topic(name), the group coordinator loaded first when any group has
+    offsets (it is otherwise made on first use), so that it hears of the deletion and
+    deletes the groups' offsets of the topic (on_topic_deleted)."""
+    if OFFSETS_TOPIC in broker.topics():
+        find_coordinator(broker)
+    return broker.delete_topic(name)
 
 
 def _monotonic_ms():

@@ -21,6 +21,7 @@ from .. import errors
 from ..broker.broker import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from ..broker.metadata import (check_name_free, overrides_after, validate_partitions,
                                validate_topic_name)
+from ..coordinator.group_coordinator import delete_topic
 from ..storage.compression import ZSTD
 from ..storage.partition_log import UNREPLICATED_LEADER_EPOCH
 from ..storage.record_batch import MAGIC, iter_batches
@@ -720,11 +721,12 @@ class Handlers:
         for name in body.topic_names:
             if name in twice:
                 continue
-            delete = self.broker.delete_topic
             info = self.broker.topics().get(name)
             if self._view is not None and info is not None and not info.internal:
-                delete = self._view.delete_topic   # every broker's replicas, through the controller
-            exc = failure(delete, name)
+                # every broker's replicas, through the controller
+                exc = failure(self._view.delete_topic, name)
+            else:
+                exc = failure(delete_topic, self.broker, name)
             results.append(build(types.DeletableTopicResult, name=name, error_code=error_code(exc),
                                  error_message=error_message(exc)))
         return build(cls, throttle_time=NO_THROTTLE, responses=tuple(results))
