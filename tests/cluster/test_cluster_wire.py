@@ -154,6 +154,19 @@ def test_metadata_names_as_leader_only_a_broker_it_lists(cluster, monkeypatch):
     assert p.error_code == ErrorCode.leader_not_available and p.leader_id == -1
 
 
+def test_metadata_creates_a_topic_only_where_auto_create_topics_enable_is_on(cluster):
+    # Kafka's KafkaApis.handleTopicMetadataRequest creates a missing topic only when the
+    # request allows it and the broker's auto.create.topics.enable is on (allowAutoCreation);
+    # this cluster's brokers leave it at the database's default, off.
+    with connect(cluster, 0) as sock:
+        answer = call(sock, MetadataRequest(
+            topics=(MetadataRequestTopic(topic_id=None, name="typo"),),
+            allow_auto_topic_creation=True, include_topic_authorized_operations=False))
+    assert [(t.name, t.error_code) for t in answer.topics] == [
+        ("typo", ErrorCode.unknown_topic_or_partition)]
+    assert "typo" not in cluster.broker(0).topics()
+
+
 def test_create_topics_takes_a_replication_factor_and_refuses_one_above_the_brokers(cluster):
     with connect(cluster, 1) as sock:
         answer = call(sock, CreateTopicsRequest(

@@ -170,12 +170,15 @@ class Handlers:
                      offline_replicas=tuple(i32(r) for r in place.offline))
 
     def _ensure_topic(self, name, allow_create):
-        """The topic's info, auto-created (through the controller in a cluster) when allowed."""
+        """The topic's info, auto-created (through the controller in a cluster) when the
+        request and the database's auto.create.topics.enable both allow it (Kafka's
+        KafkaApis.handleTopicMetadataRequest: allowAutoCreation)."""
         if not allow_create:
             return self._topic(name)
         validate_topic_name(name, allow_internal=True)
         view = self._view
-        if view is not None and name not in self.broker.topics():
+        if view is not None and name not in self.broker.topics() and \
+                self.broker.config.auto_create_topics_enable:
             validate_topic_name(name)
             with contextlib.suppress(errors.TopicAlreadyExistsError):
                 view.create_topic(name, self.broker.config.num_partitions, None, {})
