@@ -177,6 +177,26 @@ def test_callbacks_get_metadata_or_the_error(db):
         future.result()
 
 
+def test_a_raising_callback_is_logged_never_raised_by_send(db, caplog):
+    """A callback's exception is logged, as Kafka's ProducerBatch.completeFutureAndFireCallbacks
+    logs it ("Error executing user-provided callback"): an idle producer appends inside
+    send(), so the callback runs there, and send() raising for a record already written
+    would have its caller send it again."""
+    db.create_topic("t")
+    producer = db.producer()  # fresh and idle: its first record is appended inside send()
+
+    def fails(metadata, error):
+        raise RuntimeError("callback bug")
+
+    future = producer.send("t", value=b"once", callback=fails)
+    assert future.result().offset == 0
+    future.add_done_callback(lambda f: 1 / 0)  # done already: runs at once, logged too
+    producer.flush()
+    assert [r.value for r in drain(db, "t")] == [b"once"]
+    assert [r.exc_info[0] for r in caplog.records if r.name == "streamlog.producer"] == \
+        [RuntimeError, ZeroDivisionError]
+
+
 def test_serializers(db):
     db.create_topic("t")
     producer = db.producer(key_serializer=str.encode,

@@ -57,10 +57,7 @@ class BatchResult:
         for lock in waiters or ():
             lock.release()
         for callback in callbacks or ():
-            try:
-                callback()
-            except Exception:
-                log.exception("a producer callback raised")
+            _run(callback)
 
     def wait(self, timeout=None):
         if self.done:
@@ -87,7 +84,18 @@ class BatchResult:
                     self._callbacks = []
                 self._callbacks.append(callback)
                 return
+        _run(callback)  # done already (an idle producer appends inside send())
+
+
+def _run(callback):
+    """Run a user's callback; what it raises is logged, never raised into the thread that
+    completes the batch or adds the callback: a send() whose record is already appended
+    must not fail (its caller would send it again), and the batch's other callbacks must
+    still run. Kafka's ProducerBatch.completeFutureAndFireCallbacks logs it the same way."""
+    try:
         callback()
+    except Exception:
+        log.exception("a producer callback raised")
 
 
 class FutureRecordMetadata(tuple):
