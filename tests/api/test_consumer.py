@@ -210,6 +210,31 @@ def test_unassigned_or_unknown_partitions_are_errors(db):
         consumer.seek(TopicPartition("t", 0), 0)
 
 
+def test_every_call_on_a_closed_consumer_says_it_is_closed(db):
+    """Kafka's consumer refuses every call but close() and wakeup() once closed
+    (ClassicKafkaConsumer.acquireAndEnsureOpen: "This consumer has already been closed.").
+    A closed consumer has no assignment: seek() and position() said the partition was
+    not assigned, and the offset lookups answered as if it were open."""
+    fill(db, 1)
+    consumer = db.consumer(group_id="g", auto_offset_reset="earliest")
+    consumer.assign([TP0])
+    consumer.poll(timeout=5)
+    consumer.close()
+    calls = [lambda: consumer.poll(timeout=0), lambda: consumer.position(TP0),
+             lambda: consumer.seek(TP0, 0), lambda: consumer.seek_to_beginning(),
+             lambda: consumer.seek_to_end([TP0]), lambda: consumer.pause([TP0]),
+             lambda: consumer.resume([TP0]), consumer.paused, consumer.assignment,
+             consumer.subscription, lambda: consumer.beginning_offsets([TP0]),
+             lambda: consumer.end_offsets([TP0]), lambda: consumer.offsets_for_times({TP0: 0}),
+             lambda: consumer.committed([TP0]), consumer.group_metadata,
+             lambda: consumer.commit(), lambda: consumer.assign([TP0])]
+    for call in calls:
+        with pytest.raises(streamlog.IllegalStateError, match="the consumer is closed"):
+            call()
+    consumer.wakeup()
+    consumer.close()
+
+
 def test_a_consumer_is_used_by_one_thread_at_a_time(db):
     fill(db, 1)
     consumer = db.consumer(fetch_max_wait_ms=5000)

@@ -128,9 +128,15 @@ class Consumer:
 
     # --- guard -------------------------------------------------------------------------
 
-    def _enter(self):
+    def _ensure_open(self):
+        """Every call but close() and wakeup() is refused once the consumer is closed, as by
+        Kafka's consumer (acquireAndEnsureOpen: "This consumer has already been closed."):
+        a closed consumer has no assignment to answer from, nor a group."""
         if self._closed:
             raise IllegalStateError("the consumer is closed")
+
+    def _enter(self):
+        self._ensure_open()
         if not self._in_use.acquire(blocking=False):
             raise IllegalStateError("a consumer is used by one thread at a time; this one is "
                                     "busy in another thread")
@@ -194,6 +200,7 @@ class Consumer:
 
     def subscription(self):
         """The topics subscribed to (those matching the pattern, for a pattern)."""
+        self._ensure_open()
         return self._group.subscription() if self._group is not None else set()
 
     def unsubscribe(self):
@@ -208,6 +215,7 @@ class Consumer:
             self._exit()
 
     def assignment(self):
+        self._ensure_open()
         return set(self._assignment)
 
     # --- what the group membership drives (see group_member.GroupMembership) --------------
@@ -271,9 +279,12 @@ class Consumer:
         self._paused.difference_update(self._assigned(partitions, "resume()"))
 
     def paused(self):
+        self._ensure_open()
         return set(self._paused)
 
     def _assigned(self, partitions, call):
+        """The partitions (pause, resume, position, seek...), each one assigned; the consumer open."""
+        self._ensure_open()
         out = []
         for tp in topic_partitions(partitions, call):
             if tp not in self._assignment:
@@ -325,6 +336,7 @@ class Consumer:
         self._seek_to(partitions, LATEST, "seek_to_end()")
 
     def _seek_to(self, partitions, which, call):
+        self._ensure_open()
         tps = self._assigned(partitions, call) if partitions is not None \
             else list(self._assignment)
         offsets = self._broker.list_offsets({tp: which for tp in tps},
@@ -347,6 +359,7 @@ class Consumer:
         self._buffers.pop(tp, None)
 
     def beginning_offsets(self, partitions):
+        self._ensure_open()
         return {tp: o for tp, (o, _) in self._broker.list_offsets(
             {tp: EARLIEST for tp in topic_partitions(partitions, "beginning_offsets()")}
         ).items()}
@@ -354,6 +367,7 @@ class Consumer:
     def end_offsets(self, partitions):
         """{tp: the offset after the last record this consumer may read}: the high
         watermark, or the last stable offset under read_committed (as Kafka's)."""
+        self._ensure_open()
         return {tp: o for tp, (o, _) in self._broker.list_offsets(
             {tp: LATEST for tp in topic_partitions(partitions, "end_offsets()")},
             read_committed=self._read_committed).items()}
@@ -361,6 +375,7 @@ class Consumer:
     def offsets_for_times(self, timestamps):
         """{tp: ms} -> {tp: OffsetAndTimestamp of the first record at or after it, or None};
         under read_committed, None for a record at or past the last stable offset (Kafka's)."""
+        self._ensure_open()
         timestamps = by_topic_partition(timestamps, "offsets_for_times()", "ms")
         for tp, ts in timestamps.items():
             if isinstance(ts, bool) or not isinstance(ts, int) or ts < 0:
@@ -632,12 +647,14 @@ class Consumer:
     def committed(self, partitions):
         """{tp: OffsetAndMetadata or None}: the group's committed offsets, once none of them
         is pending in an open transaction (Kafka's committed() asks for stable offsets)."""
+        self._ensure_open()
         group = self._require_group("committed()")
         tps = topic_partitions(partitions, "committed()")
         return self._until_stable(lambda: group.stable_committed(tps))
 
     def group_metadata(self):
         """ConsumerGroupMetadata(group_id, generation_id, member_id, group_instance_id)."""
+        self._ensure_open()
         return self._require_group("group_metadata()").group_metadata()
 
     def wakeup(self):
