@@ -165,6 +165,39 @@ def test_iteration_yields_records_one_by_one(db):
     assert seen == [0, 1, 2, 3, 4]
 
 
+def test_iteration_ends_when_another_thread_closes_the_consumer(db):
+    """`for record in consumer` runs until close() (docs/API.md), which may come from any
+    thread. close() holds the consumer while it leaves the group; the iterating thread,
+    whose poll close() ended, polled again meanwhile and got "busy in another thread"."""
+    fill(db, 1)
+    iterated = threading.Event()
+    ended = threading.Event()
+    outcome = []
+
+    class HoldsTheClose:
+        def on_partitions_revoked(self, partitions):
+            ended.wait(10)  # close() goes on once the iterating thread is done
+
+    consumer = db.consumer(group_id="g", auto_offset_reset="earliest")
+    consumer.subscribe(["t"], listener=HoldsTheClose())
+
+    def iterate():
+        try:
+            for _ in consumer:
+                iterated.set()
+            outcome.append("ended")
+        except streamlog.StreamlogError as exc:
+            outcome.append(exc)
+        finally:
+            ended.set()
+    t = threading.Thread(target=iterate)
+    t.start()
+    assert iterated.wait(10)
+    consumer.close()
+    t.join(10)
+    assert outcome == ["ended"]
+
+
 def test_poll_batch_gives_columns(db):
     fill(db, 300, partitions=1)
     consumer = db.consumer(auto_offset_reset="earliest")

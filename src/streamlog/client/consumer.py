@@ -138,6 +138,8 @@ class Consumer:
     def _enter(self):
         self._ensure_open()
         if not self._in_use.acquire(blocking=False):
+            if self._closing:  # close() from another thread holds it while it leaves the group
+                raise IllegalStateError("the consumer is closed")
             raise IllegalStateError("a consumer is used by one thread at a time; this one is "
                                     "busy in another thread")
 
@@ -448,10 +450,15 @@ class Consumer:
             self._exit()
 
     def __iter__(self):
-        """Records, one at a time, until the consumer is closed."""
-        while not self._closed:
-            for record in self.poll(timeout=1.0):
-                yield record
+        """Records, one at a time, until the consumer is closed (from any thread)."""
+        while not self._closing:
+            try:
+                records = self.poll(timeout=1.0)
+            except IllegalStateError:
+                if self._closing:
+                    return  # close() began in another thread between the check and the poll
+                raise
+            yield from records
 
     # --- fetching ----------------------------------------------------------------------
 
