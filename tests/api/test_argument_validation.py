@@ -176,7 +176,8 @@ def test_one_partition_where_a_list_or_a_dict_is_taken_is_named_in_the_call(db):
     """consumer.committed(tp), with the list left out, iterated the TopicPartition into its
     fields: TypeError "TopicPartition.__new__() missing 1 required positional argument", from
     a line of the consumer; a two-letter topic name given to end_offsets() was read as the
-    partition ("a", "b")."""
+    partition ("a", "b"); db.delete_group_offsets("g", tp) raised a TypeError of the same kind from the
+    group coordinator."""
     db.create_topic("ab")
     tp = TopicPartition("ab", 0)
     consumer = db.consumer(group_id="g", auto_offset_reset="earliest")
@@ -189,7 +190,8 @@ def test_one_partition_where_a_list_or_a_dict_is_taken_is_named_in_the_call(db):
              "beginning_offsets()": lambda a: consumer.beginning_offsets(a),
              "end_offsets()": lambda a: consumer.end_offsets(a),
              "committed()": lambda a: consumer.committed(a),
-             "reset_group_offsets()": lambda a: db.reset_group_offsets("g", a, "earliest")}
+             "reset_group_offsets()": lambda a: db.reset_group_offsets("g", a, "earliest"),
+             "delete_group_offsets()": lambda a: db.delete_group_offsets("g", a)}
     for call, fn in calls.items():
         with pytest.raises(TypeError, match=rf"{call[:-2]}\(\) takes a list of "
                                             r"TopicPartitions, not TopicPartition.*pass \["):

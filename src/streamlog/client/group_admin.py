@@ -101,6 +101,7 @@ def delete_group_offsets(broker, group_id, partitions):
     Admin.deleteConsumerGroupOffsets does: each partition that can be is, and then the
     first refusal is raised (GroupSubscribedToTopicError: a member subscribes to its topic;
     UnknownTopicOrPartitionError); GroupIdNotFoundError and NonEmptyGroupError refuse all."""
+    partitions = topic_partitions(partitions, "delete_group_offsets()")
     results = find_coordinator(broker).delete_offsets(group_id, partitions)
     for error in results.values():
         if error is not None:
