@@ -321,8 +321,11 @@ def _produce_lines(args, producer, stdin, bar, sent):
                                  '"key", "headers", "partition", "timestamp")')
             value = _json_bytes(doc["value"], "value")
             key = _json_bytes(doc.get("key"), "key")
-            headers = [(k, _json_bytes(v, "header")) for k, v in
-                       (doc.get("headers") or {}).items()]
+            given = doc.get("headers") or {}
+            if not isinstance(given, dict):  # the form consume --format json prints
+                raise ValueError(f'line {n}: "headers" must be an object {{"name": value}}, '
+                                 f"not {given!r}")
+            headers = [(k, _json_bytes(v, "header")) for k, v in given.items()]
             partition = doc.get("partition", partition)
             timestamp = doc.get("timestamp")
         elif separator is not None:

@@ -65,6 +65,11 @@ def test_produce_json_and_consume_json(path):
     assert out[0]["headers"] == {"h": "1"} and json.loads(out[1]["value"]) == {"nested": True}
     bad = run("produce", "t", "--path", path, "--format", "json", stdin="not json\n")
     assert bad.returncode == 2 and "line 1 is not JSON" in bad.stderr
+    # Headers in another form than an object ended in an AttributeError's traceback.
+    listed = run("produce", "t", "--path", path, "--format", "json",
+                 stdin='{"value": "v", "headers": [["h", "1"]]}\n')
+    assert listed.returncode == 2 and \
+        'line 1: "headers" must be an object {"name": value}' in listed.stderr
 
 
 def test_consume_from_offset_timestamp_and_max_messages(path):
