@@ -143,6 +143,9 @@ def test_consumer_arguments_are_checked(db):
         consumer.poll(timeout="1")
     with pytest.raises(ValueError, match="timeout"):
         consumer.poll(timeout=-1)  # Kafka: "Timeout must not be negative"
+    for call in (consumer.poll, consumer.poll_batch):  # 0 was max.poll.records to poll()
+        with pytest.raises(ValueError, match="max_records must be a positive int, got 0"):
+            call(timeout=0, max_records=0)
     with pytest.raises(ValueError, match="seek offset"):
         consumer.seek(TopicPartition("t", 0), 2**63)
     with pytest.raises(TypeError, match="seek offset"):

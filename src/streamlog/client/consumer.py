@@ -395,7 +395,8 @@ class Consumer:
         Returns as soon as any record is available; waits up to `timeout`
         seconds (None: until records arrive) and then returns [].
         """
-        return self._poll(timeout, max_records or self._max_poll_records, columns=False)
+        return self._poll(timeout, self._max_poll_records if max_records is None else max_records,
+                          columns=False)
 
     def poll_batch(self, timeout=None, max_records=None, include_headers=False):
         """Like poll(), but a list of RecordColumns (one per partition with data).
