@@ -91,6 +91,8 @@ def test_send_batch_names_the_bad_item_and_queues_nothing(db):
         producer.send_batch("t", [b"a", b"b", "c"])
     with pytest.raises(TypeError, match="list"):
         producer.send_batch("t", (b"v%d" % i for i in range(3)))
+    with pytest.raises(TypeError, match="values must be a sequence .* not NoneType"):
+        producer.send_batch("t", None)  # was len()'s "object of type 'NoneType' has no len()"
     with pytest.raises(ValueError, match="keys has 1 items, values has 2"):
         producer.send_batch("t", [b"a", b"b"], keys=[b"k"])
     with pytest.raises(ValueError, match=r"timestamps\[1\]"):

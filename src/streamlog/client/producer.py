@@ -497,7 +497,7 @@ class Producer:
             self._txn.check_send()
         # Checked before anything is queued (client.validation); per-record Python checks run
         # only once the columnar encoding has refused an item, to name it.
-        check_column("values", values, None)
+        check_column("values", values, None, optional=False)
         n = len(values)
         if self._value_serializer is not None:
             values = [None if v is None else self._value_serializer(v) for v in values]

@@ -65,13 +65,14 @@ def check_headers(headers, what="headers"):
     return tuple(headers) or None
 
 
-def check_column(name, column, n, check_item=None):
-    """A send_batch column: a sized, indexable sequence of n items (None stays None).
+def check_column(name, column, n, check_item=None, optional=True):
+    """A send_batch column: a sized, indexable sequence of n items (None stays None, where
+    the column is optional).
 
     With check_item, returns [check_item(item) for each item], a failure naming the item's
     index; without, the column unchanged and no per-item work (the columnar encoding checks
     the items of the good path)."""
-    if column is None:
+    if column is None and optional:
         return None
     if not isinstance(column, (Sequence, np.ndarray)) or isinstance(column, (str, bytes)):
         raise TypeError(f"send_batch: {name} must be a sequence (list, tuple or numpy array) "
