@@ -96,6 +96,17 @@ def test_invalid_configs_are_refused_and_nothing_is_created(db, config, match):
     assert not os.path.exists(os.path.join(db.path, "t-0"))
 
 
+def test_a_config_that_is_no_dict_is_a_type_error_naming_it(db):
+    """A list of pairs reached the config-name lookup as (name, value) tuples: AttributeError
+    "'tuple' object has no attribute 'replace'", from inside the metadata registry."""
+    db.create_topic("u")
+    for call in (lambda: db.create_topic("t", config=[("retention.ms", 5)]),
+                 lambda: db.alter_topic_config("u", [("retention.ms", 5)])):
+        with pytest.raises(TypeError, match=r"a topic config is a dict \{name: value\}, not list"):
+            call()
+    assert db.topics() == ["u"] and db.describe_topic("u").overrides == {}
+
+
 @pytest.mark.parametrize("partitions", [0, -1, "3", 1.5, 20_000])
 def test_invalid_partition_counts_are_refused(db, partitions):
     with pytest.raises(streamlog.InvalidPartitionsError):

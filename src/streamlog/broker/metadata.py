@@ -30,6 +30,7 @@ a dict that is replaced, never mutated.
 import threading
 import time
 import uuid
+from collections.abc import Mapping
 from typing import NamedTuple
 
 import msgpack
@@ -358,6 +359,9 @@ def _doc(info):
 def normalized_overrides(overrides):
     """Overrides checked and keyed by Kafka's dotted names, whatever spelling the caller
     used ("retention.ms" or "retention_ms"); values parsed ("100" -> 100)."""
+    if not isinstance(overrides, Mapping):
+        raise TypeError(f"a topic config is a dict {{name: value}}, not "
+                        f"{type(overrides).__name__} {overrides!r}")
     full = LogConfig().with_overrides(overrides).to_dict()
     return {_dotted(key): full[_dotted(key)] for key in overrides}
 
