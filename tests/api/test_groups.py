@@ -700,6 +700,38 @@ def test_a_read_only_database_cannot_join_groups_but_can_describe_them(db_path):
                 member.poll(timeout=0)
 
 
+def test_a_failed_auto_commit_is_logged_never_raised_by_poll_or_close(db_path, caplog):
+    """Kafka's consumer logs a failed auto-commit, in poll() (autoCommitOffsetsAsync) and in
+    close() (ConsumerCoordinator.maybeAutoCommitOffsetsSync: "consistent with async
+    auto-commit failures, we do not propagate the exception"). A read-only consumer reading
+    from its group's committed offsets got ReadOnlyError from poll() once
+    auto_commit_interval_ms passed, and from close(); a group consumer whose topic was
+    deleted got UnknownTopicOrPartitionError from close()."""
+    tp = TopicPartition("t", 0)
+    with streamlog.open(db_path) as db:
+        fill(db, 4, partitions=1)
+        db.alter_group_offsets("g", {tp: 1})
+        with streamlog.open(db_path, readonly=True) as reader:
+            consumer = reader.consumer(group_id="g", auto_commit_interval_ms=1)
+            consumer.assign([tp])
+            assert [r.offset for r in consumer.poll(timeout=5)] == [1, 2, 3]
+            time.sleep(0.01)  # past auto_commit_interval_ms: the next poll auto-commits
+            assert consumer.poll(timeout=0) == []
+            consumer.close()
+            assert consumer.closed
+        assert db.describe_group("g").partitions[tp].committed == 1
+        consumer = db.consumer(group_id="h", auto_offset_reset="earliest")
+        consumer.assign([tp])
+        assert len(consumer.poll(timeout=5)) == 4
+        db.delete_topic("t")
+        consumer.close()
+    failures = [r.getMessage() for r in caplog.records if "failed" in r.getMessage()]
+    assert any("auto-commit failed" in m and "open for writing" in m for m in failures)
+    assert any("committing on close failed" in m and "open for writing" in m for m in failures)
+    assert any("committing on close failed" in m and "'t' does not exist" in m
+               for m in failures)
+
+
 # --- administration --------------------------------------------------------------------
 
 

@@ -39,7 +39,7 @@ from ..coordinator.group_coordinator import FENCED, REMOVED, find_coordinator
 from ..errors import (CommitFailedError, FencedInstanceIdError, IllegalGenerationError,
                       IllegalStateError, InvalidConfigurationError,
                       InvalidRegularExpressionError, RebalanceInProgressError,
-                      UnknownMemberIdError)
+                      StreamlogError, UnknownMemberIdError)
 from ..structs import OffsetAndMetadata, TopicPartition
 from .validation import by_topic_partition
 
@@ -526,10 +526,14 @@ class GroupMembership:
         self._last_committed.update(offsets)
 
     def _commit_quietly(self, when):
+        """The auto-commit on close and before a rebalance: a failure is logged, whatever it
+        is, as Kafka's maybeAutoCommitOffsetsSync logs it (ConsumerCoordinator): close()
+        must leave the group, and a commit no one asked for must not fail the call (a
+        read-only database, a topic deleted meanwhile)."""
         offsets = self._owner.consumed_offsets()
         try:
             self._commit(offsets)
-        except (CommitFailedError, RebalanceInProgressError) as exc:
+        except StreamlogError as exc:
             log.warning("group %s: committing %s failed: %s", self.group_id, when, exc)
 
     def _maybe_auto_commit(self):
@@ -543,7 +547,10 @@ class GroupMembership:
         if changed:
             try:
                 self._commit(changed)
-            except (CommitFailedError, RebalanceInProgressError) as exc:
+            except FencedInstanceIdError:
+                raise  # Kafka's consumer raises a fenced static member's commit in poll()
+            except StreamlogError as exc:
+                # Logged, as Kafka's autoCommitOffsetsAsync logs it: poll() goes on.
                 log.warning("group %s: auto-commit failed: %s", self.group_id, exc)
 
     def _run_commit_callbacks(self):
