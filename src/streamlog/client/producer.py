@@ -94,6 +94,7 @@ _IDLE_S = 50e-6
 _IDLE_SWEEP_MS = 1
 _INT32_MAX = 2**31 - 1  # sequences wrap to 0 past it
 _RENEW = ("renew",)     # Producer._producer when a fresh producer id is owed
+_SEND_CLOSED = "send() on a closed producer; create a new one"
 
 
 class _Batch:
@@ -258,7 +259,7 @@ class Producer:
     def _send(self, topic, value, key, partition, timestamp_ms, headers, callback):
         """send() for every call the fast path does not take."""
         if self._closing:
-            raise ProducerClosedError("send() on a closed producer; create a new one")
+            raise ProducerClosedError(_SEND_CLOSED)
         if self._txn is not None:
             self._txn.check_send()
         # Every argument is checked before the record joins a batch shared with other calls'
@@ -327,6 +328,12 @@ class Producer:
 
         Returns (batch, index in it, the partition state to drain or None).
         """
+        if self._closing:
+            # close() began after send() looked: its flush() has sealed the open batches
+            # under this lock, so a record added now would wait in a batch nothing appends
+            # and its future would never complete (Kafka's accumulator refuses an append
+            # once closed: "Producer closed while send in progress").
+            raise ProducerClosedError(_SEND_CLOSED)
         batch = state.open
         drain = None
         idle = False
