@@ -29,6 +29,7 @@ may be called from any thread: wakeup() makes the poll in progress (or the
 next one) raise WakeupError; close() ends a poll in progress, then leaves
 the group.
 """
+import functools
 import heapq
 import math
 import threading
@@ -92,6 +93,20 @@ class _Buffered:
 
     def empty(self):
         return not self.batches and (self.records is None or self.index >= len(self.records))
+
+
+def _one_thread(method):
+    """A call that reads or moves positions, guarded as poll() is: refused while another
+    thread is inside the consumer (Kafka's acquireAndEnsureOpen), so a seek() cannot land
+    in the middle of a poll() that is moving the same position."""
+    @functools.wraps(method)
+    def guarded(self, *args, **kwargs):
+        self._enter()
+        try:
+            return method(self, *args, **kwargs)
+        finally:
+            self._exit()
+    return guarded
 
 
 class Consumer:
@@ -274,9 +289,11 @@ class Consumer:
         return self._wakeup_requested or self._closing or (
             self._group is not None and self._group.interrupted())
 
+    @_one_thread
     def pause(self, partitions):
         self._paused.update(self._assigned(partitions, "pause()"))
 
+    @_one_thread
     def resume(self, partitions):
         self._paused.difference_update(self._assigned(partitions, "resume()"))
 
@@ -285,8 +302,6 @@ class Consumer:
         return set(self._paused)
 
     def _assigned(self, partitions, call):
-        """The partitions (pause, resume, position, seek...), each one assigned; the consumer open."""
-        self._ensure_open()
         out = []
         for tp in topic_partitions(partitions, call):
             if tp not in self._assignment:
@@ -296,6 +311,7 @@ class Consumer:
 
     # --- positions ----------------------------------------------------------------------
 
+    @_one_thread
     def position(self, tp):
         """The offset of the next record poll() returns for tp."""
         tp = self._assigned([tp], "position()")[0]
@@ -322,6 +338,7 @@ class Consumer:
                     f"({self._api_timeout_s * 1000:.0f} ms)")
             time.sleep(_UNSTABLE_RETRY_S)
 
+    @_one_thread
     def seek(self, tp, offset):
         tp = self._assigned([tp], "seek()")[0]
         if isinstance(offset, bool) or not isinstance(offset, int):
@@ -331,14 +348,15 @@ class Consumer:
         self._positions[tp] = offset
         self._buffers.pop(tp, None)
 
+    @_one_thread
     def seek_to_beginning(self, partitions=None):
         self._seek_to(partitions, EARLIEST, "seek_to_beginning()")
 
+    @_one_thread
     def seek_to_end(self, partitions=None):
         self._seek_to(partitions, LATEST, "seek_to_end()")
 
     def _seek_to(self, partitions, which, call):
-        self._ensure_open()
         tps = self._assigned(partitions, call) if partitions is not None \
             else list(self._assignment)
         offsets = self._broker.list_offsets({tp: which for tp in tps},
