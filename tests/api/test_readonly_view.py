@@ -179,6 +179,24 @@ def test_a_topic_the_writer_is_creating_is_empty_to_a_reader_not_an_error(db_pat
         assert got == [b"first"]
 
 
+def test_a_topic_the_writer_deleted_is_unknown_to_a_reader_not_a_file_error(db_path):
+    """The view's next look at a deleted partition listed a directory the deletion had
+    removed: FileNotFoundError from os.listdir, out of poll(), beginning_offsets(),
+    end_offsets() and describe_topic(). It is UnknownTopicOrPartitionError, as the writer's
+    own consumer gets (Kafka answers UNKNOWN_TOPIC_OR_PARTITION for a deleted topic)."""
+    with streamlog.open(db_path) as db, streamlog.open(db_path, readonly=True) as ro:
+        db.create_topic("t")
+        db.producer().send("t", value=b"v").result()
+        consumer = ro.consumer(auto_offset_reset="earliest")
+        consumer.assign([TP])
+        assert [r.value for r in consumer.poll(timeout=5)] == [b"v"]
+        db.delete_topic("t")
+        for call in (lambda: consumer.poll(timeout=0.1), lambda: consumer.end_offsets([TP]),
+                     lambda: consumer.beginning_offsets([TP]), lambda: ro.describe_topic("t")):
+            with pytest.raises(streamlog.UnknownTopicOrPartitionError, match="t-0"):
+                call()
+
+
 def test_records_the_writer_deleted_inside_the_first_segment_leave_an_open_view(db_path):
     """DeleteRecords inside the first segment removes no file: a view opened before it kept
     serving the deleted records and answered 0 for EARLIEST (it read the writer's log start

@@ -42,7 +42,8 @@ from typing import NamedTuple
 from ..errors import (CorruptInputBatchError, CorruptRecordError, InvalidRecordError,
                       InvalidTimestampError, KafkaStorageError, LogClosedError,
                       NotLeaderOrFollowerError, OffsetOutOfRangeError, ReadOnlyError,
-                      RecordBatchTooLargeError, RecordTooLargeError)
+                      RecordBatchTooLargeError, RecordTooLargeError,
+                      UnknownTopicOrPartitionError)
 from ..parsing import LONG_MAX
 from . import files
 from .durable import fsync_dir
@@ -1334,7 +1335,14 @@ class PartitionLog:
         if not self.readonly:
             return
         with self._lock:
-            listing = settled_listing(self.directory, self.config.compact)
+            try:
+                listing = settled_listing(self.directory, self.config.compact)
+            except FileNotFoundError:
+                # The writer deleted the topic (a deletion renames the directory away, then
+                # removes it): the partition is gone, as a writable open would say.
+                raise UnknownTopicOrPartitionError(
+                    f"partition {self.name} was deleted by the writer (its directory "
+                    f"{self.directory} is gone)") from None
             if listing is None:
                 return   # a swap left unfinished: the view stays as it is (log_loader)
             listed = listing.bases
