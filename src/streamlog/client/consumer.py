@@ -202,10 +202,15 @@ class Consumer:
         self._enter()
         try:
             group = self._require_group("subscribe()")
+            topics, pattern = parse_subscription(topics, pattern)
+            if topics == []:
+                # Kafka's KafkaConsumer.subscribe: "If the given list of topics is empty, it is
+                # treated the same as unsubscribe()".
+                self.unsubscribe()
+                return
             if self._manual:
                 raise IllegalStateError("the consumer has partitions from assign(); assign() and "
                                         "subscribe() are exclusive: unsubscribe() first")
-            topics, pattern = parse_subscription(topics, pattern)
             if listener is not None and not any(
                     callable(getattr(listener, name, None)) for name in
                     ("on_partitions_revoked", "on_partitions_assigned", "on_partitions_lost")):
