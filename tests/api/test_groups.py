@@ -673,21 +673,27 @@ def test_pattern_subscription_picks_up_new_topics_and_partition_growth(db):
     assert TopicPartition("ev-b", 2) in consumer.assignment()
 
 
-@pytest.mark.parametrize("leave", ["unsubscribe", "subscribe to no topic"])
+@pytest.mark.parametrize("leave", ["unsubscribe", "subscribe to no topic",
+                                   "assign no partition"])
 def test_unsubscribe_leaves_and_the_consumer_can_assign_afterwards(db, leave):
-    """subscribe([]) is unsubscribe(), as in Kafka (KafkaConsumer.subscribe: "If the given
-    list of topics is empty, it is treated the same as unsubscribe()"); it left the member in
-    the group with its partitions, and assign() was refused as mixing the two."""
+    """subscribe([]) and assign([]) are unsubscribe(), as in Kafka (KafkaConsumer.subscribe:
+    "If the given list of topics is empty, it is treated the same as unsubscribe()";
+    ClassicKafkaConsumer.assign calls unsubscribe() for an empty collection). subscribe([])
+    left the member in the group with its partitions, and assign() was refused as mixing the
+    two; assign([]) on a subscribed consumer was refused so."""
     fill(db, 4)
     consumer = db.consumer(group_id="g")
     consumer.subscribe(["t"])
     poll_until(consumer, lambda r: consumer.assignment(), "assigned")
-    consumer.unsubscribe() if leave == "unsubscribe" else consumer.subscribe([])
+    leave_now = {"unsubscribe": consumer.unsubscribe,
+                 "subscribe to no topic": lambda: consumer.subscribe([]),
+                 "assign no partition": lambda: consumer.assign([])}[leave]
+    leave_now()
     assert consumer.assignment() == set() and consumer.subscription() == set()
     assert db.describe_group("g").members == []
     consumer.assign([TopicPartition("t", 0)])
     assert consumer.assignment() == {TopicPartition("t", 0)}
-    consumer.unsubscribe() if leave == "unsubscribe" else consumer.subscribe([])
+    leave_now()
     assert consumer.assignment() == set()
 
 

@@ -170,14 +170,19 @@ class Consumer:
     # --- assignment --------------------------------------------------------------------
 
     def assign(self, partitions):
-        """Read exactly these TopicPartitions (no group management)."""
+        """Read exactly these TopicPartitions (no group management); none is unsubscribe(),
+        as in Kafka (ClassicKafkaConsumer.assign)."""
         self._enter()
         try:
+            given = topic_partitions(partitions, "assign()")
+            if not given:
+                self.unsubscribe()
+                return
             if self._group is not None and self._group.subscribed:
                 raise IllegalStateError("the consumer is subscribed; assign() and subscribe() "
                                         "are exclusive: unsubscribe() first")
             tps = []
-            for tp in topic_partitions(partitions, "assign()"):
+            for tp in given:
                 info = self._broker.topic(tp.topic)
                 if not 0 <= tp.partition < info.partitions:
                     raise UnknownTopicOrPartitionError(
