@@ -134,6 +134,23 @@ def test_flush_raises_when_records_it_flushed_failed(db):
     producer.flush()  # reported once: nothing failed since
 
 
+def test_flush_and_close_check_their_timeout_as_poll_does(db):
+    """flush("1") and close("1") failed inside with "unsupported operand type(s) for +", the
+    close() after having closed the producer; a negative timeout passed as 0. Kafka's
+    close(Duration) refuses a negative one ("The timeout cannot be negative.")."""
+    db.create_topic("t")
+    producer = db.producer(linger_ms=60_000)
+    future = producer.send("t", value=b"v")
+    for call in (producer.flush, producer.close):
+        with pytest.raises(TypeError, match=r"timeout must be a number of seconds"):
+            call(timeout="1")
+        with pytest.raises(ValueError, match=r"timeout must be >= 0 seconds, got -1"):
+            call(timeout=-1)
+    assert not producer.closed and not future.done()
+    producer.close(timeout=5)
+    assert future.result().offset == 0
+
+
 # --- consumer and admin arguments ----------------------------------------------------------
 
 

@@ -49,7 +49,7 @@ from ..structs import OffsetAndMetadata
 from .config import CONSUMER, resolve
 from .group_member import GroupMembership, parse_subscription
 from .records import Record, RecordColumns
-from .validation import by_topic_partition, topic_partitions
+from .validation import by_topic_partition, check_timeout, topic_partitions
 
 EARLIEST, LATEST = -2, -1
 # How soon a partition whose committed offset is pending in a transaction is looked at
@@ -435,13 +435,7 @@ class Consumer:
         return self._poll(timeout, max_records, columns=True, headers=include_headers)
 
     def _poll(self, timeout, max_records, columns, headers=False):
-        if timeout is not None:
-            # Kafka's poll(Duration) refuses a negative timeout (IllegalArgumentException).
-            if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
-                raise TypeError(f"poll timeout must be a number of seconds (or None), not "
-                                f"{type(timeout).__name__} {timeout!r}")
-            if not timeout >= 0:  # also refuses NaN
-                raise ValueError(f"poll timeout must be >= 0 seconds, got {timeout}")
+        check_timeout(timeout, "poll")
         if max_records is not None and (isinstance(max_records, bool) or
                                         not isinstance(max_records, int) or max_records < 1):
             raise ValueError(f"max_records must be a positive int, got {max_records!r}")

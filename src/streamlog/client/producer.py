@@ -82,7 +82,7 @@ from .futures import BatchResult, BatchSendFuture, make_future
 from .murmur2 import partition_for_key, partitions_for_keys
 from .partitioners import DefaultPartitioner, make_partitioner
 from .validation import (by_topic_partition, check_column, check_headers, check_payload,
-                         check_timestamp, check_timestamps)
+                         check_timeout, check_timestamp, check_timestamps)
 
 log = logging.getLogger("streamlog.producer")
 
@@ -808,6 +808,7 @@ class Producer:
         Kafka's flush() leaves failures to futures and callbacks; here nothing
         else may be watching.
         """
+        check_timeout(timeout, "flush()")
         with self._lock:
             states = list(self._partitions.values())
             for state in states:
@@ -831,6 +832,7 @@ class Producer:
     def close(self, timeout=None):
         """Flush, then refuse further sends (ProducerClosedError). An open transaction is
         aborted first, unless timeout is 0 (Kafka's forced close)."""
+        check_timeout(timeout, "close()")
         if self._closed:
             return
         self._closing = True

@@ -30,6 +30,18 @@ def check_payload(what, data):
                         f"{hint}")
 
 
+def check_timeout(timeout, call):
+    """None (no bound), or a number of seconds >= 0: Kafka's poll(Duration) and
+    close(Duration) refuse a negative timeout (IllegalArgumentException)."""
+    if timeout is None:
+        return
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+        raise TypeError(f"{call} timeout must be a number of seconds (or None), not "
+                        f"{type(timeout).__name__} {timeout!r}")
+    if not timeout >= 0:  # also refuses NaN
+        raise ValueError(f"{call} timeout must be >= 0 seconds, got {timeout}")
+
+
 def check_timestamp(timestamp_ms, what="timestamp_ms", nullable=True):
     """None (when nullable), or ms since the epoch as an int in [0, 2**63 - 1] (Kafka's
     CreateTime)."""
