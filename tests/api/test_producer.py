@@ -4,6 +4,7 @@ import os
 import threading
 import time
 
+import numpy as np
 import pytest
 
 import streamlog
@@ -79,12 +80,21 @@ def test_sticky_partitioner_spreads_null_key_batches_over_all_partitions(db):
 
 
 def test_explicit_and_invalid_partitions(db):
+    """A numpy integer is a partition, as it is a timestamp and in a (topic, partition) pair:
+    send(partition=np.int64(1)) was refused with "topic 't' has partitions 0..1; cannot send
+    to partition np.int64(1)", and so were send_batch's and a partitioner's."""
     db.create_topic("t", partitions=2)
     producer = db.producer()
     assert producer.send("t", value=b"v", partition=1).result().partition == 1
-    for bad in (2, -1, "0"):
+    assert producer.send("t", value=b"v", partition=np.int64(1)).result().partition == 1
+    assert producer.send_batch("t", [b"v"], partition=np.int32(1)).result().partitions[0] == 1
+    numpy_partitioner = db.producer(partitioner=lambda topic, key, n: np.int64(n - 1))
+    assert numpy_partitioner.send("t", value=b"v").result().partition == 1
+    for bad in (2, -1, "0", True, np.int64(2)):
         with pytest.raises(streamlog.InvalidRequestError):
             producer.send("t", value=b"v", partition=bad)
+        with pytest.raises(streamlog.InvalidRequestError):
+            producer.send_batch("t", [b"v"], partition=bad)
 
 
 @pytest.mark.parametrize("name", ["round_robin", "random"])

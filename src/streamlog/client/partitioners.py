@@ -14,6 +14,7 @@
 
 Thread-safety: the producer calls these under its accumulator lock.
 """
+import numbers
 import random
 
 from ..errors import InvalidConfigurationError, InvalidRequestError
@@ -83,15 +84,24 @@ class RandomPartitioner:
         return False
 
 
+def valid_partition(p, num_partitions):
+    """p as an int when it names one of num_partitions partitions, numpy's integers included
+    (as a timestamp or a TopicPartition's pair may be one); None otherwise, a bool too."""
+    if isinstance(p, numbers.Integral) and not isinstance(p, bool) and 0 <= p < num_partitions:
+        return int(p)
+    return None
+
+
 class CallablePartitioner:
     def __init__(self, fn):
         self._fn = fn
 
     def partition(self, topic, key, num_partitions):
-        p = self._fn(topic, key, num_partitions)
-        if isinstance(p, bool) or not isinstance(p, int) or not 0 <= p < num_partitions:
+        returned = self._fn(topic, key, num_partitions)
+        p = valid_partition(returned, num_partitions)
+        if p is None:
             raise InvalidRequestError(
-                f"the partitioner returned {p!r} for topic {topic!r}, which has "
+                f"the partitioner returned {returned!r} for topic {topic!r}, which has "
                 f"{num_partitions} partitions (expected 0..{num_partitions - 1})")
         return p
 

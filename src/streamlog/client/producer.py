@@ -80,7 +80,7 @@ from .group_member import ConsumerGroupMetadata
 from .transaction_manager import ABORTABLE, IN_TRANSACTION, TransactionManager
 from .futures import BatchResult, BatchSendFuture, make_future
 from .murmur2 import partition_for_key, partitions_for_keys
-from .partitioners import DefaultPartitioner, make_partitioner
+from .partitioners import DefaultPartitioner, make_partitioner, valid_partition
 from .validation import (by_topic_partition, check_column, check_headers, check_payload,
                          check_timeout, check_timestamp, check_timestamps)
 
@@ -297,10 +297,7 @@ class Producer:
         with self._lock:
             sticky = False
             if partition is not None:
-                if type(partition) is not int or not 0 <= partition < count:
-                    raise InvalidRequestError(f"topic {topic!r} has partitions 0..{count - 1}; "
-                                              f"cannot send to partition {partition!r}")
-                p = partition
+                p = _explicit_partition(topic, partition, count)
             elif self._hash_keys and type(key) is bytes:
                 p = partition_for_key(key, count)  # Kafka's placement
             else:
@@ -563,9 +560,7 @@ class Producer:
     def _partitions_for_batch(self, topic, keys, key_blob, key_lens, partition, count, sizes):
         n = len(sizes)
         if partition is not None:
-            if type(partition) is not int or not 0 <= partition < count:
-                raise InvalidRequestError(f"topic {topic!r} has partitions 0..{count - 1}")
-            return np.full(n, partition, np.int32)
+            return np.full(n, _explicit_partition(topic, partition, count), np.int32)
         part = self._partitioner
         if isinstance(part, DefaultPartitioner):
             if keys is not None and not part.ignore_keys:
@@ -871,6 +866,15 @@ def _payload_column(name, column, what):
     except TypeError:
         check_column(name, column, None, lambda item: check_payload(what, item))
         raise
+
+
+def _explicit_partition(topic, partition, count):
+    """send()'s and send_batch()'s partition=, as an int naming one of the topic's."""
+    p = valid_partition(partition, count)
+    if p is None:
+        raise InvalidRequestError(f"topic {topic!r} has partitions 0..{count - 1}; cannot send "
+                                  f"to partition {partition!r}")
+    return p
 
 
 def _acks_and_idempotence(acks, idempotence):
