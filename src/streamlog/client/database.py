@@ -17,10 +17,13 @@ from ..broker.cleaner import CompactionResult  # noqa: F401 - public as streamlo
 from ..broker.repair import RepairReport, repair as _repair
 from ..coordinator.group_coordinator import delete_topic
 from ..coordinator.transaction_coordinator import find_transaction_coordinator, has_transactions
-from ..errors import InvalidConfigurationError, LogClosedError, ReadOnlyError
+from ..errors import (InvalidConfigurationError, InvalidTopicError, LogClosedError,
+                      OffsetOutOfRangeError, PolicyViolationError, ReadOnlyError,
+                      UnknownTopicOrPartitionError)
 from . import group_admin
 from .consumer import Consumer
 from .producer import Producer
+from .validation import by_topic_partition
 
 MEMORY = ":memory:"
 
@@ -135,6 +138,39 @@ class Database:
     def delete_topic(self, name):
         self._check()
         delete_topic(self._broker, name)
+
+    def delete_records(self, offsets):
+        """Make each partition's records below an offset unreadable, as Kafka's
+        Admin.deleteRecords: {tp: offset}, -1 meaning the high watermark -> {tp: the new log
+        start offset}. Every offset is checked before any log start moves, so a refusal
+        changes nothing: OffsetOutOfRangeError past the high watermark or below -1,
+        PolicyViolationError where cleanup.policy lacks "delete" (Kafka's rule). The
+        segments below go at the next retention pass."""
+        self._check()
+        offsets = by_topic_partition(offsets, "delete_records()")
+        for tp, offset in offsets.items():
+            if isinstance(offset, bool) or not isinstance(offset, int):
+                raise TypeError(f"delete_records() takes an int offset for {tp}, not "
+                                f"{offset!r}")
+            info = self._broker.topic(tp.topic)
+            if info.internal:
+                # The coordinators' own topics, as the wire's DeleteRecords refuses them.
+                raise InvalidTopicError(f"cannot delete records of internal topic {tp.topic}")
+            if not 0 <= tp.partition < info.partitions:
+                raise UnknownTopicOrPartitionError(
+                    f"topic {tp.topic!r} has partitions 0..{info.partitions - 1}, not "
+                    f"{tp.partition}")
+            if not info.config.delete:
+                raise PolicyViolationError(
+                    f"cannot delete records of {tp}: its cleanup.policy is "
+                    f"{','.join(info.config.cleanup_policy)}, without delete")
+            high_watermark = self._broker.partition_log(tp).high_watermark
+            if not -1 <= offset <= high_watermark:
+                raise OffsetOutOfRangeError(
+                    f"cannot delete records of {tp} below offset {offset}: it takes an offset "
+                    f"in [0, {high_watermark}] (its high watermark), or -1 for the high "
+                    "watermark; nothing was deleted", tp.topic, offset)
+        return self._broker.delete_records(offsets)
 
     def add_partitions(self, name, total):
         """Grow the topic to `total` partitions (counts only grow, as in Kafka)."""
