@@ -118,6 +118,18 @@ def test_bad_database_config_is_refused(db_path):
     assert not os.path.exists(db_path)  # refused before anything was written
 
 
+@pytest.mark.parametrize("name", ["remote.storage.enable", "remote.log.copy.disable",
+                                  "remote.log.delete.on.disable",
+                                  "leader.replication.throttled.replicas",
+                                  "follower.replication.throttled.replicas"])
+def test_a_topic_config_no_broker_config_defaults_is_no_database_config(db_path, name):
+    # Kafka's LogConfig.CONFIGS_WITH_NO_SERVER_DEFAULTS: no broker config stands for these,
+    # so the database, whose topic-config settings are Kafka's broker defaults, has none.
+    with pytest.raises(streamlog.InvalidConfigurationError, match="unknown database config"):
+        streamlog.open(db_path, config={name: "false" if "remote" in name else "*"})
+    assert not os.path.exists(db_path)
+
+
 def test_max_open_files_below_one_is_refused_and_minus_one_is_unbounded(db_path):
     with pytest.raises(streamlog.InvalidConfigurationError,
                        match="max.open.files must be -1 .unbounded. or at least 1, not 0"):

@@ -13,7 +13,16 @@ KAFKA_DEFAULTS = {"segment.bytes": 1073741824, "segment.ms": 604800000,
                   "retention.ms": 604800000, "retention.bytes": -1, "cleanup.policy": "delete",
                   "max.message.bytes": 1048588, "message.timestamp.type": "CreateTime",
                   "min.insync.replicas": 1, "flush.messages": 2**63 - 1,
-                  "flush.ms": 2**63 - 1, "file.delete.delay.ms": 60000}
+                  "flush.ms": 2**63 - 1, "file.delete.delay.ms": 60000,
+                  # Kafka's LogConfig defaults of the configs that have no effect in one
+                  # process: QuotaConfig's empty throttled-replica lists,
+                  # ServerLogConfigs.LOG_MESSAGE_DOWNCONVERSION_ENABLE_DEFAULT, and the remote
+                  # storage ones (-2: follow retention.ms / retention.bytes).
+                  "leader.replication.throttled.replicas": "",
+                  "follower.replication.throttled.replicas": "",
+                  "message.downconversion.enable": True, "remote.storage.enable": False,
+                  "local.retention.ms": -2, "local.retention.bytes": -2,
+                  "remote.log.copy.disable": False, "remote.log.delete.on.disable": False}
 
 
 def test_create_list_describe_delete(db):
@@ -88,7 +97,14 @@ def test_names_differing_only_by_dot_and_underscore_collide(db):
     ({"index.interval.bytes": -1}, r"'index\.interval\.bytes'.*>= 0"),
     ({"max.message.bytes": -1}, r"'max\.message\.bytes'.*>= 0"),
     ({"flush.messages": 0}, r"'flush\.messages'.*>= 1"),
-    ({"flush.ms": -1}, r"'flush\.ms'.*>= 0")])
+    ({"flush.ms": -1}, r"'flush\.ms'.*>= 0"),
+    # ThrottledReplicaListValidator: '*' or partition:broker pairs; local.retention.* >= -2.
+    ({"leader.replication.throttled.replicas": "0-1"}, r"\[partitionId\]:\[brokerId\]"),
+    ({"follower.replication.throttled.replicas": "*,0:1"}, "'\\*'"),
+    ({"local.retention.ms": -3}, r"'local\.retention\.ms'.*>= -2"),
+    ({"local.retention.bytes": "x"}, "integer"),
+    ({"remote.log.copy.disable": "yes"}, "true or false"),
+    ({"message.downconversion.enable": 1}, "true or false")])
 def test_invalid_configs_are_refused_and_nothing_is_created(db, config, match):
     with pytest.raises(streamlog.InvalidConfigurationError, match=match):
         db.create_topic("t", config=config)
@@ -105,6 +121,43 @@ def test_a_config_that_is_no_dict_is_a_type_error_naming_it(db):
         with pytest.raises(TypeError, match=r"a topic config is a dict \{name: value\}, not list"):
             call()
     assert db.topics() == ["u"] and db.describe_topic("u").overrides == {}
+
+
+def test_configs_with_no_effect_here_are_checked_kept_and_described(db_path):
+    # Kafka's LogConfig defines them (replication throttling, down-conversion, tiered
+    # storage); one process has none of those features, but a topic takes the configs as
+    # Kafka's does and keeps them across a reopen. A LIST is shown joined by commas, as
+    # ConfigDef.convertToString does.
+    given = {"leader.replication.throttled.replicas": "0:0, 1:0",
+             "follower.replication.throttled.replicas": "*",
+             "message.downconversion.enable": "false", "local.retention.ms": 1000,
+             "local.retention.bytes": -1, "remote.log.copy.disable": True,
+             "remote.log.delete.on.disable": "true", "remote.storage.enable": False}
+    kept = {"leader.replication.throttled.replicas": "0:0,1:0",
+            "follower.replication.throttled.replicas": "*",
+            "message.downconversion.enable": False, "local.retention.ms": 1000,
+            "local.retention.bytes": -1, "remote.log.copy.disable": True,
+            "remote.log.delete.on.disable": True, "remote.storage.enable": False}
+    with streamlog.open(db_path) as db:
+        db.create_topic("t", config=given)
+    with streamlog.open(db_path) as db:
+        assert db.describe_topic("t").overrides == kept
+        assert {k: db.describe_topic("t").config[k] for k in kept} == kept
+
+
+def test_remote_storage_is_refused_as_kafka_refuses_it_without_tiered_storage(db):
+    # LogConfig.validateRemoteStorageOnlyIfSystemEnabled: remote.storage.enable=true on a
+    # broker whose remote.log.storage.system.enable is false (there is no remote tier here).
+    message = ("Tiered Storage functionality is disabled in the broker. Topic cannot be "
+               "configured with remote log storage.")
+    with pytest.raises(streamlog.InvalidConfigurationError) as refused:
+        db.create_topic("t", config={"remote.storage.enable": "true"})
+    assert str(refused.value) == message
+    assert "t" not in db.topics()
+    db.create_topic("t")
+    with pytest.raises(streamlog.InvalidConfigurationError, match="Tiered Storage"):
+        db.alter_topic_config("t", {"remote.storage.enable": True})
+    assert db.describe_topic("t").overrides == {}
 
 
 @pytest.mark.parametrize("partitions", [0, -1, "3", 1.5, 20_000])

@@ -46,6 +46,22 @@ def test_a_topic_configs_chain_is_its_override_then_the_broker_names_given_then_
         ("message.max.bytes", str((1 << 20) + 12), DEFAULT_CONFIG),)
 
 
+def test_a_config_no_broker_config_defaults_has_only_its_override_as_synonym():
+    # LogConfig.CONFIGS_WITH_NO_SERVER_DEFAULTS have no ServerTopicConfigSynonyms name:
+    # ConfigHelper.createTopicConfigEntry lists the topic's own value alone, or nothing.
+    broker = BrokerConfig.from_dict({"local.retention.ms": 1000})
+    configs = by_name(topic_configs(topic(broker, {"remote.log.copy.disable": True}), broker))
+    assert (configs["remote.log.copy.disable"].synonyms,
+            configs["remote.log.copy.disable"].source) == (
+        (("remote.log.copy.disable", "true", TOPIC_CONFIG),), TOPIC_CONFIG)
+    assert (configs["remote.storage.enable"].synonyms,
+            configs["remote.storage.enable"].source) == ((), DEFAULT_CONFIG)
+    assert configs["local.retention.ms"].synonyms == (
+        ("log.local.retention.ms", "1000", STATIC_BROKER_CONFIG),
+        ("log.local.retention.ms", "-2", DEFAULT_CONFIG))
+    assert "remote.log.copy.disable" not in by_name(broker_configs(broker))
+
+
 def test_a_chain_starts_at_the_configs_own_broker_name():
     # ConfigHelper.configSynonyms drops what comes ahead of the config's own name: with
     # log.retention.ms neither set nor defaulted, the log.retention.hours default standing
@@ -99,5 +115,8 @@ def test_config_types_are_kafkas():
                 "preallocate": BOOLEAN, "message.max.bytes": INT, "log.retention.ms": LONG,
                 "log.cleaner.min.cleanable.ratio": DOUBLE, "log.cleaner.dedupe.buffer.size": LONG,
                 "offsets.retention.check.interval.ms": LONG, "producer.id.expiration.ms": INT,
-                "auto.create.topics.enable": BOOLEAN, "max.open.files": 0}
+                "auto.create.topics.enable": BOOLEAN, "max.open.files": 0,
+                "leader.replication.throttled.replicas": LIST, "local.retention.ms": LONG,
+                "remote.storage.enable": BOOLEAN, "log.local.retention.bytes": LONG,
+                "log.message.downconversion.enable": BOOLEAN}
     assert {name: CATALOG[name].config_type for name in expected} == expected

@@ -11,7 +11,7 @@ from kio.static.primitive import i8
 from support.wire import call
 
 TOPIC = 2   # Kafka's ConfigResource.Type
-SET, DELETE, APPEND = 0, 1, 2   # AlterConfigOp.OpType
+SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3   # AlterConfigOp.OpType
 
 
 def resource(name, *configs):
@@ -59,3 +59,15 @@ def test_deleting_a_config_that_is_not_set_is_no_change_even_an_unknown_one(db, 
     assert alter(sock, resource("t", ("retention.ms", DELETE, None))) == [
         ("t", ErrorCode.none, None)]
     assert db.describe_topic("t").overrides == {}
+
+
+def test_append_and_subtract_apply_to_every_list_config(db, sock):
+    # ConfigurationControlManager.incrementalAlterConfigResource: APPEND and SUBTRACT act on
+    # any config of type LIST (the throttled-replica lists as cleanup.policy), from its
+    # value's non-empty items (getParts); on another type they are INVALID_CONFIG.
+    name = "leader.replication.throttled.replicas"
+    assert alter(sock, resource("t", (name, APPEND, "0:0,1:0"))) == [("t", ErrorCode.none, None)]
+    assert alter(sock, resource("t", (name, SUBTRACT, "0:0"))) == [("t", ErrorCode.none, None)]
+    assert db.describe_topic("t").overrides == {name: "1:0"}
+    ((_, code, message),) = alter(sock, resource("t", ("retention.ms", APPEND, "5")))
+    assert code == ErrorCode.invalid_config and "not a list config" in message

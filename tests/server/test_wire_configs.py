@@ -181,3 +181,53 @@ def test_a_created_topics_answer_carries_its_configs_as_describe_configs_gives_t
     assert ("segment.bytes", "1048576", DYNAMIC_TOPIC_CONFIG, False) in answered
     assert ("retention.ms", "60000", STATIC_BROKER_CONFIG, False) in answered
     assert (refused.error_code, refused.configs) == (ErrorCode.topic_already_exists, ())
+
+
+def test_every_topic_config_kafkas_log_config_defines_is_described(sock):
+    # Kafka's LogConfig.configNames (storage/.../log/LogConfig.java): every topic config,
+    # those with no effect in one process too (replication throttling, down-conversion,
+    # tiered storage), with Kafka's default, type and no synonyms for those no broker
+    # config defaults (LogConfig.CONFIGS_WITH_NO_SERVER_DEFAULTS).
+    BOOLEAN, LONG, LIST = 1, 5, 7
+    configs = {c.name: c for c in describe(sock, TOPIC, "t", synonyms=True,
+                                           documentation=True).configs}
+    expected = {"leader.replication.throttled.replicas": ("", LIST, []),
+                "follower.replication.throttled.replicas": ("", LIST, []),
+                "remote.storage.enable": ("false", BOOLEAN, []),
+                "remote.log.copy.disable": ("false", BOOLEAN, []),
+                "remote.log.delete.on.disable": ("false", BOOLEAN, []),
+                "message.downconversion.enable": ("true", BOOLEAN, [
+                    ("log.message.downconversion.enable", "true", DEFAULT_CONFIG)]),
+                "local.retention.ms": ("-2", LONG, [
+                    ("log.local.retention.ms", "-2", DEFAULT_CONFIG)]),
+                "local.retention.bytes": ("-2", LONG, [
+                    ("log.local.retention.bytes", "-2", DEFAULT_CONFIG)])}
+    assert {name: (configs[name].value, configs[name].config_type, chain(configs[name]))
+            for name in expected} == expected
+    assert all(configs[name].config_source == DEFAULT_CONFIG and configs[name].documentation
+               for name in expected)
+    broker = {c.name for c in describe(sock, BROKER, "0").configs}
+    assert {"log.message.downconversion.enable", "log.local.retention.ms",
+            "log.local.retention.bytes"} <= broker
+    assert not broker & set(expected)
+
+
+def test_remote_storage_is_invalid_config_with_kafkas_message(sock):
+    # LogConfig.validateRemoteStorageOnlyIfSystemEnabled, remote.log.storage.system.enable
+    # false: CreateTopics and IncrementalAlterConfigs both answer INVALID_CONFIG.
+    from kio.schema.incremental_alter_configs.v1.request import (AlterableConfig,
+                                                                 AlterConfigsResource,
+                                                                 IncrementalAlterConfigsRequest)
+    message = ("Tiered Storage functionality is disabled in the broker. Topic cannot be "
+               "configured with remote log storage.")
+    (created,) = call(sock, CreateTopicsRequest(
+        timeout=i32Timedelta.parse(datetime.timedelta(seconds=5)), validate_only=False,
+        topics=(CreatableTopic(name="tiered", num_partitions=i32(1), replication_factor=i16(-1),
+                               assignments=(), configs=(CreatableTopicConfig(
+                                   name="remote.storage.enable", value="true"),)),))).topics
+    assert (created.error_code, created.error_message) == (ErrorCode.invalid_config, message)
+    (altered,) = call(sock, IncrementalAlterConfigsRequest(validate_only=False, resources=(
+        AlterConfigsResource(resource_type=i8(TOPIC), resource_name="t", configs=(
+            AlterableConfig(name="remote.storage.enable", config_operation=i8(0),
+                            value="true"),)),))).responses
+    assert (altered.error_code, altered.error_message) == (ErrorCode.invalid_config, message)

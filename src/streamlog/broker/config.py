@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, replace
 
 from ..errors import InvalidConfigurationError
 from ..parsing import parse_bool, parse_int
-from ..storage.log_config import CONFIG_NAMES, LogConfig
+from ..storage.log_config import CONFIG_NAMES, NO_SERVER_DEFAULTS, LogConfig
 from ..storage.open_files import max_open_files_problem
 
 _BROKER_KEYS = {
@@ -110,10 +110,13 @@ class BrokerConfig:
             if dotted in _BROKER_KEYS:
                 attr, kind = _BROKER_KEYS[dotted]
                 changes[attr] = _parse(dotted, value, kind)
-            elif dotted in CONFIG_NAMES:
+            elif dotted in CONFIG_NAMES and dotted not in NO_SERVER_DEFAULTS:
                 topic[dotted] = value
             else:
-                known = sorted(_BROKER_KEYS) + ["<any topic config>"]
+                # A topic config no broker config defaults (Kafka's LogConfig
+                # .CONFIGS_WITH_NO_SERVER_DEFAULTS) is unknown here too.
+                known = sorted(_BROKER_KEYS) + [
+                    f"<any topic config but {', '.join(sorted(NO_SERVER_DEFAULTS))}>"]
                 raise InvalidConfigurationError(f"unknown database config {key!r}; known: "
                                                 f"{', '.join(known)}")
         config = replace(cls(), **changes)

@@ -64,6 +64,28 @@ _CATALOG = {
                              "at once."),
     "compression.type": (STRING, "Codec batches are stored with; producer keeps the codec "
                                  "each batch was sent with."),
+    "leader.replication.throttled.replicas": (LIST, "Replicas (partition:broker, or *) whose "
+                                                    "leader-side replication traffic would be "
+                                                    "throttled; kept, no effect here."),
+    "follower.replication.throttled.replicas": (LIST, "Replicas (partition:broker, or *) "
+                                                      "whose follower-side replication "
+                                                      "traffic would be throttled; kept, no "
+                                                      "effect here."),
+    "message.downconversion.enable": (BOOLEAN, "Whether fetches by clients older than the "
+                                               "stored record format would be converted; "
+                                               "kept, no effect here."),
+    "remote.storage.enable": (BOOLEAN, "Whether the topic's closed segments go to a remote "
+                                       "tier; only false, as the database has none."),
+    "local.retention.ms": (LONG, "How long segments would stay local once copied to the "
+                                 "remote tier; -2 follows retention.ms. Kept, no effect here."),
+    "local.retention.bytes": (LONG, "Local size a partition would keep once its segments are "
+                                    "copied to the remote tier; -2 follows retention.bytes. "
+                                    "Kept, no effect here."),
+    "remote.log.copy.disable": (BOOLEAN, "Whether copying segments to the remote tier would "
+                                         "stop; kept, no effect here."),
+    "remote.log.delete.on.disable": (BOOLEAN, "Whether turning remote storage off would "
+                                              "delete the remote segments; kept, no effect "
+                                              "here."),
     # --- the same, as broker defaults (Kafka's KafkaConfig names) ------------------------
     "log.segment.bytes": (INT, "Default segment.bytes of a topic."),
     "log.roll.ms": (LONG, "Default segment.ms of a topic."),
@@ -91,6 +113,10 @@ _CATALOG = {
     "log.cleaner.max.compaction.lag.ms": (LONG, "Default max.compaction.lag.ms of a topic."),
     "log.segment.delete.delay.ms": (LONG, "Default file.delete.delay.ms of a topic."),
     "log.preallocate": (BOOLEAN, "Default preallocate of a topic."),
+    "log.message.downconversion.enable": (BOOLEAN, "Default message.downconversion.enable "
+                                                   "of a topic."),
+    "log.local.retention.ms": (LONG, "Default local.retention.ms of a topic."),
+    "log.local.retention.bytes": (LONG, "Default local.retention.bytes of a topic."),
     # --- the database's own settings (Kafka's broker configs) --------------------------
     "auto.create.topics.enable": (BOOLEAN, "Whether an unknown topic is created when a "
                                            "client first asks for it."),

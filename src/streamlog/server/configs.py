@@ -28,6 +28,8 @@ DYNAMIC_TOPIC_CONFIG, STATIC_BROKER_CONFIG, DEFAULT_CONFIG = 1, 4, 5
 
 # Kafka's ServerTopicConfigSynonyms.TOPIC_CONFIG_SYNONYMS: each topic config the database
 # keeps, and the broker config that is its default (the first synonym, which Kafka answers).
+# Those of LogConfig.CONFIGS_WITH_NO_SERVER_DEFAULTS (remote.storage.enable, ...) have none:
+# no synonyms, and no broker config.
 TOPIC_CONFIG_SYNONYMS = {
     "segment.bytes": "log.segment.bytes",
     "segment.ms": "log.roll.ms",
@@ -53,6 +55,9 @@ TOPIC_CONFIG_SYNONYMS = {
     "message.timestamp.difference.max.ms": "log.message.timestamp.difference.max.ms",
     "message.timestamp.before.max.ms": "log.message.timestamp.before.max.ms",
     "message.timestamp.after.max.ms": "log.message.timestamp.after.max.ms",
+    "message.downconversion.enable": "log.message.downconversion.enable",
+    "local.retention.ms": "log.local.retention.ms",
+    "local.retention.bytes": "log.local.retention.bytes",
 }
 
 # Kafka's DynamicBrokerConfig.brokerConfigSynonyms: the broker configs that set the same
@@ -103,7 +108,9 @@ def topic_configs(info, broker_config):
     for name, value in sorted(info.config.to_dict().items()):
         text = config_text(value)
         own = ((name, text, DYNAMIC_TOPIC_CONFIG),) if name in info.overrides else ()
-        entries.append(_entry(name, text, own + chains.synonyms(TOPIC_CONFIG_SYNONYMS[name])))
+        broker_name = TOPIC_CONFIG_SYNONYMS.get(name)
+        chain = chains.synonyms(broker_name) if broker_name else ()
+        entries.append(_entry(name, text, own + chain))
     return entries
 
 
@@ -125,7 +132,8 @@ def _broker_values(broker_config):
     defaults under their broker names."""
     values = dict(broker_config.to_dict())
     for name, value in broker_config.topic_defaults.to_dict().items():
-        values[TOPIC_CONFIG_SYNONYMS[name]] = value
+        if name in TOPIC_CONFIG_SYNONYMS:
+            values[TOPIC_CONFIG_SYNONYMS[name]] = value
     return values
 
 

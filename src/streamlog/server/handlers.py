@@ -23,6 +23,7 @@ from ..broker.metadata import (check_name_free, overrides_after, validate_partit
                                validate_topic_name)
 from ..coordinator.group_coordinator import delete_topic
 from ..storage.compression import ZSTD
+from ..storage.log_config import LIST_CONFIGS
 from ..storage.partition_log import UNREPLICATED_LEADER_EPOCH
 from ..storage.record_batch import MAGIC, iter_batches
 from ..structs import TopicPartition
@@ -866,11 +867,12 @@ class Handlers:
                     if c.name in info.overrides:
                         remove.append(c.name)
                 elif c.config_operation in (APPEND, SUBTRACT):
-                    if c.name != "cleanup.policy":
+                    if c.name not in LIST_CONFIGS:
                         raise errors.InvalidConfigurationError(
                             f"{c.name} is not a list config: APPEND and SUBTRACT apply to "
-                            "cleanup.policy only")
-                    items = list(info.config.cleanup_policy)
+                            f"{', '.join(sorted(LIST_CONFIGS))} only")
+                    # Kafka's ConfigurationControlManager.getParts: the value's non-empty items.
+                    items = [i for i in info.config.to_dict()[c.name].split(",") if i]
                     for item in c.value.split(","):
                         if c.config_operation == APPEND and item and item not in items:
                             items.append(item)

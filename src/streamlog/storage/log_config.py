@@ -5,6 +5,7 @@ names ("retention_ms"); values may be given as Python values or as strings
 (from the command line). Every problem raises InvalidConfigurationError
 naming the key, the rule and the value.
 """
+import re
 from dataclasses import dataclass, fields, replace
 from functools import cached_property
 
@@ -49,6 +50,19 @@ def _policy(key, value):
     return items
 
 
+def _throttled_replicas(key, value):
+    # Kafka's ThrottledReplicaListValidator over a LIST (ConfigDef splits on commas and
+    # trims): '*', or partition:broker pairs (an empty item passes, as in Kafka).
+    items = value.split(",") if isinstance(value, str) else list(value)
+    items = tuple(str(i).strip() for i in items)
+    if items == ("",):
+        items = ()
+    if "".join(items) != "*" and not all(re.fullmatch(r"([0-9]+:[0-9]+)?", i) for i in items):
+        raise bad_value(_label(key), value, "'*' or a list of replicas "
+                        "[partitionId]:[brokerId],[partitionId]:[brokerId],...")
+    return items
+
+
 # dotted name -> (attribute, parser). Defaults live on the dataclass below.
 _RULES = {
     "segment.bytes": ("segment_bytes", _int(14, 2**31 - 1)),
@@ -76,6 +90,18 @@ _RULES = {
     "preallocate": ("preallocate", _bool),
     "compression.type": ("compression_type",
                          _choice("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd")),
+    # Accepted, checked and kept, with no effect in one process (docs/API.md): replication
+    # throttling, down-conversion to old record formats, tiered storage.
+    "leader.replication.throttled.replicas": ("leader_replication_throttled_replicas",
+                                              _throttled_replicas),
+    "follower.replication.throttled.replicas": ("follower_replication_throttled_replicas",
+                                                _throttled_replicas),
+    "message.downconversion.enable": ("message_downconversion_enable", _bool),
+    "remote.storage.enable": ("remote_storage_enable", _bool),
+    "local.retention.ms": ("local_retention_ms", _int(-2)),
+    "local.retention.bytes": ("local_retention_bytes", _int(-2)),
+    "remote.log.copy.disable": ("remote_log_copy_disable", _bool),
+    "remote.log.delete.on.disable": ("remote_log_delete_on_disable", _bool),
 }
 _BY_ATTRIBUTE = {attr: name for name, (attr, _) in _RULES.items()}
 
@@ -106,6 +132,14 @@ class LogConfig:
     file_delete_delay_ms: int = 60000
     preallocate: bool = False
     compression_type: str = "producer"
+    leader_replication_throttled_replicas: tuple = ()
+    follower_replication_throttled_replicas: tuple = ()
+    message_downconversion_enable: bool = True
+    remote_storage_enable: bool = False
+    local_retention_ms: int = -2      # -2: retention.ms's (Kafka's LogConfig.localRetentionMs)
+    local_retention_bytes: int = -2   # -2: retention.bytes's
+    remote_log_copy_disable: bool = False
+    remote_log_delete_on_disable: bool = False
 
     @classmethod
     def from_dict(cls, overrides=None, base=None):
@@ -121,14 +155,21 @@ class LogConfig:
                     f"unknown topic config {key!r}; known configs: {', '.join(sorted(_RULES))}")
             attr, parse = _RULES[name]
             changes[attr] = parse(name, value)
-        return replace(self, **changes)
+        config = replace(self, **changes)
+        if config.remote_storage_enable:
+            # Kafka's LogConfig.validateRemoteStorageOnlyIfSystemEnabled, with the broker's
+            # remote.log.storage.system.enable false: there is no remote tier here.
+            raise InvalidConfigurationError(
+                "Tiered Storage functionality is disabled in the broker. Topic cannot be "
+                "configured with remote log storage.")
+        return config
 
     def to_dict(self):
         """Every config under its dotted name, as Kafka's DescribeConfigs would show it."""
         out = {}
         for f in fields(self):
             value = getattr(self, f.name)
-            out[_BY_ATTRIBUTE[f.name]] = ",".join(value) if f.name == "cleanup_policy" else value
+            out[_BY_ATTRIBUTE[f.name]] = ",".join(value) if isinstance(value, tuple) else value
         return out
 
     def overrides(self):
@@ -180,3 +221,11 @@ class LogConfig:
 
 
 CONFIG_NAMES = tuple(_RULES)
+# Kafka's LogConfig.CONFIGS_WITH_NO_SERVER_DEFAULTS: topic configs no broker config sets a
+# default for (a database config refuses them).
+NO_SERVER_DEFAULTS = frozenset({
+    "remote.storage.enable", "remote.log.delete.on.disable", "remote.log.copy.disable",
+    "leader.replication.throttled.replicas", "follower.replication.throttled.replicas"})
+# The configs of Kafka's type LIST: IncrementalAlterConfigs may APPEND to and SUBTRACT from them.
+LIST_CONFIGS = frozenset(name for name, (attr, _) in _RULES.items()
+                         if isinstance(getattr(LogConfig, attr), tuple))
