@@ -59,6 +59,34 @@ def test_batches_are_stored_in_the_topics_codec(db, topic_codec, producer_codec,
         batch.ensure_valid()   # a new CRC over the rebuilt batch
 
 
+@pytest.mark.parametrize("codec, low, high", [("gzip", 1, 9), ("zstd", 1, 19),
+                                               ("lz4", 9, 12)])
+def test_a_rebuilt_batch_is_compressed_at_the_topics_level_of_its_codec(db, codec, low,
+                                                                          high):
+    # Kafka's LogConfig.compression: compression.gzip/lz4/zstd.level (KIP-390) set the level
+    # LogValidator recompresses at (lz4's default, 9, its fast compressor: Lz4BlockOutputStream).
+    # Each level gives its own bytes for the same records, and both read back the same.
+    sections, records = [], []
+    for level in (low, high):
+        topic = f"{codec}-{level}"
+        db.create_topic(topic, config={"compression.type": codec,
+                                       f"compression.{codec}.level": level})
+        producer = db.producer(compression_type="none", linger_ms=60_000)   # one batch
+        for i in range(50):
+            producer.send(topic, key=b"k%d" % i, value=b"value %d " % i * 20,
+                          timestamp_ms=1_000 + i, partition=0)
+        producer.flush()
+        producer.close()
+        (batch,) = stored_batches(db, topic)
+        section = bytes(batch.view()[RECORDS_OFFSET:batch.size_in_bytes])
+        raw = compression.decompress(batch.compression, section)
+        assert section == compression.compress(batch.compression, raw, level)
+        sections.append(section)
+        records.append(raw)
+    assert sections[0] != sections[1]
+    assert records[0] == records[1]
+
+
 def test_an_idempotent_batch_keeps_its_producer_fields_and_a_retry_is_a_duplicate(db):
     db.create_topic("t", config={"compression.type": "gzip"})
     log = db._broker.partition_log(TopicPartition("t", 0))

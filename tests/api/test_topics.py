@@ -14,6 +14,9 @@ KAFKA_DEFAULTS = {"segment.bytes": 1073741824, "segment.ms": 604800000,
                   "max.message.bytes": 1048588, "message.timestamp.type": "CreateTime",
                   "min.insync.replicas": 1, "flush.messages": 2**63 - 1,
                   "flush.ms": 2**63 - 1, "file.delete.delay.ms": 60000,
+                  # CompressionType's default levels (GZIP: Deflater.DEFAULT_COMPRESSION).
+                  "compression.gzip.level": -1, "compression.lz4.level": 9,
+                  "compression.zstd.level": 3,
                   # Kafka's LogConfig defaults of the configs that have no effect in one
                   # process: QuotaConfig's empty throttled-replica lists,
                   # ServerLogConfigs.LOG_MESSAGE_DOWNCONVERSION_ENABLE_DEFAULT, and the remote
@@ -104,7 +107,14 @@ def test_names_differing_only_by_dot_and_underscore_collide(db):
     ({"local.retention.ms": -3}, r"'local\.retention\.ms'.*>= -2"),
     ({"local.retention.bytes": "x"}, "integer"),
     ({"remote.log.copy.disable": "yes"}, "true or false"),
-    ({"message.downconversion.enable": 1}, "true or false")])
+    ({"message.downconversion.enable": 1}, "true or false"),
+    # CompressionType's levelValidator: gzip [1, 9] or -1, lz4 [1, 17], zstd [-131072, 22].
+    ({"compression.gzip.level": 0}, r"\[1, 9\] or -1"),
+    ({"compression.gzip.level": 10}, r"\[1, 9\] or -1"),
+    ({"compression.lz4.level": 0}, r"'compression\.lz4\.level'.*>= 1"),
+    ({"compression.lz4.level": 18}, r"'compression\.lz4\.level'.*<= 17"),
+    ({"compression.zstd.level": 23}, r"'compression\.zstd\.level'.*<= 22"),
+    ({"compression.zstd.level": -131073}, r"'compression\.zstd\.level'.*>= -131072")])
 def test_invalid_configs_are_refused_and_nothing_is_created(db, config, match):
     with pytest.raises(streamlog.InvalidConfigurationError, match=match):
         db.create_topic("t", config=config)

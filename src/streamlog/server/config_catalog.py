@@ -64,6 +64,12 @@ _CATALOG = {
                              "at once."),
     "compression.type": (STRING, "Codec batches are stored with; producer keeps the codec "
                                  "each batch was sent with."),
+    "compression.gzip.level": (INT, "Level, 1 to 9 or -1 for zlib's default, of the gzip "
+                                    "the database recompresses batches with."),
+    "compression.lz4.level": (INT, "Level, 1 to 17, of the lz4 the database recompresses "
+                                   "batches with; 9 is the fast mode."),
+    "compression.zstd.level": (INT, "Level, -131072 to 22, of the zstd the database "
+                                    "recompresses batches with."),
     "leader.replication.throttled.replicas": (LIST, "Replicas (partition:broker, or *) whose "
                                                     "leader-side replication traffic would be "
                                                     "throttled; kept, no effect here."),

@@ -70,16 +70,29 @@ def check_available(cid):
         raise UnsupportedCompressionTypeError(f"unknown compression codec id {cid}")
 
 
-def compress(cid, data):
+# Kafka's CompressionType default levels: Deflater.DEFAULT_COMPRESSION (zlib's 6), lz4-java's
+# 9 (its fast compressor, below), zstd's ZSTD_CLEVEL_DEFAULT.
+DEFAULT_LEVELS = {GZIP: -1, LZ4: 9, ZSTD: 3}
+
+
+def compress(cid, data, level=None):
+    """`data` compressed with codec `cid` at `level` (a topic's compression.<codec>.level, in
+    Kafka's range for the codec; None: Kafka's default level; snappy has none)."""
+    if level is None:
+        level = DEFAULT_LEVELS.get(cid)
     if cid == GZIP:
         # wbits=31: gzip container with header and trailer, what Kafka's GZIPOutputStream writes
-        c = zlib.compressobj(6, zlib.DEFLATED, 31)
+        c = zlib.compressobj(level, zlib.DEFLATED, 31)
         return c.compress(data) + c.flush()
     check_available(cid)
     if cid == ZSTD:
-        return _zstd.ZstdCompressor(level=3).compress(data)
+        return _zstd.ZstdCompressor(level=level).compress(data)
     if cid == LZ4:
-        return _lz4.compress(bytes(data))
+        # Kafka's Lz4BlockOutputStream: the default level is lz4's fast compressor (lz4.frame's
+        # level 0), any other level the high-compression one at that level (lz4.frame caps
+        # it at 16 and compresses 1 and 2 as the fast mode).
+        return _lz4.compress(bytes(data),
+                             compression_level=0 if level == DEFAULT_LEVELS[LZ4] else level)
     if cid == SNAPPY:
         return _snappy_xerial(data)
     raise UnsupportedCompressionTypeError(f"cannot compress with codec {cid}")

@@ -50,6 +50,14 @@ def _policy(key, value):
     return items
 
 
+def _gzip_level(key, value):
+    # Kafka's CompressionType.GZIP.levelValidator: Deflater's 1..9, or its -1 (the default).
+    level = parse_int(_label(key), value)
+    if level != -1 and not 1 <= level <= 9:
+        raise bad_value(_label(key), value, "an integer in [1, 9] or -1")
+    return level
+
+
 def _throttled_replicas(key, value):
     # Kafka's ThrottledReplicaListValidator over a LIST (ConfigDef splits on commas and
     # trims): '*', or partition:broker pairs (an empty item passes, as in Kafka).
@@ -90,6 +98,10 @@ _RULES = {
     "preallocate": ("preallocate", _bool),
     "compression.type": ("compression_type",
                          _choice("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd")),
+    # Kafka's CompressionType level ranges (GZIP, LZ4, ZSTD).
+    "compression.gzip.level": ("compression_gzip_level", _gzip_level),
+    "compression.lz4.level": ("compression_lz4_level", _int(1, 17)),
+    "compression.zstd.level": ("compression_zstd_level", _int(-131072, 22)),
     # Accepted, checked and kept, with no effect in one process (docs/API.md): replication
     # throttling, down-conversion to old record formats, tiered storage.
     "leader.replication.throttled.replicas": ("leader_replication_throttled_replicas",
@@ -132,6 +144,9 @@ class LogConfig:
     file_delete_delay_ms: int = 60000
     preallocate: bool = False
     compression_type: str = "producer"
+    compression_gzip_level: int = compression.DEFAULT_LEVELS[compression.GZIP]
+    compression_lz4_level: int = compression.DEFAULT_LEVELS[compression.LZ4]
+    compression_zstd_level: int = compression.DEFAULT_LEVELS[compression.ZSTD]
     leader_replication_throttled_replicas: tuple = ()
     follower_replication_throttled_replicas: tuple = ()
     message_downconversion_enable: bool = True
@@ -197,6 +212,14 @@ class LogConfig:
         if self.compression_type == "producer":
             return None
         return compression.IDS.get(self.compression_type, compression.NONE)  # 'uncompressed'
+
+    @property
+    def compression_level(self):
+        """The level compression_codec compresses at (its compression.<codec>.level), None
+        for a codec without levels (Kafka's LogConfig.compression)."""
+        return {compression.GZIP: self.compression_gzip_level,
+                compression.LZ4: self.compression_lz4_level,
+                compression.ZSTD: self.compression_zstd_level}.get(self.compression_codec)
 
     @cached_property   # read by every append: derived once per config
     def timestamp_window_ms(self):

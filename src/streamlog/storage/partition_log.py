@@ -642,9 +642,11 @@ class PartitionLog:
                 self._check_client_log_append_time(batch)
             if codec is not None and origin == CLIENT and batch.compression != codec:
                 # Kafka's LogValidator rebuilds a produced batch whose codec differs from the
-                # topic's, keeping its records and producer fields.
+                # topic's, keeping its records and producer fields, at the topic's level of
+                # that codec (LogConfig.compression).
                 with self._refusing():
-                    batch = RecordBatch(recompressed(batch, codec, decoded))
+                    batch = RecordBatch(recompressed(batch, codec, decoded,
+                                                     config.compression_level))
                 if batch.size_in_bytes > size_limit:
                     self._check_batch_size(batch.size_in_bytes)
             if assign_offsets:

@@ -523,13 +523,14 @@ def build_control_batch(control_type, *, producer_id, producer_epoch, coordinato
                        producer_epoch=producer_epoch, is_transactional=True, is_control=True)
 
 
-def recompressed(batch, cid, records=None):
+def recompressed(batch, cid, records=None, level=None):
     """A copy of `batch` (a RecordBatch) with its records section in codec `cid`: the
     same records, header fields and flags, a new length and CRC (Kafka's LogValidator
     recompressing a produced batch to its topic's compression.type). The records are
     decoded first, so a section that does not hold records_count records is
     CorruptRecordError rather than copied; `records`, the batch's records a caller has
-    decoded already (batch.records()), spares decompressing and decoding them again."""
+    decoded already (batch.records()), spares decompressing and decoding them again; `level`
+    is the codec's level (None: its default, compression.compress)."""
     if records is None:
         buf, pos, length, file_pos = batch._records_section()
         codec.records_decode(buf, pos, length, batch.records_count, batch.path, file_pos)
@@ -540,7 +541,7 @@ def recompressed(batch, cid, records=None):
     else:   # the records were read from the decompressed section, whole
         section = memoryview(records.buf)
     if cid != compression.NONE:
-        section = compression.compress(cid, section)
+        section = compression.compress(cid, section, level)
     out = bytearray(RECORDS_OFFSET + len(section))
     out[:RECORDS_OFFSET] = batch.view()[:RECORDS_OFFSET]
     out[RECORDS_OFFSET:] = section
