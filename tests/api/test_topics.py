@@ -17,6 +17,7 @@ KAFKA_DEFAULTS = {"segment.bytes": 1073741824, "segment.ms": 604800000,
                   # CompressionType's default levels (GZIP: Deflater.DEFAULT_COMPRESSION).
                   "compression.gzip.level": -1, "compression.lz4.level": 9,
                   "compression.zstd.level": 3,
+                  "message.format.version": "3.0-IV1",   # ServerLogConfigs: IBP_3_0_IV1
                   # Kafka's LogConfig defaults of the configs that have no effect in one
                   # process: QuotaConfig's empty throttled-replica lists,
                   # ServerLogConfigs.LOG_MESSAGE_DOWNCONVERSION_ENABLE_DEFAULT, and the remote
@@ -114,7 +115,10 @@ def test_names_differing_only_by_dot_and_underscore_collide(db):
     ({"compression.lz4.level": 0}, r"'compression\.lz4\.level'.*>= 1"),
     ({"compression.lz4.level": 18}, r"'compression\.lz4\.level'.*<= 17"),
     ({"compression.zstd.level": 23}, r"'compression\.zstd\.level'.*<= 22"),
-    ({"compression.zstd.level": -131073}, r"'compression\.zstd\.level'.*>= -131072")])
+    ({"compression.zstd.level": -131073}, r"'compression\.zstd\.level'.*>= -131072"),
+    # MetadataVersionValidator: MetadataVersion.fromVersionString knows no 3.10 nor 3.0-IV2.
+    ({"message.format.version": "3.10"}, "Kafka version"),
+    ({"message.format.version": "3.0-IV2"}, "Kafka version")])
 def test_invalid_configs_are_refused_and_nothing_is_created(db, config, match):
     with pytest.raises(streamlog.InvalidConfigurationError, match=match):
         db.create_topic("t", config=config)
@@ -135,19 +139,22 @@ def test_a_config_that_is_no_dict_is_a_type_error_naming_it(db):
 
 def test_configs_with_no_effect_here_are_checked_kept_and_described(db_path):
     # Kafka's LogConfig defines them (replication throttling, down-conversion, tiered
-    # storage); one process has none of those features, but a topic takes the configs as
+    # storage, the deprecated message.format.version, which Kafka ignores from protocol 3.0
+    # on); one process has none of those features, but a topic takes the configs as
     # Kafka's does and keeps them across a reopen. A LIST is shown joined by commas, as
     # ConfigDef.convertToString does.
     given = {"leader.replication.throttled.replicas": "0:0, 1:0",
              "follower.replication.throttled.replicas": "*",
              "message.downconversion.enable": "false", "local.retention.ms": 1000,
              "local.retention.bytes": -1, "remote.log.copy.disable": True,
-             "remote.log.delete.on.disable": "true", "remote.storage.enable": False}
+             "remote.log.delete.on.disable": "true", "remote.storage.enable": False,
+             "message.format.version": " 2.8.1 "}
     kept = {"leader.replication.throttled.replicas": "0:0,1:0",
             "follower.replication.throttled.replicas": "*",
             "message.downconversion.enable": False, "local.retention.ms": 1000,
             "local.retention.bytes": -1, "remote.log.copy.disable": True,
-            "remote.log.delete.on.disable": True, "remote.storage.enable": False}
+            "remote.log.delete.on.disable": True, "remote.storage.enable": False,
+            "message.format.version": "2.8.1"}
     with streamlog.open(db_path) as db:
         db.create_topic("t", config=given)
     with streamlog.open(db_path) as db:

@@ -188,7 +188,7 @@ def test_every_topic_config_kafkas_log_config_defines_is_described(sock):
     # those with no effect in one process too (replication throttling, down-conversion,
     # tiered storage), with Kafka's default, type and no synonyms for those no broker
     # config defaults (LogConfig.CONFIGS_WITH_NO_SERVER_DEFAULTS).
-    BOOLEAN, INT, LONG, LIST = 1, 3, 5, 7
+    BOOLEAN, STRING, INT, LONG, LIST = 1, 2, 3, 5, 7
     configs = {c.name: c for c in describe(sock, TOPIC, "t", synonyms=True,
                                            documentation=True).configs}
     expected = {"leader.replication.throttled.replicas": ("", LIST, []),
@@ -208,13 +208,16 @@ def test_every_topic_config_kafkas_log_config_defines_is_described(sock):
                 "compression.lz4.level": ("9", INT, [
                     ("compression.lz4.level", "9", DEFAULT_CONFIG)]),
                 "compression.zstd.level": ("3", INT, [
-                    ("compression.zstd.level", "3", DEFAULT_CONFIG)])}
+                    ("compression.zstd.level", "3", DEFAULT_CONFIG)]),
+                "message.format.version": ("3.0-IV1", STRING, [
+                    ("log.message.format.version", "3.0-IV1", DEFAULT_CONFIG)])}
     assert {name: (configs[name].value, configs[name].config_type, chain(configs[name]))
             for name in expected} == expected
     assert all(configs[name].config_source == DEFAULT_CONFIG and configs[name].documentation
                for name in expected)
     broker = {c.name for c in describe(sock, BROKER, "0").configs}
-    assert {"log.message.downconversion.enable", "log.local.retention.ms",
+    assert {"log.message.format.version", "log.message.downconversion.enable",
+            "log.local.retention.ms",
             "log.local.retention.bytes"} <= broker
     assert not broker & {name for name in expected if not name.startswith("compression.")}
     assert {"compression.gzip.level", "compression.lz4.level",

@@ -34,6 +34,9 @@ _CATALOG = {
     "cleanup.policy": (LIST, "What happens to old segments: delete them, compact them to the "
                              "latest value per key, or both."),
     "max.message.bytes": (INT, "Largest record batch, in bytes, the topic accepts."),
+    "message.format.version": (STRING, "Deprecated record format version; ignored, as Kafka "
+                                       "ignores it from protocol 3.0 on: batches are "
+                                       "always v2."),
     "message.timestamp.type": (STRING, "Whether a record keeps the producer's timestamp "
                                        "(CreateTime) or gets the append time (LogAppendTime)."),
     "message.timestamp.before.max.ms": (LONG, "How far in the past of the broker's clock a "
@@ -102,6 +105,7 @@ _CATALOG = {
     "log.retention.bytes": (LONG, "Default retention.bytes of a topic."),
     "log.cleanup.policy": (LIST, "Default cleanup.policy of a topic."),
     "message.max.bytes": (INT, "Default max.message.bytes of a topic."),
+    "log.message.format.version": (STRING, "Default message.format.version of a topic."),
     "log.message.timestamp.type": (STRING, "Default message.timestamp.type of a topic."),
     "log.message.timestamp.before.max.ms": (LONG, "Default message.timestamp.before.max.ms "
                                                   "of a topic."),

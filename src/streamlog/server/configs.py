@@ -51,6 +51,7 @@ TOPIC_CONFIG_SYNONYMS = {
     "min.insync.replicas": "min.insync.replicas",
     "compression.type": "compression.type",
     "preallocate": "log.preallocate",
+    "message.format.version": "log.message.format.version",
     "message.timestamp.type": "log.message.timestamp.type",
     "message.timestamp.difference.max.ms": "log.message.timestamp.difference.max.ms",
     "message.timestamp.before.max.ms": "log.message.timestamp.before.max.ms",

@@ -58,6 +58,30 @@ def _gzip_level(key, value):
     return level
 
 
+# Kafka's MetadataVersion (server-common): each release and how many inter-broker protocol
+# versions (IV0, IV1, ...) it has; the 0.8 and 0.9 ones have none. A release's name stands
+# for its last production version (4.0 for 4.0-IV0, the LATEST_PRODUCTION).
+_IBP_SUBVERSIONS = {"0.8.0": 0, "0.8.1": 0, "0.8.2": 0, "0.9.0": 0, "0.10.0": 2, "0.10.1": 3,
+                    "0.10.2": 1, "0.11.0": 3, "1.0": 1, "1.1": 1, "2.0": 2, "2.1": 3, "2.2": 2,
+                    "2.3": 2, "2.4": 2, "2.5": 1, "2.6": 1, "2.7": 3, "2.8": 2, "3.0": 2,
+                    "3.1": 1, "3.2": 1, "3.3": 4, "3.4": 1, "3.5": 3, "3.6": 3, "3.7": 5,
+                    "3.8": 1, "3.9": 1, "4.0": 4}
+_IBP_VERSIONS = frozenset(_IBP_SUBVERSIONS) | {
+    f"{release}-IV{i}" for release, count in _IBP_SUBVERSIONS.items() for i in range(count)}
+
+
+def _message_format_version(key, value):
+    # Kafka's MetadataVersionValidator (MetadataVersion.fromVersionString): the release's
+    # first three parts for a 0.x version, two otherwise ("2.8.1" is 2.8), or a whole
+    # "2.8-IV1"; a STRING config is trimmed (ConfigDef.parseType).
+    text = value.strip() if isinstance(value, str) else None
+    parts = (text or "").split(".")
+    count = 3 if (text or "").startswith("0.") else 2
+    if text is None or ".".join(parts[:count]) not in _IBP_VERSIONS:
+        raise bad_value(_label(key), value, "a Kafka version, such as 3.0, 2.8 or 0.10.2-IV0")
+    return text
+
+
 def _throttled_replicas(key, value):
     # Kafka's ThrottledReplicaListValidator over a LIST (ConfigDef splits on commas and
     # trims): '*', or partition:broker pairs (an empty item passes, as in Kafka).
@@ -82,6 +106,9 @@ _RULES = {
     "retention.bytes": ("retention_bytes", _int()),
     "cleanup.policy": ("cleanup_policy", _policy),
     "max.message.bytes": ("max_message_bytes", _int(0, 2**31 - 1)),
+    # Deprecated in Kafka 3.0 and ignored there (inter-broker protocol 3.0 and later): every
+    # batch is RecordBatch v2 whatever it says.
+    "message.format.version": ("message_format_version", _message_format_version),
     "message.timestamp.type": ("message_timestamp_type", _choice("CreateTime", "LogAppendTime")),
     "message.timestamp.before.max.ms": ("message_timestamp_before_max_ms", _int(0)),
     "message.timestamp.after.max.ms": ("message_timestamp_after_max_ms", _int(0)),
@@ -129,6 +156,7 @@ class LogConfig:
     retention_bytes: int = -1
     cleanup_policy: tuple = ("delete",)
     max_message_bytes: int = (1 << 20) + 12
+    message_format_version: str = "3.0-IV1"   # ServerLogConfigs: IBP_3_0_IV1
     message_timestamp_type: str = "CreateTime"
     message_timestamp_before_max_ms: int = LONG_MAX
     message_timestamp_after_max_ms: int = LONG_MAX
