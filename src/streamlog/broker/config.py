@@ -98,7 +98,7 @@ class BrokerConfig:
         """This config with the topic defaults a writer recorded in place of those given here:
         they count as given (DescribeConfigs answers STATIC_BROKER_CONFIG, as the writer)."""
         broker_keys = frozenset(name for name in self.given if name not in CONFIG_NAMES)
-        return replace(self, topic_defaults=LogConfig.from_dict(overrides),
+        return replace(self, topic_defaults=LogConfig.from_dict(overrides, check=False),
                        given=broker_keys | frozenset(overrides))
 
     @classmethod

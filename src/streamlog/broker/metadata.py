@@ -155,7 +155,8 @@ class TopicRegistry:
         if key == TOPIC_DEFAULTS_KEY:
             self.recorded_defaults = parse_topic_defaults(key, value, self._log.directory)
             if self.readonly:
-                self._apply_defaults(topics, LogConfig().with_overrides(self.recorded_defaults))
+                self._apply_defaults(topics, LogConfig().with_overrides(self.recorded_defaults,
+                                                                        check=False))
             return
         try:
             name, doc = parse_topic_record(key, value)
@@ -172,14 +173,16 @@ class TopicRegistry:
             return
         overrides = doc.get("config", {})
         topics[name] = TopicInfo(name, doc["id"], doc["partitions"], overrides,
-                                 self._default.with_overrides(overrides), doc["created_ms"])
+                                 self._default.with_overrides(overrides, check=False),
+                                 doc["created_ms"])
 
     def _apply_defaults(self, topics, default):
         """Make `default` the topic defaults: every topic's effective config follows it (a
         record of them may come after the topics' own in the log)."""
         self._default = default
         for name, info in topics.items():
-            topics[name] = info._replace(config=default.with_overrides(info.overrides))
+            topics[name] = info._replace(config=default.with_overrides(info.overrides,
+                                                                       check=False))
 
     def get(self, name):
         info = self.topics.get(name)
@@ -261,6 +264,7 @@ class TopicRegistry:
         normalized = normalized_overrides(overrides or {})  # raises on a bad key or value
         with self._lock:
             check_name_free(name, self.topics)
+            self._default.with_overrides(normalized)  # the rules across configs
             return self._write(name, {"v": 1, "name": name, "id": topic_id or uuid.uuid4().hex,
                                       "partitions": partitions, "config": normalized,
                                       "created_ms": int(time.time() * 1000)})
@@ -319,7 +323,8 @@ def parse_topic_record(key, value):
                 type(doc.get("partitions")) is int and doc["partitions"] >= 1 and
                 isinstance(doc.get("config", {}), dict) and type(doc.get("created_ms")) is int):
             raise ValueError(f"not a topic record: {doc!r:.200}")
-        LogConfig().with_overrides(doc.get("config", {}))  # raises on a config it cannot hold
+        # Raises on a config it cannot hold (a value's own rule).
+        LogConfig().with_overrides(doc.get("config", {}), check=False)
         return name, doc
     except (AttributeError, UnicodeDecodeError, ValueError, TypeError, KeyError,
             msgpack.UnpackException, InvalidConfigurationError) as exc:
@@ -358,11 +363,12 @@ def _doc(info):
 
 def normalized_overrides(overrides):
     """Overrides checked and keyed by Kafka's dotted names, whatever spelling the caller
-    used ("retention.ms" or "retention_ms"); values parsed ("100" -> 100)."""
+    used ("retention.ms" or "retention_ms"); values parsed ("100" -> 100). The rules across
+    configs are for the config they make with the defaults under them (LogConfig)."""
     if not isinstance(overrides, Mapping):
         raise TypeError(f"a topic config is a dict {{name: value}}, not "
                         f"{type(overrides).__name__} {overrides!r}")
-    full = LogConfig().with_overrides(overrides).to_dict()
+    full = LogConfig().with_overrides(overrides, check=False).to_dict()
     return {_dotted(key): full[_dotted(key)] for key in overrides}
 
 

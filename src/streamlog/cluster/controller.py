@@ -272,7 +272,7 @@ class Controller:
         return state
 
     def _config(self, topic):
-        return LogConfig.from_dict(self.topics.get(topic, {}).get("config", {}))
+        return LogConfig.from_dict(self.topics.get(topic, {}).get("config", {}), check=False)
 
     # --- requests from brokers ------------------------------------------------------
 

@@ -185,11 +185,16 @@ class LogConfig:
     remote_log_delete_on_disable: bool = False
 
     @classmethod
-    def from_dict(cls, overrides=None, base=None):
+    def from_dict(cls, overrides=None, base=None, check=True):
         """A config from `base` (default: Kafka's defaults) with `overrides` applied and checked."""
-        return (base or cls()).with_overrides(overrides or {})
+        return (base or cls()).with_overrides(overrides or {}, check)
 
-    def with_overrides(self, overrides):
+    def with_overrides(self, overrides, check=True):
+        """This config with `overrides` applied, each value checked by its own rule. `check`
+        also holds the result to Kafka's rules across configs (LogConfig.validate), where a
+        config is set; a stored config is read back without them, as Kafka builds a log's
+        config from what it stored without them (LogConfig.fromProps), so a database written
+        before a rule was added still opens."""
         changes = {}
         for key, value in dict(overrides).items():
             name = key if key in _RULES else _BY_ATTRIBUTE.get(key)
@@ -199,6 +204,15 @@ class LogConfig:
             attr, parse = _RULES[name]
             changes[attr] = parse(name, value)
         config = replace(self, **changes)
+        if not check:
+            return config
+        # Kafka's LogConfig.validateValues, then validateTopicLogConfigValues, over the
+        # topic's configs with the defaults under them.
+        if config.min_compaction_lag_ms > config.max_compaction_lag_ms:
+            raise InvalidConfigurationError(
+                "conflict topic config setting min.compaction.lag.ms "
+                f"({config.min_compaction_lag_ms}) > max.compaction.lag.ms "
+                f"({config.max_compaction_lag_ms})")
         if config.remote_storage_enable:
             # Kafka's LogConfig.validateRemoteStorageOnlyIfSystemEnabled, with the broker's
             # remote.log.storage.system.enable false: there is no remote tier here.
