@@ -78,6 +78,8 @@ def _missing(path, command):
 
 
 def cmd_verify(args, out=sys.stdout):
+    from .broker.metadata import METADATA_TOPIC
+    from .storage import files
     from .storage.verify import verify_directory
     root = _directory(args, args.directory, "verify")
     if root is None:
@@ -91,6 +93,16 @@ def cmd_verify(args, out=sys.stdout):
         bar.update(done, os.path.basename(os.path.dirname(path)) if path else "")
     report = verify_directory(root, progress)
     bar.finish()
+    # What a database (or a Kafka log directory: meta.properties) has even with no topic.
+    marks = (files.LOCK_FILE, f"{METADATA_TOPIC}-0", files.RECOVERY_POINT_CHECKPOINT,
+             "meta.properties")
+    if not report.partitions and not report.problems and \
+            not any(os.path.exists(os.path.join(root, name)) for name in marks):
+        # An "OK" here would vouch for a mistyped path: nothing under it was checked.
+        print(f"streamlog verify: {root} holds no partition and no file of a database or of a "
+              f"Kafka log directory ({', '.join(marks)}): nothing to verify",
+              file=sys.stderr)
+        return EXIT_USAGE
     _print_report(report, out)
     return EXIT_OK if report.ok else EXIT_PROBLEMS
 
@@ -395,6 +407,12 @@ def cmd_consume(args, out=sys.stdout):
               "--from-beginning for a new group); it takes no --partition, --offset or "
               "--from-timestamp", file=sys.stderr)
         return EXIT_USAGE
+    if args.max_messages == -1:
+        args.max_messages = None   # kafka-console-consumer's -1: no limit (its default)
+    elif args.max_messages is not None and args.max_messages < 0:
+        print(f"streamlog consume: --max-messages takes a count >= 0, or -1 for no limit; "
+              f"got {args.max_messages}", file=sys.stderr)
+        return EXIT_USAGE
     # A group commits what it read (to __consumer_offsets): that needs the writer's lock.
     with _open(args.path, readonly=args.group is None) as db:
         info = db.describe_topic(args.topic)
@@ -592,7 +610,8 @@ def build_parser():
     where.add_argument("--from-timestamp", metavar="T",
                        help="start at the first record at or after T (ms, or ISO-8601)")
     p.add_argument("--partition", type=int, help="only this partition")
-    p.add_argument("--max-messages", type=int, help="stop after this many records")
+    p.add_argument("--max-messages", type=int,
+                   help="stop after this many records (-1, the default: no limit)")
     p.add_argument("--timeout-ms", type=int, default=1000,
                    help="stop when no record arrives for this long (default 1000)")
     p.add_argument("--format", choices=["text", "json"], default="text")

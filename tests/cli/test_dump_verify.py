@@ -56,6 +56,24 @@ def test_verify_passes_on_a_healthy_directory_and_shows_progress(tmp_path):
     assert run("dump", "--verify", root).returncode == 0
 
 
+def test_verify_of_a_directory_that_is_no_database_is_refused_not_passed(tmp_path):
+    """It printed "OK: 0 partition(s) ..." and exited 0 for any folder (/etc): an OK that
+    vouched for a mistyped path. A database with no topic still has its files."""
+    elsewhere = tmp_path / "photos"
+    (elsewhere / "2024").mkdir(parents=True)
+    (elsewhere / "notes.txt").write_text("x")
+    for args in (("verify", str(elsewhere)), ("dump", "--verify", str(elsewhere))):
+        result = run(*args)
+        assert result.returncode == 2, result.stdout + result.stderr
+        assert "holds no partition and no file of a database" in result.stderr
+        assert "OK" not in result.stdout and "Traceback" not in result.stderr
+    import streamlog
+    empty = str(tmp_path / "empty-db")
+    streamlog.open(empty).close()
+    result = run("verify", empty)
+    assert result.returncode == 0 and result.stdout.startswith("OK: "), result.stderr
+
+
 def test_dump_verify_reports_and_shows_progress_as_verify_does(tmp_path):
     root = make_root(tmp_path)
     log_bytes = sum(os.path.getsize(p) for p in segment_files(os.path.join(root, "orders-0")))

@@ -83,6 +83,11 @@ def test_consume_from_offset_timestamp_and_max_messages(path):
     assert values("--from-timestamp", "4500") == ["v5", "v6", "v7", "v8", "v9"]
     assert values("--from-timestamp", "1970-01-01T00:00:08") == ["v8", "v9"]
     assert values("--from-beginning", "--max-messages", "2") == ["v0", "v1"]
+    # kafka-console-consumer's -1 is no limit; it consumed nothing here.
+    assert len(values("--from-beginning", "--max-messages", "-1")) == 10
+    refused = run("consume", "t", "--path", path, "--max-messages", "-2")
+    assert refused.returncode == 2 and "--max-messages takes a count >= 0, or -1" in \
+        refused.stderr
     assert values() == []  # default: only new records
 
 
