@@ -47,7 +47,7 @@ def test_a_refused_offset_moves_no_partition_s_start(db):
         db.delete_records({t0: 2, t1: 4})
     with pytest.raises(streamlog.OffsetOutOfRangeError):
         db.delete_records({t0: 2, t1: -2})
-    with pytest.raises(streamlog.PolicyViolationError, match="cleanup.policy is compact"):
+    with pytest.raises(streamlog.PolicyViolationError, match="cleanup.policy is compact;"):
         db.delete_records({t0: 2, TopicPartition("kept", 0): 1})
     with pytest.raises(streamlog.UnknownTopicOrPartitionError):
         db.delete_records({t0: 2, TopicPartition("t", 2): 0})

@@ -424,9 +424,10 @@ class Broker:
         offset (-1: the high watermark) become unreadable; their segments go at the next
         retention pass. OffsetOutOfRangeError past the high watermark; PolicyViolationError
         where cleanup.policy lacks "delete" (Kafka's rule: a compacted log keeps each key's
-        last record, which moving its start would drop)."""
+        last record, which moving its start would drop). Every offset is checked before
+        any log start moves: a refusal changes nothing."""
         self._check_writable()
-        out = {}
+        targets = {}
         for tp, offset in offsets.items():
             partition_log = self.partition_log(tp)
             if not partition_log.config.delete:
@@ -434,12 +435,16 @@ class Broker:
                     f"cannot delete records of {tp}: its cleanup.policy is "
                     f"{','.join(partition_log.config.cleanup_policy)}; records are deleted "
                     "only where it holds delete (compact,delete)")
-            target = partition_log.high_watermark if offset == -1 else offset
-            if target < 0:
-                raise OffsetOutOfRangeError(f"cannot delete records of {tp} below offset "
-                                            f"{offset}", tp.topic, offset)
-            out[tp] = partition_log.increase_log_start_offset(target)
-        return out
+            high_watermark = partition_log.high_watermark
+            if not -1 <= offset <= high_watermark:
+                raise OffsetOutOfRangeError(
+                    f"cannot delete records of {tp} below offset {offset}: it takes an offset "
+                    f"in [0, {high_watermark}] (its high watermark), or -1 for the high "
+                    "watermark; nothing was deleted", tp.topic, offset)
+            targets[partition_log] = tp, high_watermark if offset == -1 else offset
+        # A high watermark only grows, so each target checked above is still in range.
+        return {tp: partition_log.increase_log_start_offset(target)
+                for partition_log, (tp, target) in targets.items()}
 
     def alter_topic_config(self, name, overrides, remove=()):
         """Set topic config overrides; `remove`: configs taken back to their defaults."""

@@ -18,8 +18,7 @@ from ..broker.repair import RepairReport, repair as _repair
 from ..coordinator.group_coordinator import delete_topic
 from ..coordinator.transaction_coordinator import find_transaction_coordinator, has_transactions
 from ..errors import (InvalidConfigurationError, InvalidTopicError, LogClosedError,
-                      OffsetOutOfRangeError, PolicyViolationError, ReadOnlyError,
-                      UnknownTopicOrPartitionError)
+                      ReadOnlyError, UnknownTopicOrPartitionError)
 from . import group_admin
 from .consumer import Consumer
 from .producer import Producer
@@ -142,10 +141,8 @@ class Database:
     def delete_records(self, offsets):
         """Make each partition's records below an offset unreadable, as Kafka's
         Admin.deleteRecords: {tp: offset}, -1 meaning the high watermark -> {tp: the new log
-        start offset}. Every offset is checked before any log start moves, so a refusal
-        changes nothing: OffsetOutOfRangeError past the high watermark or below -1,
-        PolicyViolationError where cleanup.policy lacks "delete" (Kafka's rule). The
-        segments below go at the next retention pass."""
+        start offset} (Broker.delete_records: a refusal changes nothing). The segments below
+        go at the next retention pass."""
         self._check()
         offsets = by_topic_partition(offsets, "delete_records()")
         for tp, offset in offsets.items():
@@ -160,16 +157,6 @@ class Database:
                 raise UnknownTopicOrPartitionError(
                     f"topic {tp.topic!r} has partitions 0..{info.partitions - 1}, not "
                     f"{tp.partition}")
-            if not info.config.delete:
-                raise PolicyViolationError(
-                    f"cannot delete records of {tp}: its cleanup.policy is "
-                    f"{','.join(info.config.cleanup_policy)}, without delete")
-            high_watermark = self._broker.partition_log(tp).high_watermark
-            if not -1 <= offset <= high_watermark:
-                raise OffsetOutOfRangeError(
-                    f"cannot delete records of {tp} below offset {offset}: it takes an offset "
-                    f"in [0, {high_watermark}] (its high watermark), or -1 for the high "
-                    "watermark; nothing was deleted", tp.topic, offset)
         return self._broker.delete_records(offsets)
 
     def add_partitions(self, name, total):
