@@ -12,6 +12,7 @@ import time
 import pytest
 from kio.schema.errors import ErrorCode
 
+import streamlog
 from streamlog import TopicPartition
 from streamlog.errors import InvalidRecordError, InvalidTimestampError, RecordTooLargeError
 from streamlog.server.error_codes import error_code
@@ -59,6 +60,20 @@ def test_batches_are_stored_in_the_topics_codec(db, topic_codec, producer_codec,
         batch.ensure_valid()   # a new CRC over the rebuilt batch
 
 
+def _check_compressed_at(stored):
+    """stored: [(batch, level)], the same records at two levels of one codec. Each batch's
+    records are that codec's bytes at its level, the two differ, and they read back alike."""
+    sections, records = [], []
+    for batch, level in stored:
+        section = bytes(batch.view()[RECORDS_OFFSET:batch.size_in_bytes])
+        raw = compression.decompress(batch.compression, section)
+        assert section == compression.compress(batch.compression, raw, level)
+        sections.append(section)
+        records.append(raw)
+    assert sections[0] != sections[1]
+    assert records[0] == records[1]
+
+
 @pytest.mark.parametrize("codec, low, high", [("gzip", 1, 9), ("zstd", 1, 19),
                                                ("lz4", 9, 12)])
 def test_a_rebuilt_batch_is_compressed_at_the_topics_level_of_its_codec(db, codec, low,
@@ -66,7 +81,7 @@ def test_a_rebuilt_batch_is_compressed_at_the_topics_level_of_its_codec(db, code
     # Kafka's LogConfig.compression: compression.gzip/lz4/zstd.level (KIP-390) set the level
     # LogValidator recompresses at (lz4's default, 9, its fast compressor: Lz4BlockOutputStream).
     # Each level gives its own bytes for the same records, and both read back the same.
-    sections, records = [], []
+    stored = []
     for level in (low, high):
         topic = f"{codec}-{level}"
         db.create_topic(topic, config={"compression.type": codec,
@@ -78,13 +93,34 @@ def test_a_rebuilt_batch_is_compressed_at_the_topics_level_of_its_codec(db, code
         producer.flush()
         producer.close()
         (batch,) = stored_batches(db, topic)
-        section = bytes(batch.view()[RECORDS_OFFSET:batch.size_in_bytes])
-        raw = compression.decompress(batch.compression, section)
-        assert section == compression.compress(batch.compression, raw, level)
-        sections.append(section)
-        records.append(raw)
-    assert sections[0] != sections[1]
-    assert records[0] == records[1]
+        stored.append((batch, level))
+    _check_compressed_at(stored)
+
+
+@pytest.mark.parametrize("codec, low, high", [("gzip", 1, 9), ("zstd", 1, 19),
+                                               ("lz4", 9, 12)])
+def test_a_producer_compresses_at_its_level_of_its_codec(db, codec, low, high):
+    # Kafka's ProducerConfig compression.gzip/lz4/zstd.level (KIP-390): the producer's own
+    # batches, stored as sent on a topic that keeps the producer's codec. The level of
+    # another codec is taken and has no say.
+    db.create_topic("t")
+    stored = []
+    for level in (low, high):
+        producer = db.producer(compression_type=codec, linger_ms=60_000,
+                               **{f"compression.{codec}.level": level,
+                                  "compression.gzip.level" if codec != "gzip"
+                                  else "compression.zstd.level": 2})
+        assert producer.settings[f"compression.{codec}.level"] == level
+        for i in range(50):
+            producer.send("t", key=b"k%d" % i, value=b"value %d " % i * 20,
+                          timestamp_ms=1_000 + i, partition=0)
+        producer.flush()
+        producer.close()
+        stored.append((stored_batches(db, "t")[-1], level))
+    _check_compressed_at(stored)
+    with pytest.raises(streamlog.InvalidConfigurationError,
+                       match=rf"'compression.{codec}.level': must be an integer in \["):
+        db.producer(**{f"compression.{codec}.level": 23})
 
 
 def test_an_idempotent_batch_keeps_its_producer_fields_and_a_retry_is_a_duplicate(db):

@@ -10,6 +10,7 @@ acks=1 and linger.ms=0 (Kafka 3.x/4.x default to acks=all / linger.ms=5).
 """
 from ..errors import InvalidConfigurationError
 from ..parsing import bad_value, parse_bool, parse_choice, parse_int
+from ..storage import compression
 from ..storage.files import topic_name_problem
 
 
@@ -113,6 +114,11 @@ PRODUCER = {
     "linger.ms": (0, _int(0)),
     "batch.size": (16384, _int32(0)),
     "compression.type": ("none", _choice("none", "gzip", "snappy", "lz4", "zstd")),
+    # KIP-390: the level a producer compresses each codec at, Kafka's defaults and ranges.
+    **{f"compression.{compression.NAMES[cid]}.level":
+       (compression.DEFAULT_LEVELS[cid],
+        lambda name, value, cid=cid: compression.parse_level(cid, repr(name), value))
+       for cid in compression.DEFAULT_LEVELS},
     "partitioner": ("default", _any),  # a name or a callable; checked by the producer
     "partitioner.ignore.keys": (False, _bool),
     "enable.idempotence": (None, _bool),  # None: as acks allows (Producer)

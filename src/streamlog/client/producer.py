@@ -160,6 +160,8 @@ class Producer:
         self._acks = s["acks"]
         self._report_offsets = s["acks"] != 0
         self._codec = compression.codec_id(s["compression.type"])
+        # The level of that codec, from compression.<codec>.level (KIP-390); none for snappy.
+        self._level = s.get(f"compression.{s['compression.type']}.level")
         self._batch_size = s["batch.size"]
         self._linger_ms = s["linger.ms"]
         self._max_request = s["max.request.size"]
@@ -603,6 +605,7 @@ class Producer:
         producer_id, epoch, sequence = stamp or (NO_PRODUCER_ID, NO_PRODUCER_EPOCH, NO_SEQUENCE)
         batch.encoded = build_batch(vals, keys=ks, headers=hs, timestamps=ts,
                                     timestamp=ts_default, compression_type=self._codec,
+                                    compression_level=self._level,
                                     producer_id=producer_id, producer_epoch=epoch,
                                     base_sequence=sequence,
                                     is_transactional=self._txn is not None)
@@ -663,6 +666,7 @@ class Producer:
                                headers=batch.headers,
                                timestamps=None if batch.uniform_ts else batch.timestamps,
                                timestamp=batch.timestamp, compression_type=self._codec,
+                               compression_level=self._level,
                                producer_id=producer_id, producer_epoch=epoch,
                                base_sequence=sequence, is_transactional=self._txn is not None,
                                buffer=buffer)

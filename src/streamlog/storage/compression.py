@@ -16,6 +16,7 @@ import struct
 import zlib
 
 from ..errors import UnsupportedCompressionTypeError
+from ..parsing import bad_value, parse_int
 
 NONE, GZIP, SNAPPY, LZ4, ZSTD = 0, 1, 2, 3, 4
 NAMES = {NONE: "none", GZIP: "gzip", SNAPPY: "snappy", LZ4: "lz4", ZSTD: "zstd"}
@@ -73,6 +74,19 @@ def check_available(cid):
 # Kafka's CompressionType default levels: Deflater.DEFAULT_COMPRESSION (zlib's 6), lz4-java's
 # 9 (its fast compressor, below), zstd's ZSTD_CLEVEL_DEFAULT.
 DEFAULT_LEVELS = {GZIP: -1, LZ4: 9, ZSTD: 3}
+# Kafka's CompressionType level ranges (GzipCompression: also Deflater's -1, its default).
+_LEVEL_RANGES = {GZIP: (1, 9), LZ4: (1, 17), ZSTD: (-131072, 22)}
+
+
+def parse_level(cid, label, value):
+    """value as a level of codec cid (a topic's or a producer's compression.<codec>.level),
+    checked against Kafka's range for it; ValueError naming label otherwise."""
+    level = parse_int(label, value)
+    low, high = _LEVEL_RANGES[cid]
+    if not (low <= level <= high or (cid == GZIP and level == -1)):
+        raise bad_value(label, value, f"an integer in [{low}, {high}]" +
+                        (" or -1" if cid == GZIP else ""))
+    return level
 
 
 def compress(cid, data, level=None):

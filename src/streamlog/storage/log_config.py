@@ -50,12 +50,8 @@ def _policy(key, value):
     return items
 
 
-def _gzip_level(key, value):
-    # Kafka's CompressionType.GZIP.levelValidator: Deflater's 1..9, or its -1 (the default).
-    level = parse_int(_label(key), value)
-    if level != -1 and not 1 <= level <= 9:
-        raise bad_value(_label(key), value, "an integer in [1, 9] or -1")
-    return level
+def _level(cid):
+    return lambda key, value: compression.parse_level(cid, _label(key), value)
 
 
 # Kafka's MetadataVersion (server-common): each release and how many inter-broker protocol
@@ -125,10 +121,9 @@ _RULES = {
     "preallocate": ("preallocate", _bool),
     "compression.type": ("compression_type",
                          _choice("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd")),
-    # Kafka's CompressionType level ranges (GZIP, LZ4, ZSTD).
-    "compression.gzip.level": ("compression_gzip_level", _gzip_level),
-    "compression.lz4.level": ("compression_lz4_level", _int(1, 17)),
-    "compression.zstd.level": ("compression_zstd_level", _int(-131072, 22)),
+    "compression.gzip.level": ("compression_gzip_level", _level(compression.GZIP)),
+    "compression.lz4.level": ("compression_lz4_level", _level(compression.LZ4)),
+    "compression.zstd.level": ("compression_zstd_level", _level(compression.ZSTD)),
     # Accepted, checked and kept, with no effect in one process (docs/API.md): replication
     # throttling, down-conversion to old record formats, tiered storage.
     "leader.replication.throttled.replicas": ("leader_replication_throttled_replicas",

@@ -416,7 +416,8 @@ def _column(items):
 
 
 def build_batch(values, keys=None, headers=None, timestamps=None, *, timestamp=None,
-                base_offset=0, compression_type=compression.NONE, timestamp_type=CREATE_TIME,
+                base_offset=0, compression_type=compression.NONE, compression_level=None,
+                timestamp_type=CREATE_TIME,
                 producer_id=NO_PRODUCER_ID, producer_epoch=NO_PRODUCER_EPOCH,
                 base_sequence=NO_SEQUENCE, is_transactional=False, is_control=False,
                 partition_leader_epoch=NO_PARTITION_LEADER_EPOCH, buffer=None):
@@ -425,6 +426,7 @@ def build_batch(values, keys=None, headers=None, timestamps=None, *, timestamp=N
     values: list of bytes-like or None (tombstones). keys: same, or None for
     all-null keys. headers: per record a list of (str, bytes|None), or None.
     timestamps: per-record ints, or None with `timestamp` used for every record.
+    compression_level: the codec's level (None: Kafka's default for it).
 
     buffer: a bytearray to encode into instead of a new one (grown if too
     small); the result is then a memoryview of its prefix, valid until the
@@ -477,7 +479,7 @@ def build_batch(values, keys=None, headers=None, timestamps=None, *, timestamp=N
     size = RECORDS_OFFSET + written
     if compression_type != compression.NONE:
         compressed = compression.compress(compression_type,
-                                          memoryview(out)[RECORDS_OFFSET:size])
+                                          memoryview(out)[RECORDS_OFFSET:size], compression_level)
         size = RECORDS_OFFSET + len(compressed)
         if len(out) < size:
             out.extend(bytes(size - len(out)))
