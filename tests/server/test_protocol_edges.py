@@ -104,6 +104,13 @@ def test_a_topic_name_kafka_refuses_is_an_invalid_topic_not_an_unknown_one(db, s
             allow_auto_topic_creation=auto_create, include_topic_authorized_operations=False))
         assert [(t.name, t.error_code) for t in answer.topics] == [("bad name", invalid),
                                                                    ("missing", unknown)]
+    # A missing internal topic is marked internal all the same (KafkaApis.getTopicMetadata:
+    # Topic.isInternal(topic)); it was answered is_internal=False.
+    answer = call(sock, MetadataRequest(
+        topics=(MetadataRequestTopic(topic_id=uuid.UUID(int=0), name="__transaction_state"),),
+        allow_auto_topic_creation=False, include_topic_authorized_operations=False))
+    assert [(t.name, t.error_code, t.is_internal) for t in answer.topics] == \
+        [("__transaction_state", unknown, True)]
     answer = call(sock, DescribeConfigsRequest(resources=tuple(
         DescribeConfigsResource(resource_type=i8(2), resource_name=name,
                                 configuration_keys=None) for name in names),

@@ -19,8 +19,8 @@ from kio.static.primitive import i8, i16, i32, i64
 
 from .. import errors
 from ..broker.broker import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
-from ..broker.metadata import (check_name_free, overrides_after, validate_partitions,
-                               validate_topic_name)
+from ..broker.metadata import (INTERNAL_TOPICS, check_name_free, overrides_after,
+                               validate_partitions, validate_topic_name)
 from ..coordinator.group_coordinator import delete_topic
 from ..storage.compression import ZSTD
 from ..storage.log_config import LIST_CONFIGS
@@ -281,7 +281,9 @@ class Handlers:
             except errors.StreamlogError as exc:
                 topics.append(build(types.MetadataResponseTopic, error_code=error_code(exc),
                                     name=name if name is not None or version >= 12 else "",
-                                    topic_id=uuid.UUID(int=0), is_internal=False,
+                                    topic_id=uuid.UUID(int=0),
+                                    # Kafka answers Topic.isInternal(name), topic or none.
+                                    is_internal=name in INTERNAL_TOPICS,
                                     partitions=(), topic_authorized_operations=(
                                         topic_operations if name is not None
                                         else i32(NOT_ASKED))))
