@@ -43,11 +43,12 @@ import uuid
 
 import msgpack
 
+from ..broker.metadata import check_name_free
 from ..broker.replica_manager import NO_LEADER, PartitionState
 from ..errors import (ElectionNotNeededError, EligibleLeadersNotAvailableError,
                       InvalidPartitionsError,
                       InvalidReplicationFactorError, InvalidRequestError,
-                      PreferredLeaderNotAvailableError, TopicAlreadyExistsError,
+                      PreferredLeaderNotAvailableError,
                       UnknownTopicOrPartitionError)
 from ..storage.keyed_log import encode_changes, replay
 from ..storage.log_config import LogConfig
@@ -342,8 +343,9 @@ class Controller:
         reach them. assignment: {partition: (broker ids)} chosen by the caller (checked),
         in place of the placement. Returns {tp: PartitionState}."""
         with self._lock:
-            if name in self.topics:
-                raise TopicAlreadyExistsError(f"topic {name!r} already exists")
+            # The brokers' registries would refuse a name colliding with a topic's too, but
+            # only once the first of them is asked to make it.
+            check_name_free(name, self.topics)
             if partitions < 1:
                 raise InvalidRequestError(f"a topic needs at least one partition, not "
                                           f"{partitions}")
