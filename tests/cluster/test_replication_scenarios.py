@@ -540,6 +540,26 @@ def test_a_slowed_fetch_ends_its_wait_when_the_delay_is_cleared_or_the_cluster_c
     assert set(_fetcher_threads()) - before == set()
 
 
+@pytest.mark.parametrize("down", ["kill", "stop"])
+def test_a_broker_going_down_ends_its_fetches_waiting_at_the_leaders(tmp_path, down):
+    # A follower's fetch waits at its leader up to replica.fetch.wait.max.ms while nothing
+    # is new. Once the controller lets the follower go, the wait ends: kill() and stop()
+    # return with the broker's fetcher threads finished, however long the wait was set;
+    # and so does the cluster's close().
+    before = set(_fetcher_threads())
+    hour_ms = 3_600_000
+    with Cluster(3, path=str(tmp_path / "cluster"), replica_lag_time_max_ms=hour_ms,
+                 replica_fetch_wait_max_ms=hour_ms) as cluster:
+        cluster.create_topic("t", 6, 3)    # every broker leads two partitions, follows four
+        cluster.wait_in_sync("t")
+        gone = cluster.leader("t", 0)
+        prefix = f"streamlog-replica-fetcher-{gone}-from-"
+        assert len([t for t in _fetcher_threads() if t.name.startswith(prefix)]) == 2
+        getattr(cluster, down)(gone)
+        assert [t.name for t in _fetcher_threads() if t.name.startswith(prefix)] == []
+    assert set(_fetcher_threads()) - before == set()
+
+
 def test_a_follower_stores_a_log_append_time_batch_as_its_leader_stamped_it(cluster):
     # Kafka's LogValidator stamps LogAppendTime on the leader only; a follower appends what
     # it fetched as it is (UnifiedLog.appendAsFollower: validateAndAssignOffsets=false), so

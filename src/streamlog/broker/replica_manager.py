@@ -557,13 +557,23 @@ class ReplicaManager:
         out = self._replica_read(replica_id, broker_epoch, partitions, max_bytes, expand)
         self._alter_isrs(expand)
         while not any(r.batches or r.error for r in out.values()) and \
-                time.monotonic() < deadline and not self._closed.is_set():
+                time.monotonic() < deadline and not self._closed.is_set() and \
+                self._asker_current(replica_id, broker_epoch):
             with self._appended:
-                if all(self._nothing_new(tp, offset) for tp, (offset, _) in
-                       partitions.items()):
+                # Asked again under the lock: a stop's wake_fetchers() notifies under it.
+                if self._asker_current(replica_id, broker_epoch) and all(
+                        self._nothing_new(tp, offset) for tp, (offset, _) in
+                        partitions.items()):
                     self._appended.wait(max(deadline - time.monotonic(), 0))
             out = self._replica_read(replica_id, broker_epoch, partitions, max_bytes, None)
         return out
+
+    def _asker_current(self, replica_id, broker_epoch):
+        """Whether the incarnation that sent a waiting fetch is still the registered one:
+        once the controller lets it go (a stop or a kill), its fetch answers at once, so
+        the cluster need not wait out replica.fetch.wait.max.ms before it is down."""
+        return broker_epoch == -1 or \
+            self.controller.broker_epochs.get(replica_id) == broker_epoch
 
     def _nothing_new(self, tp, offset):
         replica = self._replicas.get(tp)

@@ -297,6 +297,14 @@ class Cluster:
             manager.wake_fetchers()
         return stopping
 
+    def _wake_waiting_fetches(self):
+        """The fetches of brokers the controller let go, waiting at their leaders, answer
+        now (their asker is no longer registered): joining a stopped fetcher then takes no
+        replica.fetch.wait.max.ms."""
+        for slot in self._slots.values():
+            if slot.manager is not None:
+                slot.manager.wake_fetchers()
+
     def stop(self, broker_id):
         """A clean shutdown of one broker."""
         self._down(broker_id, clean=True)
@@ -313,6 +321,7 @@ class Cluster:
         # The controller first: the moment clients see the listener go, every other broker
         # already names the new leaders (a client's first metadata refresh finds them).
         self.controller.broker_down(broker_id)
+        self._wake_waiting_fetches()
         slot.server.close()
         for fetcher in fetchers:
             fetcher.join(5)
@@ -673,14 +682,17 @@ class Cluster:
             fetchers = list(self._fetchers.values())
             for fetcher in fetchers:
                 fetcher.stop()
+        for broker_id, slot in self._slots.items():
+            if slot.broker is not None:
+                self.controller.broker_down(broker_id)
+        self._wake_waiting_fetches()
         for fetcher in fetchers:
             fetcher.join(5)
         for slot in self._slots.values():
             if slot.server is not None:
                 slot.server.close()
-        for broker_id, slot in self._slots.items():
+        for slot in self._slots.values():
             if slot.broker is not None:
-                self.controller.broker_down(broker_id)
                 slot.broker.close()
                 slot.broker = slot.server = slot.manager = None
         self.controller.close()
