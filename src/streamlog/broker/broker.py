@@ -387,14 +387,23 @@ class Broker:
             self._services.append((name, service))
             return service
 
-    def delete_topic(self, name):
+    def delete_topic(self, name, keep_files=False):
         """Delete a topic; then each attached service with an on_topic_deleted(info) hears of
         it, outside the lock (the group coordinator writes tombstones for the groups'
         offsets of its partitions, as Kafka's broker tells its GroupCoordinator
-        onPartitionsDeleted)."""
+        onPartitionsDeleted).
+
+        keep_files=True takes the topic (internal ones too) out of this broker but keeps its
+        data: each partition directory is set aside (LogDirectory.set_aside_logs) before the
+        tombstone is written, so no crash leaves a directory the tombstone proves deleted.
+        For a cluster broker's topic that its controller does not have and never deleted."""
         self._check_writable()
         with self._lock:
-            info = self.metadata.delete(name)
+            if keep_files:
+                topic = self.metadata.get(name)
+                self.logs.set_aside_logs([TopicPartition(name, p)
+                                          for p in range(topic.partitions)])
+            info = self.metadata.delete(name, allow_internal=keep_files)
             if self.replicas is not None:
                 for p in range(info.partitions):
                     self.replicas.forget(TopicPartition(name, p))

@@ -253,14 +253,18 @@ class Cluster:
 
     def _sync_topics(self, broker):
         """Make a (re)starting broker's topics the controller's: what it missed while it was
-        down is created, grown or deleted (a local topic the controller does not know, or
-        knows under another id, was deleted meanwhile)."""
+        down is created, grown or deleted. A local topic the controller does not know, or
+        knows under another id, is deleted only where the controller's log proves it deleted
+        that topic id; otherwise (the controller's log lost or cut short) its directories are
+        set aside, every file kept: Kafka's LogManager moves such stray logs aside
+        (LogManager.isStrayKraftReplica, asyncDelete(isStray = true)), never deletes them."""
         topics = self.controller.topics
         for name, info in sorted(broker.topics().items()):
             wanted = topics.get(name)
             if (wanted is None and not info.internal) or \
                     (wanted is not None and wanted["id"] != info.topic_id):
-                broker.delete_topic(name)
+                broker.delete_topic(name, keep_files=info.topic_id
+                                    not in self.controller.deleted_topic_ids)
         for name, topic in sorted(topics.items()):
             self._create_local(broker, name, topic)
 

@@ -85,6 +85,9 @@ class Controller:
         self.broker_ids = tuple(broker_ids)
         self.partitions = {}     # TopicPartition -> PartitionState
         self.topics = {}         # name -> {"partitions": n, "replication_factor": r, "config": {}}
+        # The ids of the topics a tombstone in the log deleted: the proof a restarting broker
+        # needs before it deletes a topic of its own that the controller does not have.
+        self.deleted_topic_ids = set()
         self.alive = set()
         self.broker_epochs = {}  # broker id -> the broker epoch of its current incarnation
         self._next_broker_epoch = 0
@@ -105,7 +108,9 @@ class Controller:
             self._next_producer_id = data
         elif kind == b"topic":
             if data is None:
-                self.topics.pop(name.decode(), None)
+                deleted = self.topics.pop(name.decode(), None)
+                if deleted is not None:
+                    self.deleted_topic_ids.add(deleted["id"])
             else:
                 self.topics[name.decode()] = data
         elif kind == b"partition":

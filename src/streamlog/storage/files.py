@@ -46,6 +46,9 @@ LEADER_EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
 # A directory being deleted: `<topic>-<partition>.<32 hex digits>-delete`, the topic cut
 # short so the name fits the file system's 255-byte limit (Kafka's LocalLog.logDeleteDirName).
 DELETE_DIR_SUFFIX = "-delete"
+# A directory set aside, its files kept: `<topic>-<partition>.<32 hex digits>-stray` (Kafka's
+# LocalLog.logStrayDirName). No open reads it as a partition or removes it.
+STRAY_DIR_SUFFIX = "-stray"
 MAX_FILE_NAME_BYTES = 255
 _DELETE_DIR_NAME = re.compile(r"^[a-zA-Z0-9._-]*-\d+\.[0-9a-f]{32}-delete$")
 
@@ -206,9 +209,10 @@ def is_partition_file_name(name):
         parsed[2] in _TEMP_SUFFIXES
 
 
-def delete_dir_name(topic, partition, unique_id):
-    """The name a partition directory is renamed to before it is removed; <= 255 bytes."""
-    suffix = f"-{partition}.{unique_id}{DELETE_DIR_SUFFIX}"
+def delete_dir_name(topic, partition, unique_id, kind=DELETE_DIR_SUFFIX):
+    """The name a partition directory is renamed to before it is removed; <= 255 bytes.
+    kind=STRAY_DIR_SUFFIX: the name of one set aside instead (kept, never removed)."""
+    suffix = f"-{partition}.{unique_id}{kind}"
     return topic[:MAX_FILE_NAME_BYTES - len(suffix)] + suffix
 
 

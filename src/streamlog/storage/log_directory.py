@@ -7,6 +7,8 @@ What it removes (nothing else under the root is ever deleted):
     half-keep it, then removed;
   - at a writable open, directories with such a `-delete` name: only a
     deletion makes one.
+A partition directory the caller asks it to set aside (set_aside_logs) is renamed
+`<topic>-<partition>.<uuid>-stray` and kept whole.
 Each partition directory holds `partition.metadata` (the topic id it belongs
 to): the caller's proof that a directory it does not want is a leftover of a
 topic it deleted, and not somebody's folder.
@@ -246,17 +248,32 @@ class LogDirectory:
         A directory that cannot be removed does not stop the others: the first such
         failure is raised (KafkaStorageError) once the checkpoints are rewritten.
         """
+        self._take_out_logs(tps, files.DELETE_DIR_SUFFIX)
+
+    def set_aside_logs(self, tps):
+        """Close the logs of tps (flushed) and rename each directory
+        `<topic>-<partition>.<id>-stray`, keeping every file in it, then rewrite the
+        checkpoints without them: for partitions the owner may no longer keep but cannot
+        prove deleted. Kafka's LogManager.asyncDelete moves a stray log aside the same way
+        ("Move aside stray partitions, don't delete them"). Failures as delete_logs'."""
+        self._take_out_logs(tps, files.STRAY_DIR_SUFFIX)
+
+    def _take_out_logs(self, tps, kind):
         failures = []
+        keep = kind == files.STRAY_DIR_SUFFIX
         with self._lock:
             # Every log closed before any directory goes: removing one takes descriptors,
             # which a process at its limit has only once the logs gave theirs back.
             for tp in tps:
                 partition_log = self.logs.pop(tp, None)
                 if partition_log is not None:
-                    partition_log.close(flush=False, seal=False)
+                    try:
+                        partition_log.close(flush=keep, seal=keep)
+                    except KafkaStorageError as exc:
+                        failures.append(exc)   # its files are set aside all the same
             for tp in tps:
                 try:
-                    self._remove_dir_locked(tp)
+                    self._rename_dir_locked(tp, kind)
                 except KafkaStorageError as exc:
                     failures.append(exc)
             if self._forget_locked(tps):
@@ -276,19 +293,24 @@ class LogDirectory:
             found |= self._cleaner_offsets.pop(tp, None) is not None
         return found
 
-    def _remove_dir_locked(self, tp):
-        """Remove tp's directory (renamed first, so a crash cannot half-keep it)."""
+    def _rename_dir_locked(self, tp, kind):
+        """Rename tp's directory to its `-delete` name (kind), then remove it (renamed first,
+        so a crash cannot half-keep it); or to its `-stray` name, and keep it."""
         directory = self.partition_dir(tp)
         if not os.path.isdir(directory):
             return
-        doomed = os.path.join(self.root,
-                              files.delete_dir_name(tp.topic, tp.partition, uuid.uuid4().hex))
+        renamed = os.path.join(self.root, files.delete_dir_name(
+            tp.topic, tp.partition, uuid.uuid4().hex, kind))
         try:
-            os.rename(directory, doomed)
+            os.rename(directory, renamed)
             fsync_dir(self.root)
         except OSError as exc:
-            raise KafkaStorageError(f"cannot delete {directory}: {exc}") from exc
-        _remove_partition_files(doomed)
+            what = "set aside" if kind == files.STRAY_DIR_SUFFIX else "delete"
+            raise KafkaStorageError(f"cannot {what} {directory}: {exc}") from exc
+        if kind == files.STRAY_DIR_SUFFIX:
+            log.warning("%s is set aside as %s, every file in it kept", directory, renamed)
+        else:
+            _remove_partition_files(renamed)
 
     def checkpoint(self):
         """Write the recovery points and log start offsets of the open logs."""
