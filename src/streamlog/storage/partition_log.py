@@ -1444,10 +1444,3 @@ class PartitionLog:
                 segment.close(seal)
         self.delete_pending_files(force=True)
 
-    def delete(self):
-        """Close and remove the whole partition directory."""
-        self.close(flush=False, seal=False)
-        for name in os.listdir(self.directory):
-            os.unlink(os.path.join(self.directory, name))
-        os.rmdir(self.directory)
-
