@@ -2,10 +2,14 @@
 controller's (Cluster._sync_topics): a topic the controller deleted goes, with its folders;
 one the controller cannot prove it deleted (its log lost) is set aside, every file kept,
 as Kafka's LogManager moves a stray log aside (`<topic>-<partition>.<id>-stray`,
-LogManager.asyncDelete(isStray = true): "Move aside stray partitions, don't delete them")."""
+LogManager.asyncDelete(isStray = true): "Move aside stray partitions, don't delete them").
+A second open of a live cluster's directory touches none of its files."""
 import os
 
+import pytest
+
 from streamlog.cluster.cluster import Cluster
+from streamlog.errors import DatabaseLockedError
 from streamlog.storage import files
 
 RECORDS = [b"kept-%d" % i for i in range(5)]
@@ -54,3 +58,26 @@ def test_a_topic_deleted_or_recreated_while_a_broker_is_down_is_removed_there(tm
         cluster.restart(1)
         assert cluster.broker(1).topic("t").topic_id != old_id
         assert _dirs(os.path.join(path, "broker-1")) == ["t-0"]
+
+
+def _files(directory):
+    return {name: os.path.getsize(os.path.join(directory, name))
+            for name in os.listdir(directory)}
+
+
+def test_a_second_open_of_a_live_cluster_changes_none_of_its_controller_files(tmp_path):
+    # Opening the controller's log recovers it (indexes rebuilt and trimmed, a tail that
+    # looks torn cut): under a live controller that would rewrite a log in use. The old
+    # code did so, then stopped at the first broker's lock.
+    path = str(tmp_path / "c")
+    controller_log = os.path.join(path, "controller", "__cluster_metadata-0")
+    with Cluster(1, path=path) as cluster:
+        cluster.create_topic("t", 1, 1)
+        before = _files(controller_log)
+        with pytest.raises(DatabaseLockedError) as refused:
+            Cluster(1, path=path)
+        assert _files(controller_log) == before
+        assert "the cluster in" in str(refused.value)
+        cluster.create_topic("u", 1, 1)
+    with Cluster(1, path=path) as cluster:
+        assert sorted(cluster.controller.topics) == ["t", "u"]

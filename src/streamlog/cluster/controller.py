@@ -43,10 +43,11 @@ import uuid
 
 import msgpack
 
+from ..broker.lock import DirectoryLock
 from ..broker.metadata import check_name_free
 from ..broker.replica_manager import NO_LEADER, PartitionState
-from ..errors import (ElectionNotNeededError, EligibleLeadersNotAvailableError,
-                      InvalidPartitionsError,
+from ..errors import (DatabaseLockedError, ElectionNotNeededError,
+                      EligibleLeadersNotAvailableError, InvalidPartitionsError,
                       InvalidReplicationFactorError, InvalidRequestError,
                       PreferredLeaderNotAvailableError,
                       UnknownTopicOrPartitionError)
@@ -96,8 +97,26 @@ class Controller:
         self._lock = threading.RLock()
         self._producer_ids_lock = threading.Lock()
         os.makedirs(directory, exist_ok=True)
-        self._log = PartitionLog(os.path.join(directory, _METADATA_DIR), LogConfig())
-        replay(self._log, 0, self._replay_record)
+        # Before the log is opened: its open recovers it (cuts a tail it finds torn, rebuilds
+        # and trims its indexes), which must never happen under a live controller of the
+        # same cluster in another process.
+        self._dir_lock = DirectoryLock(directory)
+        try:
+            self._dir_lock.acquire()
+        except DatabaseLockedError as exc:
+            who = f"process {exc.holder}" if exc.holder else "another process"
+            raise DatabaseLockedError(
+                f"the cluster in {os.path.dirname(directory)} is open in {who}; one process "
+                "at a time: close it there first", exc.path, exc.holder) from None
+        self._log = None
+        try:
+            self._log = PartitionLog(os.path.join(directory, _METADATA_DIR), LogConfig())
+            replay(self._log, 0, self._replay_record)
+        except BaseException:
+            if self._log is not None:
+                self._log.close(flush=False)
+            self._dir_lock.release()
+            raise
 
     # --- the metadata log ---------------------------------------------------------
 
@@ -411,4 +430,7 @@ class Controller:
 
     def close(self):
         with self._lock:
-            self._log.close()
+            try:
+                self._log.close()
+            finally:
+                self._dir_lock.release()
