@@ -1,11 +1,14 @@
 """Log compaction through the public API: the guarantees Kafka documents for compacted topics
 (docs/design.html "What guarantees does log compaction provide", KAFKA_REFERENCE.md §4), the
 library's own compacted logs, and db.compact / describe_topic."""
+import os
+
 import pytest
 
 import streamlog
 from streamlog import TopicPartition
 from streamlog.errors import InvalidConfigurationError, ReadOnlyError
+from streamlog.storage import files
 
 from support import wait_until
 
@@ -392,6 +395,27 @@ def test_compaction_cannot_be_taken_off_a_topic_the_cleaner_compacted(db):
         db.alter_topic_config("table", {"cleanup.policy": "delete"})
     db.create_topic("fresh", config=SMALL)
     db.alter_topic_config("fresh", {"cleanup.policy": "delete"})   # never cleaned: allowed
+
+
+def test_a_lost_cleaner_checkpoint_does_not_let_compaction_be_taken_off(db_path):
+    # The checkpoint was the only proof of a cleaned log: without the file, the change was
+    # taken, the cleaner's gaps then read as damage ("record batch offsets ... are out of
+    # order") and an unclean stop's recovery cut the log at the first of them. The batch
+    # headers still show the gaps: losing one metadata file must not cost the data.
+    with streamlog.open(db_path, config=SMALL) as db:
+        db.create_topic("table", config=SMALL)
+        written = produce(db, updates(20, 10))
+        db.compact("table")
+        kept = read_from(db, 0)
+        assert kept == final_values(written)
+    os.remove(os.path.join(db_path, files.CLEANER_OFFSET_CHECKPOINT))
+    with streamlog.open(db_path, config=SMALL) as db:
+        with pytest.raises(InvalidConfigurationError, match="has been compacted"):
+            db.alter_topic_config("table", {"cleanup.policy": "delete"})
+        assert read_from(db, 0) == kept
+        db.create_topic("uncleaned", config=SMALL)
+        produce(db, updates(3, 2), topic="uncleaned")
+        db.alter_topic_config("uncleaned", {"cleanup.policy": "delete"})   # no gap: allowed
 
 
 def stop_uncleanly(db):

@@ -482,7 +482,8 @@ class Broker:
         if changed.compact:
             return
         self._refuse_uncompacting(current, "keep compact in cleanup.policy (compact,delete "
-                                           "adds retention), or copy the topic to a new one")
+                                           "adds retention), or copy the topic to a new one",
+                                  scan=True)
 
     def _check_defaults_keep_compaction(self):
         """At the open, before any log: a topic without a cleanup.policy of its own follows
@@ -493,13 +494,21 @@ class Broker:
                     topic, "open the database with the cleanup.policy default it had and give "
                     "the topic cleanup.policy=compact (or compact,delete) of its own")
 
-    def _refuse_uncompacting(self, topic, advice):
+    def _refuse_uncompacting(self, topic, advice, scan=False):
         """InvalidConfigurationError when a partition of topic has been cleaned: its logs
         hold the cleaner's offset gaps, which a log that is not compacted reads as damage
         and which recovery after an unclean stop cuts there, deleting what follows
-        (log_loader step 4)."""
+        (log_loader step 4). The cleaner's checkpoint says so; scan: a partition without
+        one (never cleaned, or its cleaner-offset-checkpoint file lost) has its batch
+        headers read for a gap, as losing that one file must not cost the data."""
+        def cleaned_partition(tp):
+            if self.logs.cleaner_checkpoint(tp) is not None:
+                return True
+            partition_log = self.partitions.get(tp) if scan else None
+            return partition_log is not None and partition_log.first_offset_gap() is not None
+
         cleaned = [p for p in range(topic.partitions)
-                   if self.logs.cleaner_checkpoint(TopicPartition(topic.name, p)) is not None]
+                   if cleaned_partition(TopicPartition(topic.name, p))]
         if cleaned:
             raise InvalidConfigurationError(
                 f"topic {topic.name!r} has been compacted (partitions {cleaned[:5]}): its logs "

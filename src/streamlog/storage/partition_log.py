@@ -384,6 +384,22 @@ class PartitionLog:
         return (f"PartitionLog({self.name}, start={self.log_start_offset}, "
                 f"end={self._next_offset}, segments={len(self._segments)})")
 
+    def first_offset_gap(self):
+        """The first offset no batch holds from the first segment's base to the log end,
+        or None. Only the cleaner leaves such gaps (invariant 1): where its checkpoint is
+        lost, this still tells a log that has been compacted. Reads every batch header."""
+        with self._lock:
+            expected = None
+            for segment in self._segments:
+                if expected is not None and segment.base_offset != expected:
+                    return expected
+                expected = segment.base_offset
+                for base, last in segment.batch_offsets():
+                    if base != expected:
+                        return expected
+                    expected = last + 1
+        return None
+
     def _check_writable(self):
         if self._closed:
             raise LogClosedError(f"partition log {self.name} is closed")

@@ -522,6 +522,11 @@ class LogSegment:
             return False
         return base_offset != prev_last + 1 if self.dense else base_offset <= prev_last
 
+    @_uses_files
+    def batch_offsets(self):
+        """(base offset, last offset) of each batch, in file order, from the headers alone."""
+        return [(header.base_offset, header.last_offset) for header in self.log.headers()]
+
     def _plausible_batch_start(self, position, offset):
         try:
             header = next(self.log.headers(position), None)
