@@ -184,6 +184,23 @@ def test_create_topics_takes_a_replication_factor_and_refuses_one_above_the_brok
             assert "r2" in cluster.broker(broker_id).topics()
 
 
+def test_create_topics_validate_only_answers_the_replication_factor_it_would_place(cluster):
+    # ReplicationControlManager.createTopic places a validated topic as a created one
+    # (its replica placer refuses a factor above the brokers: INVALID_REPLICATION_FACTOR)
+    # and answers the factor placed, -1 standing for the default (min(3, brokers) here).
+    with connect(cluster, 1) as sock:
+        answer = call(sock, CreateTopicsRequest(
+            timeout=SECONDS, validate_only=True, topics=tuple(
+                CreatableTopic(name=name, num_partitions=i32(2), replication_factor=i16(rf),
+                               assignments=(), configs=())
+                for name, rf in (("r2", 2), ("default", -1), ("r4", 4)))))
+    assert [(t.name, t.error_code, t.num_partitions, t.replication_factor)
+            for t in answer.topics] == [
+        ("r2", ErrorCode.none, 2, 2), ("default", ErrorCode.none, 2, 3),
+        ("r4", ErrorCode.invalid_replication_factor, -1, -1)]
+    assert not {"r2", "default"} & set(cluster.broker(1).topics())
+
+
 def test_a_manual_replica_assignment_places_the_replicas_on_the_brokers_it_names(cluster):
     # ReplicationControlManager.createTopic and createPartitions: each partition on the
     # brokers listed, the first leading; a down broker may be listed, a list of down brokers

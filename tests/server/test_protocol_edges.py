@@ -123,6 +123,26 @@ def test_a_topic_name_kafka_refuses_is_an_invalid_topic_not_an_unknown_one(db, s
     assert [r.error_code for r in answer.responses] == [invalid, unknown]
 
 
+def test_validate_only_answers_the_topic_it_would_create(db, sock):
+    # Kafka's ReplicationControlManager.createTopic fills a validated topic's result as a
+    # created one's (a fresh topic id, the partition count and replication factor it
+    # computed, the effective configs) and createTopics then drops its records only. It
+    # was answered -1, -1, a zero id and no configs.
+    answer = call(sock, CreateTopicsRequest(timeout=SECONDS, validate_only=True, topics=(
+        CreatableTopic(name="v", num_partitions=i32(-1), replication_factor=i16(-1),
+                       assignments=(), configs=(
+            CreatableTopicConfig(name="retention.ms", value="1000"),)),)))
+    (topic,) = answer.topics
+    assert (topic.error_code, topic.num_partitions, topic.replication_factor) == \
+        (ErrorCode.none, db._broker.config.num_partitions, 1)
+    assert topic.topic_id != uuid.UUID(int=0)
+    configs = {c.name: (c.value, c.config_source) for c in topic.configs}
+    assert configs["retention.ms"] == ("1000", 1)          # DYNAMIC_TOPIC_CONFIG
+    assert configs["cleanup.policy"] == ("delete", 5)      # DEFAULT_CONFIG
+    assert [c.name for c in topic.configs] == sorted(configs)
+    assert "v" not in db.topics()
+
+
 def test_validate_only_refuses_a_name_that_collides_as_the_creation_would(db, sock):
     # Kafka's controller runs CreateTopics with validate_only through the same checks
     # (ReplicationControlManager.createTopics, validateNewTopicNames) and writes nothing:

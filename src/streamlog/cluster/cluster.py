@@ -45,7 +45,7 @@ from ..errors import (CoordinatorNotAvailableError, InvalidRequestError, LeaderN
 from ..storage.partition_log import wall_clock_ms
 from ..storage.record_batch import build_batch
 from ..structs import TopicPartition
-from .controller import Controller
+from .controller import Controller, assign_replicas
 from .replica_fetcher import REPLICA_FETCH_WAIT_MAX_MS, LinkDown, ReplicaFetcher
 
 log = logging.getLogger("streamlog.cluster")
@@ -154,6 +154,12 @@ class ClusterView:
     def create_topic(self, name, partitions, replication_factor, config, assignment=None):
         return self._cluster.create_topic(name, partitions, replication_factor, config,
                                           assignment)
+
+    def placement(self, partitions, replication_factor):
+        """{partition: (broker ids)} a new topic would be given (CreateTopics with
+        validate_only), checked as create_topic checks it; nothing is created."""
+        return assign_replicas(partitions, self._cluster.replication_factor(replication_factor),
+                               self._cluster.controller.broker_ids)
 
     def delete_topic(self, name):
         return self._cluster.delete_topic(name)
@@ -480,8 +486,8 @@ class Cluster:
         if name in self.controller.topics:
             return
         with contextlib.suppress(TopicAlreadyExistsError):
-            self.controller.create_topic(name, partitions, min(3, len(self._slots)), config,
-                                         self._on_live_broker(self._create_local),
+            self.controller.create_topic(name, partitions, self.replication_factor(None),
+                                         config, self._on_live_broker(self._create_local),
                                          internal=True)
 
     def create_topic(self, name, partitions=1, replication_factor=None, config=None,
@@ -490,12 +496,16 @@ class Cluster:
         through the controller on every live broker. Returns {partition: PartitionState}.
         assignment ({partition: (broker ids)}, the first one leading; a wire client's
         manual replica assignment, checked by the server) places the replicas instead."""
-        rf = min(3, len(self._slots)) if replication_factor in (None, -1) \
-            else replication_factor
-        states = self.controller.create_topic(name, partitions, rf, config,
+        states = self.controller.create_topic(name, partitions,
+                                              self.replication_factor(replication_factor), config,
                                               self._on_live_broker(self._create_local),
                                               assignment=assignment)
         return {tp.partition: state for tp, state in states.items()}
+
+    def replication_factor(self, asked):
+        """The replication factor of a new topic: `asked`, or (None, -1) the default,
+        min(3, brokers)."""
+        return min(3, len(self._slots)) if asked in (None, -1) else asked
 
     def delete_topic(self, name):
         """Delete a topic on every broker (one down now deletes it when it restarts)."""

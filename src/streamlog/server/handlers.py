@@ -19,8 +19,9 @@ from kio.static.primitive import i8, i16, i32, i64
 
 from .. import errors
 from ..broker.broker import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
-from ..broker.metadata import (INTERNAL_TOPICS, check_name_free, overrides_after,
-                               validate_partitions, validate_topic_name)
+from ..broker.metadata import (INTERNAL_TOPICS, TopicInfo, check_name_free,
+                               normalized_overrides, overrides_after, validate_partitions,
+                               validate_topic_name)
 from ..coordinator.group_coordinator import delete_topic
 from ..storage.compression import ZSTD
 from ..storage.log_config import LIST_CONFIGS
@@ -636,7 +637,7 @@ class Handlers:
         for topic in body.topics:
             if topic.name in twice:
                 continue
-            info, exc = None, None
+            info, rf, exc = None, None, None
             view = self._view
             try:
                 assignment = None
@@ -658,7 +659,10 @@ class Handlers:
                     raise errors.InvalidConfigurationError(
                         "null value not supported for topic configs (Kafka's rule)")
                 if body.validate_only:
-                    self._validate_new_topic(topic.name, partitions, config)
+                    info = self._validate_new_topic(topic.name, partitions, config)
+                    if view is not None and assignment is None:
+                        assignment = view.placement(info.partitions, replication_factor)
+                    rf = 1 if assignment is None else len(assignment[0])
                 elif view is not None:
                     validate_topic_name(topic.name)
                     view.create_topic(topic.name, partitions or self.broker.config.num_partitions,
@@ -667,14 +671,14 @@ class Handlers:
                 else:
                     info = self.broker.create_topic(topic.name, partitions, config)
             except errors.StreamlogError as exc_:
-                exc = exc_
+                info, rf, exc = None, None, exc_
             results.append(build(
                 types.CreatableTopicResult, name=topic.name,
                 topic_id=uuid.UUID(hex=info.topic_id) if info is not None else uuid.UUID(int=0),
                 error_code=error_code(exc), error_message=error_message(exc),
                 topic_config_error_code=ErrorCode.none,
                 num_partitions=i32(info.partitions if info is not None else -1),
-                replication_factor=i16(self._replication_factor(info)),
+                replication_factor=i16(self._replication_factor(info) if rf is None else rf),
                 configs=self._created_configs(types, info)))
         return build(cls, throttle_time=NO_THROTTLE, topics=tuple(results))
 
@@ -711,12 +715,18 @@ class Handlers:
         return 1 if state is None else len(state.replicas)
 
     def _validate_new_topic(self, name, partitions, config):
-        """CreateTopics with validate_only: the checks create_topic makes, nothing written."""
+        """CreateTopics with validate_only: the checks create_topic makes, nothing written.
+        Returns the TopicInfo it would make, a fresh id included: Kafka's
+        ReplicationControlManager.createTopic answers a validated topic as a created one
+        (id, partition count, replication factor, effective configs), only its records
+        are not written."""
         validate_topic_name(name)
-        if partitions is not None:
-            validate_partitions(partitions)
-        self.broker.config.topic_defaults.with_overrides(config)
+        count = self.broker.config.num_partitions if partitions is None else partitions
+        validate_partitions(count)
+        overrides = normalized_overrides(config)
+        log_config = self.broker.config.topic_defaults.with_overrides(overrides)
         check_name_free(name, self.broker.topics())
+        return TopicInfo(name, uuid.uuid4().hex, count, overrides, log_config, 0)
 
     def delete_topics(self, version, body, context):
         cls, types = response_types(DELETE_TOPICS, version)
