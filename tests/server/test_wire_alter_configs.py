@@ -71,3 +71,26 @@ def test_append_and_subtract_apply_to_every_list_config(db, sock):
     assert db.describe_topic("t").overrides == {name: "1:0"}
     ((_, code, message),) = alter(sock, resource("t", ("retention.ms", APPEND, "5")))
     assert code == ErrorCode.invalid_config and "not a list config" in message
+
+
+def test_a_missing_topics_bad_config_is_invalid_config_before_it_is_unknown(db, sock):
+    # ConfigurationControlManager: an APPEND to a config that is not a list is refused while
+    # the records are made, and validateAlterConfig runs the validator (LogConfig.validate:
+    # INVALID_CONFIG) before the existence checker (UNKNOWN_TOPIC_OR_PARTITION); the legacy
+    # API's legacyAlterConfigResource goes through the same validateAlterConfig. A missing
+    # topic with a bad value was answered UNKNOWN_TOPIC_OR_PARTITION.
+    invalid, unknown = ErrorCode.invalid_config, ErrorCode.unknown_topic_or_partition
+    codes = [code for _, code, _ in alter(
+        sock, resource("gone", ("retention.ms", SET, "soon")),
+        resource("gone2", ("retention.ms", APPEND, "1")),
+        resource("gone3", ("cleanup.policy", APPEND, "bogus")),
+        resource("gone4", ("retention.ms", SET, "1000")),
+        resource("gone5", ("no.such.config", DELETE, None)))]
+    assert codes == [invalid, invalid, invalid, unknown, unknown]
+    for validate_only in (False, True):
+        answer = call(sock, legacy.AlterConfigsRequest(validate_only=validate_only, resources=tuple(
+            legacy.AlterConfigsResource(resource_type=i8(TOPIC), resource_name=name, configs=(
+                legacy.AlterableConfig(name="retention.ms", value=value),))
+            for name, value in (("gone", "soon"), ("gone2", "1000")))))
+        assert [r.error_code for r in answer.responses] == [invalid, unknown]
+    assert "gone" not in db.topics()

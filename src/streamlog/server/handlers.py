@@ -910,11 +910,19 @@ class Handlers:
                 if not resource.resource_name:   # ControllerConfigurationValidator's rule
                     raise errors.InvalidRequestError("Default topic resources are not allowed.")
                 self._check_not_internal(resource.resource_name, "alter the configs of")
-                info = self._topic(resource.resource_name)
-                overrides, remove = change(info, resource.configs)
-                if body.validate_only:
+                validate_topic_name(resource.resource_name, allow_internal=True)
+                info = self.broker.topics().get(resource.resource_name)
+                # The configs are checked before the topic is looked up, a missing one as a
+                # topic with no overrides: Kafka's ConfigurationControlManager.validateAlterConfig
+                # runs its validator (INVALID_CONFIG) before its existence checker
+                # (UNKNOWN_TOPIC_OR_PARTITION).
+                current = info or TopicInfo(resource.resource_name, None, 0, {},
+                                            self.broker.config.topic_defaults, 0)
+                overrides, remove = change(current, resource.configs)
+                if body.validate_only or info is None:
                     self.broker.config.topic_defaults.with_overrides(
-                        overrides_after(info, overrides, remove))
+                        overrides_after(current, overrides, remove))
+                    self.broker.topic(resource.resource_name)   # unknown: refused now
                 else:
                     self.broker.alter_topic_config(resource.resource_name, overrides, remove)
             except errors.StreamlogError as exc_:
