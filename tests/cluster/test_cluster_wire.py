@@ -184,6 +184,20 @@ def test_create_topics_takes_a_replication_factor_and_refuses_one_above_the_brok
             assert "r2" in cluster.broker(broker_id).topics()
 
 
+def test_metadata_auto_creation_makes_a_coordinators_topic_through_the_controller(tmp_path):
+    # AutoTopicCreationManager.creatableTopic: __transaction_state with
+    # transaction.state.log.num.partitions, replicated as its coordinator would make it.
+    config = {"auto.create.topics.enable": True, "transaction.state.log.num.partitions": 2}
+    with Cluster(2, path=str(tmp_path / "c"), config=config) as c, connect(c, 1) as sock:
+        (topic,) = call(sock, MetadataRequest(
+            topics=(MetadataRequestTopic(topic_id=None, name="__transaction_state"),),
+            allow_auto_topic_creation=True, include_topic_authorized_operations=False)).topics
+        assert (topic.error_code, topic.is_internal, len(topic.partitions)) == \
+            (ErrorCode.none, True, 2)
+        assert [len(p.replica_nodes) for p in topic.partitions] == [2, 2]
+        assert c.coordinator_for("tx", 1) in (0, 1)
+
+
 def test_create_topics_validate_only_answers_the_replication_factor_it_would_place(cluster):
     # ReplicationControlManager.createTopic places a validated topic as a created one
     # (its replica placer refuses a factor above the brokers: INVALID_REPLICATION_FACTOR)

@@ -123,6 +123,44 @@ def test_a_topic_name_kafka_refuses_is_an_invalid_topic_not_an_unknown_one(db, s
     assert [r.error_code for r in answer.responses] == [invalid, unknown]
 
 
+def test_metadata_auto_creation_makes_a_coordinators_topic_as_its_coordinator_would(tmp_path):
+    # Kafka's AutoTopicCreationManager.creatableTopic makes a missing __consumer_offsets or
+    # __transaction_state with offsets.topic.num.partitions /
+    # transaction.state.log.num.partitions and the coordinator's configs; it was answered
+    # INVALID_TOPIC_EXCEPTION. Without auto.create.topics.enable it stays unknown.
+    from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
+    names = ("__consumer_offsets", "__transaction_state")
+
+    def ask(sock):
+        return call(sock, MetadataRequest(
+            topics=tuple(MetadataRequestTopic(topic_id=uuid.UUID(int=0), name=name)
+                         for name in names),
+            allow_auto_topic_creation=True, include_topic_authorized_operations=False)).topics
+
+    config = {"offsets.topic.num.partitions": 3, "transaction.state.log.num.partitions": 2}
+    with streamlog.open(str(tmp_path / "off"), config=config) as off, off.serve() as server, \
+            socket.create_connection((server.host, server.port)) as sock:
+        assert [(t.name, t.error_code, t.is_internal) for t in ask(sock)] == [
+            (name, ErrorCode.unknown_topic_or_partition, True) for name in names]
+    with streamlog.open(str(tmp_path / "on"), config={**config, "auto.create.topics.enable": True}) \
+            as on, on.serve() as server, \
+            socket.create_connection((server.host, server.port)) as sock:
+        assert [(t.name, t.error_code, t.is_internal, len(t.partitions)) for t in ask(sock)] == [
+            ("__consumer_offsets", ErrorCode.none, True, 3),
+            ("__transaction_state", ErrorCode.none, True, 2)]
+        for name in names:
+            assert on._broker.topic(name).config.compact
+        # the coordinators use the topics made
+        on.create_topic("t")
+        consumer = on.consumer(group_id="g")
+        consumer.commit({streamlog.TopicPartition("t", 0): streamlog.OffsetAndMetadata(1)})
+        consumer.close()
+        reader = on.consumer(group_id="g")
+        assert reader.committed([streamlog.TopicPartition("t", 0)]) == \
+            {streamlog.TopicPartition("t", 0): streamlog.OffsetAndMetadata(1)}
+        reader.close()
+
+
 def test_validate_only_answers_the_topic_it_would_create(db, sock):
     # Kafka's ReplicationControlManager.createTopic fills a validated topic's result as a
     # created one's (a fresh topic id, the partition count and replication factor it

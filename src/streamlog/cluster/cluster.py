@@ -121,6 +121,11 @@ class ClusterView:
     def coordinator_for(self, key, key_type=GROUP):
         return self._cluster.coordinator_for(key, key_type)
 
+    def coordinator_partition(self, key, key_type=GROUP):
+        """The partition of the internal topic that holds key (the topic made on the first
+        ask, through the controller)."""
+        return self._cluster.coordinator_partition(key, key_type)
+
     def check_coordinating(self, key, key_type=GROUP):
         """For a coordinator's request about key: NotCoordinatorError when another broker
         coordinates it (the client asks FindCoordinator again), CoordinatorLoadInProgressError

@@ -214,6 +214,12 @@ class TransactionCoordinator:
             return self._broker.init_producer_id()[0], 0, bumped_from
         return meta.producer_id, current + 1, bumped_from
 
+    def state_partition(self, transactional_id):
+        """The partition of __transaction_state that holds the id's state (the topic made
+        on first use)."""
+        with self._lock:
+            return self._log.partition_of(transactional_id)
+
     def add_partitions(self, transactional_id, producer_id, epoch, partitions):
         """Make partitions part of the open transaction (Ongoing from now)."""
         with self._lock:

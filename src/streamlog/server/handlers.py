@@ -22,7 +22,10 @@ from ..broker.broker import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from ..broker.metadata import (INTERNAL_TOPICS, TopicInfo, check_name_free,
                                normalized_overrides, overrides_after, validate_partitions,
                                validate_topic_name)
-from ..coordinator.group_coordinator import delete_topic
+from ..coordinator.group_coordinator import delete_topic, find_coordinator
+from ..coordinator.offsets import OFFSETS_TOPIC
+from ..coordinator.transaction_coordinator import find_transaction_coordinator
+from ..coordinator.transaction_log import TRANSACTION_STATE_TOPIC
 from ..storage.compression import ZSTD
 from ..storage.log_config import LIST_CONFIGS
 from ..storage.partition_log import UNREPLICATED_LEADER_EPOCH
@@ -179,6 +182,20 @@ class Handlers:
             return self._topic(name)
         validate_topic_name(name, allow_internal=True)
         view = self._view
+        if name in _COORDINATOR_KEY_TYPES and name not in self.broker.topics() and \
+                self.broker.config.auto_create_topics_enable and not self.broker.readonly:
+            # A coordinator's topic is made as its coordinator makes it on first use (its
+            # partition count from offsets.topic.num.partitions or
+            # transaction.state.log.num.partitions, its compacted configs), as Kafka's
+            # AutoTopicCreationManager.creatableTopic makes it, where a client's name is
+            # refused.
+            key_type = _COORDINATOR_KEY_TYPES[name]
+            if view is not None:
+                view.coordinator_partition("", key_type)
+            elif key_type == GROUP_KEY:
+                find_coordinator(self.broker).offsets_partition("")
+            else:
+                find_transaction_coordinator(self.broker).state_partition("")
         if view is not None and name not in self.broker.topics() and \
                 self.broker.config.auto_create_topics_enable:
             validate_topic_name(name)
@@ -947,6 +964,10 @@ class Handlers:
                                          host=host, port=i32(port), rack=None)
                                    for node, host, port in self._brokers(context)))
 
+
+# The coordinators' internal topics, by the FindCoordinator key type of their keys.
+GROUP_KEY, TRANSACTION_KEY = 0, 1
+_COORDINATOR_KEY_TYPES = {OFFSETS_TOPIC: GROUP_KEY, TRANSACTION_STATE_TOPIC: TRANSACTION_KEY}
 
 # IncrementalAlterConfigs operations (Kafka's AlterConfigOp.OpType).
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
