@@ -198,6 +198,22 @@ def test_metadata_auto_creation_makes_a_coordinators_topic_through_the_controlle
         assert c.coordinator_for("tx", 1) in (0, 1)
 
 
+def test_two_colliding_names_of_one_request_are_both_created_on_every_broker(cluster):
+    # ReplicationControlManager.validateNewTopicNames checks a request's names against the
+    # topics committed before it: 'x.1' and 'x_1' of one request are both made, and a
+    # broker down meanwhile makes both from the controller's records when it returns.
+    cluster.stop(2)
+    with connect(cluster, 0) as sock:
+        answer = call(sock, CreateTopicsRequest(timeout=SECONDS, validate_only=False, topics=tuple(
+            CreatableTopic(name=name, num_partitions=i32(1), replication_factor=i16(2),
+                           assignments=(), configs=()) for name in ("x.1", "x_1"))))
+    assert [(t.name, t.error_code) for t in answer.topics] == [("x.1", ErrorCode.none),
+                                                               ("x_1", ErrorCode.none)]
+    cluster.restart(2)
+    for broker_id in cluster.broker_ids:
+        assert {"x.1", "x_1"} <= set(cluster.broker(broker_id).topics())
+
+
 def test_create_topics_validate_only_answers_the_replication_factor_it_would_place(cluster):
     # ReplicationControlManager.createTopic places a validated topic as a created one
     # (its replica placer refuses a factor above the brokers: INVALID_REPLICATION_FACTOR)

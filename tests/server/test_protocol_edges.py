@@ -161,6 +161,32 @@ def test_metadata_auto_creation_makes_a_coordinators_topic_as_its_coordinator_wo
         reader.close()
 
 
+def test_two_colliding_names_of_one_request_are_both_created(db, sock):
+    # ReplicationControlManager.createTopics checks a request's names against the topics
+    # committed before it (validateNewTopicNames: topicsWithCollisionChars, updated only as
+    # the records are replayed), so 'x.1' and 'x_1' of one request are both made (their
+    # partition directories x.1-0 and x_1-0 differ); a later request naming a twin of
+    # either is refused. The second was refused as colliding with the first.
+    def create(*names):
+        return [(t.name, t.error_code) for t in call(sock, CreateTopicsRequest(
+            timeout=SECONDS, validate_only=False, topics=tuple(
+                CreatableTopic(name=name, num_partitions=i32(1), replication_factor=i16(1),
+                               assignments=(), configs=()) for name in names))).topics]
+    assert create("x.1", "x_1") == [("x.1", ErrorCode.none), ("x_1", ErrorCode.none)]
+    assert create("x.1", "x_1", "_t") == [("x.1", ErrorCode.topic_already_exists),
+                                          ("x_1", ErrorCode.topic_already_exists),
+                                          ("_t", ErrorCode.none)]
+    assert create("x_1.", "x.1_", ".t") == [("x_1.", ErrorCode.none), ("x.1_", ErrorCode.none),
+                                            (".t", ErrorCode.invalid_topic_exception)]
+    with db.producer() as producer:
+        for name in ("x.1", "x_1"):
+            producer.send(name, b"v").result()
+    assert [db.describe_topic(name).partitions[0].high_watermark
+            for name in ("x.1", "x_1")] == [1, 1]
+    with pytest.raises(streamlog.InvalidTopicError, match="collides"):
+        db.create_topic("x.1.")
+
+
 def test_validate_only_answers_the_topic_it_would_create(db, sock):
     # Kafka's ReplicationControlManager.createTopic fills a validated topic's result as a
     # created one's (a fresh topic id, the partition count and replication factor it

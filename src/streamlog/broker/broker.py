@@ -325,7 +325,10 @@ class Broker:
 
     # --- requests: topics ------------------------------------------------------
 
-    def create_topic(self, name, partitions=None, config=None, internal=False, topic_id=None):
+    def create_topic(self, name, partitions=None, config=None, internal=False, topic_id=None,
+                     made_with=()):
+        """made_with: the names made by the same CreateTopics request
+        (metadata.check_name_free)."""
         self._check_writable()
         with self._lock:
             count = self.config.num_partitions if partitions is None else partitions
@@ -334,7 +337,7 @@ class Broker:
             if name not in self.metadata.topics:
                 self._check_new_partition_dirs(name, 0, count)
             info = self.metadata.create(name, count, config, allow_internal=internal,
-                                        topic_id=topic_id)
+                                        topic_id=topic_id, made_with=made_with)
             try:
                 self._sync_partitions()
             except Exception as exc:

@@ -22,7 +22,7 @@ log cannot explain is never removed.
 
 Names follow Kafka's rule, internal names are reserved, and, as in Kafka, a
 name that differs from an existing one only by '.' versus '_' is refused
-(their metric names would collide).
+(their metric names would collide), unless both come in one CreateTopics request.
 
 Thread-safety: changes are serialised by `_lock`; readers of `topics` get
 a dict that is replaced, never mutated.
@@ -81,13 +81,18 @@ def validate_topic_name(name, allow_internal=False):
         raise InvalidTopicError(f"{name!r} is an internal topic name and cannot be used")
 
 
-def check_name_free(name, topics):
+def check_name_free(name, topics, made_with=()):
     """TopicAlreadyExistsError when one of `topics` (names) is `name`, InvalidTopicError
     when one collides with it: '.' and '_' are alike in Kafka's metric names, and its
-    controller refuses such a name (ReplicationControlManager.validateNewTopicNames)."""
+    controller refuses such a name (ReplicationControlManager.validateNewTopicNames).
+    made_with: the names made by the same CreateTopics request, which do not collide:
+    Kafka's controller checks a request's names against the topics committed before it
+    (topicsWithCollisionChars, which only the replay of its records updates), so it
+    makes both of two colliding names of one request."""
     if name in topics:
         raise TopicAlreadyExistsError(f"topic {name!r} already exists")
-    twin = next((t for t in topics if t.replace(".", "_") == name.replace(".", "_")), None)
+    twin = next((t for t in topics if t.replace(".", "_") == name.replace(".", "_")
+                 and t not in made_with), None)
     if twin is not None:
         raise InvalidTopicError(
             f"topic {name!r} collides with existing topic {twin!r} ('.' and '_' are "
@@ -256,14 +261,16 @@ class TopicRegistry:
         self.recorded_defaults = dict(overrides)
         self._replayed_to = self._log.log_end_offset
 
-    def create(self, name, partitions, overrides=None, allow_internal=False, topic_id=None):
+    def create(self, name, partitions, overrides=None, allow_internal=False, topic_id=None,
+               made_with=()):
         """topic_id: the id a cluster's controller gave the topic (every broker's replicas
-        share it); None: a fresh one."""
+        share it; the controller checked its name against the others); None: a fresh one.
+        made_with: as check_name_free's."""
         validate_topic_name(name, allow_internal)
         validate_partitions(partitions)
         normalized = normalized_overrides(overrides or {})  # raises on a bad key or value
         with self._lock:
-            check_name_free(name, self.topics)
+            check_name_free(name, self.topics, self.topics if topic_id else made_with)
             self._default.with_overrides(normalized)  # the rules across configs
             return self._write(name, {"v": 1, "name": name, "id": topic_id or uuid.uuid4().hex,
                                       "partitions": partitions, "config": normalized,

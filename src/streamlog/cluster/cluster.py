@@ -156,9 +156,10 @@ class ClusterView:
     def write_txn_markers(self, markers):
         return self._cluster.write_txn_markers(self.node_id, markers)
 
-    def create_topic(self, name, partitions, replication_factor, config, assignment=None):
+    def create_topic(self, name, partitions, replication_factor, config, assignment=None,
+                     made_with=()):
         return self._cluster.create_topic(name, partitions, replication_factor, config,
-                                          assignment)
+                                          assignment, made_with)
 
     def placement(self, partitions, replication_factor):
         """{partition: (broker ids)} a new topic would be given (CreateTopics with
@@ -496,15 +497,16 @@ class Cluster:
                                          internal=True)
 
     def create_topic(self, name, partitions=1, replication_factor=None, config=None,
-                     assignment=None):
+                     assignment=None, made_with=()):
         """A topic replicated replication_factor times (default: min(3, brokers)), created
         through the controller on every live broker. Returns {partition: PartitionState}.
         assignment ({partition: (broker ids)}, the first one leading; a wire client's
-        manual replica assignment, checked by the server) places the replicas instead."""
+        manual replica assignment, checked by the server) places the replicas instead.
+        made_with: the names made by the same CreateTopics request (check_name_free)."""
         states = self.controller.create_topic(name, partitions,
                                               self.replication_factor(replication_factor), config,
                                               self._on_live_broker(self._create_local),
-                                              assignment=assignment)
+                                              assignment=assignment, made_with=made_with)
         return {tp.partition: state for tp, state in states.items()}
 
     def replication_factor(self, asked):

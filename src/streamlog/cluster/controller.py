@@ -361,15 +361,16 @@ class Controller:
     # --- topics ---------------------------------------------------------------------
 
     def create_topic(self, name, partitions, replication_factor, config=None, create_local=None,
-                     internal=False, assignment=None):
+                     internal=False, assignment=None, made_with=()):
         """Assign and record a topic's partitions; create_local(broker id) makes its logs
         on each live broker (create_local(broker id, name, topic record)), before the states
         reach them. assignment: {partition: (broker ids)} chosen by the caller (checked),
-        in place of the placement. Returns {tp: PartitionState}."""
+        in place of the placement. made_with: the names made by the same CreateTopics
+        request (check_name_free). Returns {tp: PartitionState}."""
         with self._lock:
             # The brokers' registries would refuse a name colliding with a topic's too, but
             # only once the first of them is asked to make it.
-            check_name_free(name, self.topics)
+            check_name_free(name, self.topics, made_with)
             if partitions < 1:
                 raise InvalidRequestError(f"a topic needs at least one partition, not "
                                           f"{partitions}")

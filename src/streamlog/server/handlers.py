@@ -651,6 +651,7 @@ class Handlers:
                          replication_factor=i16(-1), configs=())
         twice = _named_twice(t.name for t in body.topics)
         results = [refused(name, ErrorCode.invalid_request, _TWICE) for name in twice]
+        made = set()   # two names of one request that collide are both made (check_name_free)
         for topic in body.topics:
             if topic.name in twice:
                 continue
@@ -683,10 +684,13 @@ class Handlers:
                 elif view is not None:
                     validate_topic_name(topic.name)
                     view.create_topic(topic.name, partitions or self.broker.config.num_partitions,
-                                      replication_factor, config, assignment)
+                                      replication_factor, config, assignment, made)
                     info = self.broker.topic(topic.name)
+                    made.add(topic.name)
                 else:
-                    info = self.broker.create_topic(topic.name, partitions, config)
+                    info = self.broker.create_topic(topic.name, partitions, config,
+                                                    made_with=made)
+                    made.add(topic.name)
             except errors.StreamlogError as exc_:
                 info, rf, exc = None, None, exc_
             results.append(build(
