@@ -161,6 +161,33 @@ def test_metadata_auto_creation_makes_a_coordinators_topic_as_its_coordinator_wo
         reader.close()
 
 
+def test_list_offsets_refuses_duplicates_and_timestamps_its_version_does_not_know(db, sock):
+    # Kafka's ReplicaManager.fetchOffset: a partition named twice is INVALID_REQUEST each
+    # time (ListOffsetsRequest.duplicatePartitions); a negative timestamp below the version
+    # timestampMinSupportedVersion gives it (-3 from 7, -4 from 8, -5 from 9, no other) is
+    # UNSUPPORTED_VERSION; both with offset and timestamp -1, before any lookup. They were
+    # answered twice, with the max timestamp at any version, and INVALID_REQUEST.
+    import importlib
+    with db.producer() as producer:
+        producer.send("t", b"v", timestamp_ms=1000).result()
+
+    def ask(version, *timestamps):
+        schema = importlib.import_module(f"kio.schema.list_offsets.v{version}.request")
+        epoch = {"current_leader_epoch": i32(-1)} if version >= 4 else {}
+        answer = call(sock, schema.ListOffsetsRequest(
+            replica_id=BrokerId(-1), isolation_level=i8(0), topics=(schema.ListOffsetsTopic(
+                name="t", partitions=tuple(schema.ListOffsetsPartition(
+                    partition_index=i32(0), timestamp=i64(ts), **epoch)
+                    for ts in timestamps)),)))
+        return [(p.error_code, p.offset, p.timestamp) for p in answer.topics[0].partitions]
+    unsupported = (ErrorCode.unsupported_version, -1, -1)
+    assert ask(7, -1, -2) == [(ErrorCode.invalid_request, -1, -1)] * 2
+    assert [ask(7, ts) for ts in (-3, -4, -5, -7)] == [[(ErrorCode.none, 0, 1000)]] + \
+        [[unsupported]] * 3
+    assert ask(6, -3) == ask(2, -3) == [unsupported]
+    assert ask(2, -1) == [(ErrorCode.none, 1, -1)]
+
+
 def test_two_colliding_names_of_one_request_are_both_created(db, sock):
     # ReplicationControlManager.createTopics checks a request's names against the topics
     # committed before it (validateNewTopicNames: topicsWithCollisionChars, updated only as

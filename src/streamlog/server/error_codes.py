@@ -11,6 +11,11 @@ from .. import errors
 
 log = logging.getLogger("streamlog.server")
 
+
+class UnsupportedRequestVersionError(errors.StreamlogError):
+    """A request asks at its version for what only a later one (or none) serves."""
+
+
 _ERROR_CODES = [
     # replication
     (errors.NotLeaderOrFollowerError, ErrorCode.not_leader_or_follower),
@@ -76,6 +81,7 @@ _ERROR_CODES = [
     (errors.NonEmptyGroupError, ErrorCode.non_empty_group),
     (errors.GroupSubscribedToTopicError, ErrorCode.group_subscribed_to_topic),
     (errors.OffsetMetadataTooLargeError, ErrorCode.offset_metadata_too_large),
+    (UnsupportedRequestVersionError, ErrorCode.unsupported_version),
 ]
 
 

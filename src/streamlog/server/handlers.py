@@ -18,7 +18,7 @@ from kio.schema.errors import ErrorCode
 from kio.static.primitive import i8, i16, i32, i64
 
 from .. import errors
-from ..broker.broker import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
+from ..broker.broker import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP
 from ..broker.metadata import (INTERNAL_TOPICS, TopicInfo, check_name_free,
                                normalized_overrides, overrides_after, validate_partitions,
                                validate_topic_name)
@@ -39,7 +39,7 @@ from .config_resources import ConfigResourcesHandlers
 from .configs import DEFAULT_CONFIG, broker_configs, topic_configs
 from .describe_topic_partitions import DescribeTopicPartitionsHandlers
 from .elect_leaders import ElectLeadersHandlers
-from .error_codes import error_code, error_message, failure
+from .error_codes import UnsupportedRequestVersionError, error_code, error_message, failure
 from .group_handlers import GroupHandlers
 from .log_dirs import LogDirsHandlers
 from .partition_reassignments import PartitionReassignmentsHandlers
@@ -549,6 +549,11 @@ class Handlers:
     def list_offsets(self, version, body, context):
         cls, types = response_types(LIST_OFFSETS, version)
         read_committed = getattr(body, "isolation_level", 0) == 1
+        # Kafka's ReplicaManager.fetchOffset answers a partition named more than once
+        # INVALID_REQUEST each time (ListOffsetsRequest.duplicatePartitions), and a special
+        # timestamp its version does not know UNSUPPORTED_VERSION, before looking either up.
+        twice = set(_named_twice((t.name, p.partition_index)
+                                 for t in body.topics for p in t.partitions))
         topics = []
         for topic in body.topics:
             parts = []
@@ -556,6 +561,14 @@ class Handlers:
                 tp = TopicPartition(topic.name, partition.partition_index)
                 offset, timestamp, epoch, exc = -1, -1, -1, None
                 try:
+                    if (tp.topic, tp.partition) in twice:
+                        raise errors.InvalidRequestError(
+                            "the partition is named more than once in the request")
+                    if partition.timestamp < 0 and \
+                            version < _TIMESTAMP_FIRST_VERSION.get(partition.timestamp, 1 << 15):
+                        raise UnsupportedRequestVersionError(
+                            f"timestamp {partition.timestamp} is not served at ListOffsets "
+                            f"version {version}")
                     self._check_leader(tp, getattr(partition, "current_leader_epoch", -1))
                     found = self.broker.list_offsets({tp: partition.timestamp},
                                                      read_committed)[tp]
@@ -972,6 +985,13 @@ class Handlers:
 # The coordinators' internal topics, by the FindCoordinator key type of their keys.
 GROUP_KEY, TRANSACTION_KEY = 0, 1
 _COORDINATOR_KEY_TYPES = {OFFSETS_TOPIC: GROUP_KEY, TRANSACTION_STATE_TOPIC: TRANSACTION_KEY}
+
+# ListOffsets: the first version that may ask each special timestamp (Kafka's
+# ReplicaManager.timestampMinSupportedVersion; -4 EARLIEST_LOCAL_TIMESTAMP and -5
+# LATEST_TIERED_TIMESTAMP come after the versions served). Any other negative timestamp
+# is unsupported at every version.
+_TIMESTAMP_FIRST_VERSION = {EARLIEST_TIMESTAMP: 1, LATEST_TIMESTAMP: 1, MAX_TIMESTAMP: 7,
+                            -4: 8, -5: 9}
 
 # IncrementalAlterConfigs operations (Kafka's AlterConfigOp.OpType).
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
