@@ -161,6 +161,21 @@ def test_metadata_auto_creation_makes_a_coordinators_topic_as_its_coordinator_wo
         reader.close()
 
 
+def test_describe_cluster_answers_only_for_the_broker_endpoint_type(sock):
+    # Kafka's AuthHelper.computeDescribeClusterResponse on a broker (v1+): endpoint type
+    # CONTROLLER (2) is MISMATCHED_ENDPOINT_TYPE, one EndpointType does not know (0:
+    # UNKNOWN, 7) UNSUPPORTED_ENDPOINT_TYPE, with no brokers. Every type was answered as
+    # BROKER.
+    from kio.schema.describe_cluster.v1.request import DescribeClusterRequest
+    answers = [call(sock, DescribeClusterRequest(include_cluster_authorized_operations=False,
+                                                 endpoint_type=i8(asked)))
+               for asked in (1, 2, 0, 7)]
+    assert [(a.error_code, len(a.brokers)) for a in answers] == [
+        (ErrorCode.none, 1), (ErrorCode.mismatched_endpoint_type, 0),
+        (ErrorCode.unsupported_endpoint_type, 0), (ErrorCode.unsupported_endpoint_type, 0)]
+    assert answers[3].error_message == "Unsupported endpoint type 7"
+
+
 def test_list_offsets_refuses_duplicates_and_timestamps_its_version_does_not_know(db, sock):
     # Kafka's ReplicaManager.fetchOffset: a partition named twice is INVALID_REQUEST each
     # time (ListOffsetsRequest.duplicatePartitions); a negative timestamp below the version

@@ -970,9 +970,25 @@ class Handlers:
 
     def describe_cluster(self, version, body, context):
         cls, types = response_types(DESCRIBE_CLUSTER, version)
+        # Kafka's AuthHelper.computeDescribeClusterResponse: a broker answers for the
+        # BROKER endpoint type only (v1+): CONTROLLER is MISMATCHED_ENDPOINT_TYPE, another
+        # UNSUPPORTED_ENDPOINT_TYPE, with nothing else filled in.
+        asked = getattr(body, "endpoint_type", _BROKER_ENDPOINT)
+        if asked != _BROKER_ENDPOINT:
+            known = asked == _CONTROLLER_ENDPOINT
+            return build(cls, throttle_time=NO_THROTTLE,
+                         error_code=ErrorCode.mismatched_endpoint_type if known
+                         else ErrorCode.unsupported_endpoint_type,
+                         error_message="The request was sent to an endpoint of type BROKER, "
+                         "but we wanted an endpoint of type CONTROLLER" if known
+                         else f"Unsupported endpoint type {asked}",
+                         endpoint_type=i8(_BROKER_ENDPOINT), cluster_id="",
+                         controller_id=i32(-1), cluster_authorized_operations=NOT_ASKED,
+                         brokers=())
         view = self._view
         return build(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.none,
-                     error_message=None, endpoint_type=i8(1), cluster_id=self.cluster_id,
+                     error_message=None, endpoint_type=i8(_BROKER_ENDPOINT),
+                     cluster_id=self.cluster_id,
                      controller_id=i32(NODE_ID if view is None else view.controller_id),
                      # Kafka's AuthHelper.computeDescribeClusterResponse.
                      cluster_authorized_operations=authorized_operations(
@@ -981,6 +997,9 @@ class Handlers:
                                          host=host, port=i32(port), rack=None)
                                    for node, host, port in self._brokers(context)))
 
+
+# DescribeCluster's endpoint types (Kafka's EndpointType).
+_BROKER_ENDPOINT, _CONTROLLER_ENDPOINT = 1, 2
 
 # The coordinators' internal topics, by the FindCoordinator key type of their keys.
 GROUP_KEY, TRANSACTION_KEY = 0, 1
