@@ -161,6 +161,22 @@ def test_metadata_auto_creation_makes_a_coordinators_topic_as_its_coordinator_wo
         reader.close()
 
 
+def test_delete_records_of_a_partition_named_twice_moves_it_to_the_last_offset_once(db, sock):
+    # Kafka's KafkaApis.handleDeleteRecordsRequest keys the request by partition (the last
+    # offset given wins) and answers each partition once, one entry per topic. Both were
+    # applied here, the larger deleting records Kafka keeps, and answered twice.
+    with db.producer() as producer:
+        for _ in range(5):
+            producer.send("t", b"v").result()
+    answer = call(sock, DeleteRecordsRequest(timeout=SECONDS, topics=tuple(
+        DeleteRecordsTopic(name="t", partitions=(
+            DeleteRecordsPartition(partition_index=i32(0), offset=i64(offset)),))
+        for offset in (4, 2))))
+    assert [(t.name, [(p.partition_index, p.error_code, p.low_watermark) for p in t.partitions])
+            for t in answer.topics] == [("t", [(0, ErrorCode.none, 2)])]
+    assert db.describe_topic("t").partitions[0].log_start_offset == 2
+
+
 def test_describe_cluster_answers_only_for_the_broker_endpoint_type(sock):
     # Kafka's AuthHelper.computeDescribeClusterResponse on a broker (v1+): endpoint type
     # CONTROLLER (2) is MISMATCHED_ENDPOINT_TYPE, one EndpointType does not know (0:

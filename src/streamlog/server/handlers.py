@@ -873,24 +873,28 @@ class Handlers:
 
     def delete_records(self, version, body, context):
         cls, types = response_types(DELETE_RECORDS, version)
-        topics = []
+        # Kafka's KafkaApis.handleDeleteRecordsRequest keys the request by partition: one
+        # named twice is moved to the last offset given, and answered once, under one
+        # entry per topic.
+        wanted = {}
         for topic in body.topics:
-            parts = []
             for partition in topic.partitions:
-                tp = TopicPartition(topic.name, partition.partition_index)
-                low, exc = -1, None
-                try:
-                    self._check_not_internal(tp.topic, "delete records of")
-                    self._check_leader(tp)
-                    low = self.broker.delete_records({tp: int(partition.offset)})[tp]
-                except errors.StreamlogError as exc_:
-                    exc = exc_
-                parts.append(build(types.DeleteRecordsPartitionResult,
-                                   partition_index=partition.partition_index,
-                                   low_watermark=i64(low), error_code=error_code(exc)))
-            topics.append(build(types.DeleteRecordsTopicResult, name=topic.name,
-                                partitions=tuple(parts)))
-        return build(cls, throttle_time=NO_THROTTLE, topics=tuple(topics))
+                wanted[TopicPartition(topic.name, partition.partition_index)] = partition.offset
+        by_topic = {}
+        for tp, offset in wanted.items():
+            low, exc = -1, None
+            try:
+                self._check_not_internal(tp.topic, "delete records of")
+                self._check_leader(tp)
+                low = self.broker.delete_records({tp: int(offset)})[tp]
+            except errors.StreamlogError as exc_:
+                exc = exc_
+            by_topic.setdefault(tp.topic, []).append(build(
+                types.DeleteRecordsPartitionResult, partition_index=i32(tp.partition),
+                low_watermark=i64(low), error_code=error_code(exc)))
+        return build(cls, throttle_time=NO_THROTTLE, topics=tuple(
+            build(types.DeleteRecordsTopicResult, name=name, partitions=tuple(parts))
+            for name, parts in by_topic.items()))
 
     def alter_configs(self, version, body, context):
         """AlterConfigs: the given configs become the topic's whole set of overrides (the
