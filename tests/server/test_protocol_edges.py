@@ -161,6 +161,28 @@ def test_metadata_auto_creation_makes_a_coordinators_topic_as_its_coordinator_wo
         reader.close()
 
 
+def test_metadata_v12_looks_topics_up_by_id(db, sock):
+    # KIP-516, Kafka's KafkaApis.handleTopicMetadataRequest: once a v12 request names a
+    # topic by id, the ids alone are looked up (the names beside them left out), an
+    # unknown id first, UNKNOWN_TOPIC_ID with a null name; each topic is answered once. A
+    # topic named by id was INVALID_REQUEST, a name given twice answered twice.
+    from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
+    topic_id = db.describe_topic("t").topic_id
+    missing = uuid.uuid4()
+
+    def ask(*topics):
+        return [(t.name, t.topic_id, t.error_code, len(t.partitions)) for t in call(
+            sock, MetadataRequest(topics=tuple(
+                MetadataRequestTopic(topic_id=i or uuid.UUID(int=0), name=n) for n, i in topics),
+                allow_auto_topic_creation=False,
+                include_topic_authorized_operations=False)).topics]
+    found = ("t", uuid.UUID(hex=topic_id), ErrorCode.none, 1)
+    assert ask((None, uuid.UUID(hex=topic_id)), (None, missing), ("gone", None),
+               (None, uuid.UUID(hex=topic_id))) == [
+        (None, missing, ErrorCode.unknown_topic_id, 0), found]
+    assert ask(("t", None), ("t", None)) == [found]
+
+
 def test_delete_records_of_a_partition_named_twice_moves_it_to_the_last_offset_once(db, sock):
     # Kafka's KafkaApis.handleDeleteRecordsRequest keys the request by partition (the last
     # offset given wins) and answers each partition once, one entry per topic. Both were

@@ -280,8 +280,9 @@ class Handlers:
             # Internal topics are listed, marked is_internal, as Kafka lists them (clients
             # leave them out by their exclude.internal.topics).
             names = sorted(known)
+            unknown_ids = []
         else:
-            names = [t.name for t in body.topics]
+            names, unknown_ids = _asked_topics(version, body.topics, known)
         allow_create = getattr(body, "allow_auto_topic_creation", True)
         brokers = self._brokers(context)   # one list for the brokers and the leaders named
         live = {node for node, _, _ in brokers}
@@ -290,11 +291,14 @@ class Handlers:
         # does not (its answer is built apart, unknownTopicIdsTopicMetadata).
         topic_operations = authorized_operations(
             TOPIC_OPERATIONS, getattr(body, "include_topic_authorized_operations", False))
-        topics = []
+        topics = [build(types.MetadataResponseTopic, error_code=ErrorCode.unknown_topic_id,
+                        name=None, topic_id=topic_id, is_internal=False, partitions=(),
+                        topic_authorized_operations=i32(NOT_ASKED))
+                  for topic_id in unknown_ids]
         for name in names:
             try:
-                if name is None:   # a topic named by id only: ids are not served
-                    raise errors.InvalidRequestError("topics are looked up by name here")
+                if name is None:   # neither a name nor an id
+                    raise errors.InvalidRequestError("a topic is named by its name or its id")
                 info = self._ensure_topic(name, allow_create)
             except errors.StreamlogError as exc:
                 topics.append(build(types.MetadataResponseTopic, error_code=error_code(exc),
@@ -1000,6 +1004,20 @@ class Handlers:
                      brokers=tuple(build(types.DescribeClusterBroker, broker_id=i32(node),
                                          host=host, port=i32(port), rack=None)
                                    for node, host, port in self._brokers(context)))
+
+
+def _asked_topics(version, asked, known):
+    """([name], [unknown topic id]) of a Metadata request's topics, as Kafka's
+    KafkaApis.handleTopicMetadataRequest reads them: each topic once; from v12 a topic may
+    be named by its id (KIP-516), and once one is, the ids alone are looked up (a name
+    given beside them is left out), an id no topic has answered UNKNOWN_TOPIC_ID."""
+    ids = [t.topic_id for t in asked
+           if version >= 12 and t.topic_id is not None and t.topic_id.int != 0]
+    if not ids:
+        return list(dict.fromkeys(t.name for t in asked)), []
+    by_id = {uuid.UUID(hex=info.topic_id): name for name, info in known.items()}
+    ids = list(dict.fromkeys(ids))
+    return [by_id[i] for i in ids if i in by_id], [i for i in ids if i not in by_id]
 
 
 # DescribeCluster's endpoint types (Kafka's EndpointType).
