@@ -167,6 +167,32 @@ def test_auto_commit_commits_the_positions_every_interval_while_the_consumer_pol
     consumer.close()
 
 
+def test_assign_auto_commits_the_partitions_it_drops_once_the_interval_has_passed(db):
+    """Kafka's ClassicKafkaConsumer.assign calls maybeAutoCommitOffsetsAsync before changing
+    the assignment (no rebalance will commit the partitions dropped): the positions are
+    committed when auto.commit.interval.ms has passed, not before; unsubscribe() (and
+    assign([]), which is unsubscribe()) commits nothing (onLeavePrepare, maybeLeaveGroup)."""
+    fill(db, 8, partitions=2)
+    tp0, tp1 = TopicPartition("t", 0), TopicPartition("t", 1)
+    due = db.consumer(group_id="g", auto_offset_reset="earliest", auto_commit_interval_ms=0)
+    due.assign([tp0])
+    poll_until(due, lambda r: len(r) >= 4, "partition 0's records")
+    due.seek(tp0, 3)         # a position no poll() has seen
+    due.assign([tp1])        # drops tp0: its position is committed
+    assert committed_offsets(db) == {tp0: 3}
+    due.seek(tp1, 2)
+    due.assign([])           # unsubscribe(): no commit
+    assert committed_offsets(db) == {tp0: 3}
+    due.close()
+    later = db.consumer(group_id="h", auto_offset_reset="earliest",
+                        auto_commit_interval_ms=3_600_000)
+    later.assign([tp0])
+    later.seek(tp0, 1)
+    later.assign([tp1])      # the interval has not passed: nothing is committed
+    assert later.committed([tp0]) == {tp0: None}
+    later.close()
+
+
 def test_auto_commit_before_a_rebalance_hands_the_next_owner_the_position(db):
     """Single-threaded: the interval (an hour) never comes; the rebalance commits."""
     fill(db, 40)

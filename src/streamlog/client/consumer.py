@@ -190,6 +190,10 @@ class Consumer:
                         f"{tp.partition}")
                 if tp not in tps:
                     tps.append(tp)
+            if self._group is not None:
+                # Kafka's ClassicKafkaConsumer.assign: the partitions given up have no
+                # rebalance to commit them, so the auto-commit runs first if it is due.
+                self._group.maybe_auto_commit()
             self.replace_assignment(tps)
             self._manual = bool(tps)
         finally:

@@ -188,10 +188,10 @@ class GroupMembership:
             self._lose("the coordinator removed the member (session timeout, or it did not "
                        "rejoin within the rebalance timeout)", reset_member=True)
         if not self.subscribed:
-            self._maybe_auto_commit()
+            self.maybe_auto_commit()
             return
         self._check_metadata()
-        self._maybe_auto_commit()
+        self.maybe_auto_commit()
         while self._advance():
             pass
         if woken and self._state == STABLE:
@@ -536,7 +536,10 @@ class GroupMembership:
         except StreamlogError as exc:
             log.warning("group %s: committing %s failed: %s", self.group_id, when, exc)
 
-    def _maybe_auto_commit(self):
+    def maybe_auto_commit(self):
+        """Commit the positions that changed, once auto.commit.interval.ms has passed since
+        the last auto-commit (Kafka's maybeAutoCommitOffsetsAsync): at each poll(), and by
+        assign() before it drops partitions."""
         if not self._auto_commit or time.monotonic() < self._next_auto_commit:
             return
         self._next_auto_commit = time.monotonic() + self._auto_commit_ms / 1000
