@@ -9,7 +9,7 @@ import pytest
 
 import streamlog
 from streamlog import TopicPartition
-from support import wait_until
+from support import GENEROUS_S, wait_until
 
 
 def drain(db, topic, **settings):
@@ -205,6 +205,59 @@ def test_a_raising_callback_is_logged_never_raised_by_send(db, caplog):
     assert [r.value for r in drain(db, "t")] == [b"once"]
     assert [r.exc_info[0] for r in caplog.records if r.name == "streamlog.producer"] == \
         [RuntimeError, ZeroDivisionError]
+
+
+def finishes(call):
+    """call() on another thread, which must return: a deadlock fails the test, never hangs
+    it (the bound only limits how long a broken build takes to fail). Returns its result."""
+    outcome = []
+    thread = threading.Thread(target=lambda: outcome.append(call()), daemon=True)
+    thread.start()
+    thread.join(GENEROUS_S)
+    assert not thread.is_alive(), f"{call} never returned: the thread waits on itself"
+    return outcome[0] if outcome else None
+
+
+def test_a_callback_may_send_a_record_that_fills_a_batch_of_its_own_partition(db):
+    """Kafka runs callbacks on its sender thread, where send() is allowed. They ran while
+    the appending thread held the partition's drain lock, so a send() from one whose record
+    filled a batch of that partition drained it again and the thread waited on itself."""
+    db.create_topic("t")
+    producer = db.producer(linger_ms=60_000, batch_size=200)
+    chained = []
+
+    def chain(metadata, error):
+        chained.append(producer.send("t", value=b"y" * 300))   # fills a batch: drained now
+
+    producer.send("t", value=b"x", callback=chain)
+    finishes(producer.flush)
+    assert [f.result().offset for f in chained] == [1]
+
+
+@pytest.mark.parametrize("settings", [{"linger_ms": 60_000}, {"acks": "all"}])
+def test_flush_inside_a_callback_is_refused_and_close_does_not_wait(db, settings):
+    """Kafka's KafkaProducer.flush() throws when called on the thread that runs callbacks
+    (KIP-1118: it would wait for batches that thread completes), and close() there is
+    close(Duration.ZERO). Here flush() waited on the partition's drain lock its own thread
+    held (linger), or, with acks="all", for fsyncs of the flusher thread it ran on."""
+    db.create_topic("t", partitions=2)
+    producer = db.producer(**settings)
+    raised = []
+
+    def flushes(metadata, error):
+        try:
+            producer.flush()
+        except streamlog.IllegalStateError as exc:
+            raised.append(exc)
+
+    producer.send("t", value=b"x", partition=0, callback=flushes)
+    producer.send("t", value=b"y", partition=1)
+    finishes(producer.flush)
+    assert len(raised) == 1 and "inside a callback" in str(raised[0])
+    producer.send("t", value=b"z", partition=0, callback=lambda md, err: producer.close())
+    finishes(producer.flush)
+    assert producer.closed
+    assert sorted(r.value for r in drain(db, "t")) == [b"x", b"y", b"z"]
 
 
 def test_a_send_that_close_overtakes_is_refused_never_left_pending(db):

@@ -65,9 +65,9 @@ from collections import deque
 
 import numpy as np
 
-from ..errors import (InvalidConfigurationError, InvalidRequestError, InvalidTxnStateError,
-                      KafkaTimeoutError, ProducerClosedError, ProducerFencedError,
-                      RecordTooLargeError, StreamlogError)
+from ..errors import (IllegalStateError, InvalidConfigurationError, InvalidRequestError,
+                      InvalidTxnStateError, KafkaTimeoutError, ProducerClosedError,
+                      ProducerFencedError, RecordTooLargeError, StreamlogError)
 from ..storage import compression
 from ..storage.record_batch import (NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE,
                                     RECORD_BATCH_OVERHEAD, _column, build_batch, encode_headers,
@@ -469,20 +469,29 @@ class Producer:
         return state
 
     def _drain(self, state):
-        """Append the partition's sealed batches in order (invariant 1), on this thread."""
+        """Append the partition's sealed batches in order (invariant 1), on this thread.
+
+        Their futures complete, and so their callbacks run, once drain_lock is let go: a
+        callback may send() (Kafka's run on its sender thread, where send() is allowed),
+        and a record that fills a batch of this partition drains it again -- under the
+        lock, that thread would wait on itself, or on another thread whose callback waits
+        on the lock it holds."""
+        appended = []
         with state.drain_lock:
             while True:
                 with self._lock:
                     if not state.sealed:
                         break
                     batch = state.sealed.popleft()
-                self._append(batch, state)
+                self._append(batch, state, appended)
         # The quiet that makes the next send "idle" starts when this append ends, not when
         # its send began: an append slower than _IDLE_S (one waiting on the flusher's
         # fdatasync of the same file) made every next send idle, each record a batch of
         # its own appended at once, and so each append slow again (10,000 rec/s, not
         # 250,000, from an idempotent acks="all" producer).
         self._last_send = _now()
+        for outcome in appended:
+            self._finish(*outcome)
 
     # --- send_batch ----------------------------------------------------------------
 
@@ -615,14 +624,15 @@ class Producer:
 
     # --- appending ---------------------------------------------------------------------
 
-    def _append(self, batch, state):
-        """Encode and append one batch (the caller holds state.drain_lock)."""
+    def _append(self, batch, state, appended):
+        """Encode and append one batch (the caller holds state.drain_lock). Its outcome, for
+        _finish, goes to `appended` (acks="all": to the flusher, once durable)."""
         producer_id, epoch, sequence = NO_PRODUCER_ID, NO_PRODUCER_EPOCH, NO_SEQUENCE
         producer = self._producer
         if producer is _RENEW:
             producer = self._renew_producer_id(_RENEW)
             if isinstance(producer, Exception):
-                self._finish(batch, -1, -1, producer)
+                appended.append((batch, -1, -1, producer))
                 return
         if producer is not None:
             producer_id, epoch = producer
@@ -644,7 +654,7 @@ class Producer:
                 self._txn.fail(exc)
             elif sequence != NO_SEQUENCE:
                 self._renew_producer_id(producer)
-            self._finish(batch, -1, -1, exc)
+            appended.append((batch, -1, -1, exc))
             return
         if sequence != NO_SEQUENCE:
             state.next_sequence = (sequence + batch.count) & _INT32_MAX
@@ -653,7 +663,7 @@ class Producer:
             self._broker.when_durable(batch.tp, info.last_offset + 1,
                                       lambda err: self._finish(batch, first, append_time, err))
         else:
-            self._finish(batch, info.first_offset, info.log_append_time)
+            appended.append((batch, info.first_offset, info.log_append_time))
 
     def _encode_and_produce(self, batch, producer_id, epoch, sequence):
         """The batch's bytes (encoded now unless send_batch did), appended; AppendInfo."""
@@ -708,7 +718,12 @@ class Producer:
             batch.values = batch.keys = batch.timestamps = batch.headers = batch.encoded = None
             if self._space_waiters:
                 self._space.notify_all()  # room in buffer.memory
-        batch.result.complete(base_offset, log_append_time, error)
+        local = self._local
+        local.completing = True   # flush() from a callback of this producer is refused
+        try:
+            batch.result.complete(base_offset, log_append_time, error)
+        finally:
+            local.completing = False
 
     # --- flush and close ------------------------------------------------------------------
 
@@ -806,8 +821,20 @@ class Producer:
         keeping futures must not take a failed append for a written one.
         Kafka's flush() leaves failures to futures and callbacks; here nothing
         else may be watching.
+
+        Refused from inside a callback of this producer (IllegalStateError), as by
+        Kafka's (KIP-1118): a callback runs on a thread that completes this producer's
+        batches (with acks="all", the database's one flusher thread), so waiting there for
+        the rest of them may wait for itself.
         """
         check_timeout(timeout, "flush()")
+        if getattr(self._local, "completing", False):
+            raise IllegalStateError("flush() was called from inside a callback of this "
+                                    "producer, which could wait on itself: flush after the "
+                                    "callback returns (send() from a callback is allowed)")
+        self._flush(timeout)
+
+    def _flush(self, timeout):
         with self._lock:
             states = list(self._partitions.values())
             for state in states:
@@ -834,12 +861,16 @@ class Producer:
         check_timeout(timeout, "close()")
         if self._closed:
             return
+        if getattr(self._local, "completing", False):
+            # From a callback, as Kafka's close(): "equivalent to close(Duration.ZERO)", as
+            # waiting there for the other batches may wait for itself.
+            timeout = 0
         self._closing = True
         self._plain = False  # every send now takes the checked path, which refuses it
         try:
             if timeout != 0 and self._txn is not None and self._txn.open:
                 self._abort_on_close()
-            self.flush(timeout)
+            self._flush(timeout)
         except ProducerFencedError:
             # A fenced transactional producer is closed as the error told its owner to:
             # its refused batches were reported then (Kafka's close() raises nothing).
