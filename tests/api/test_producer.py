@@ -475,6 +475,21 @@ def test_kafka_dotted_config_names(db):
         db.producer(config={"acks": 0}, acks=1)
 
 
+def test_delivery_timeout_below_linger_plus_request_timeout_is_refused_unless_defaulted(db):
+    """Kafka's KafkaProducer.configureDeliveryTimeout: delivery.timeout.ms must be at least
+    linger.ms + request.timeout.ms; a smaller one given is a ConfigException, the default
+    (120,000) is raised to that sum."""
+    with pytest.raises(streamlog.InvalidConfigurationError,
+                       match=r"delivery_timeout_ms \(1000\) must be at least linger_ms \+ "
+                             r"request_timeout_ms \(0 \+ 30000\)"):
+        db.producer(delivery_timeout_ms=1000)
+    with pytest.raises(streamlog.InvalidConfigurationError, match="delivery_timeout_ms"):
+        db.producer(config={"delivery.timeout.ms": 40_000, "linger.ms": 20_000})
+    assert db.producer(delivery_timeout_ms=30_000).settings["delivery.timeout.ms"] == 30_000
+    assert db.producer(linger_ms=200_000).settings["delivery.timeout.ms"] == 230_000
+    assert db.producer(linger_ms=2**40).settings["delivery.timeout.ms"] == 2**31 - 1
+
+
 def test_send_batch_columnar_path(db):
     db.create_topic("t", partitions=4)
     producer = db.producer()

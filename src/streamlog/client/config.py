@@ -160,7 +160,11 @@ CONSUMER = {
 
 
 class Settings(dict):
-    """Resolved settings; attribute access uses Python names (settings.linger_ms)."""
+    """Resolved settings; attribute access uses Python names (settings.linger_ms). `given`
+    names the settings the caller set (a rule may treat a default otherwise, as Kafka's
+    config.originals() lets it)."""
+
+    given = frozenset()
 
     def __getattr__(self, name):
         try:
@@ -185,4 +189,5 @@ def resolve(schema, kind, config=None, **kwargs):
     out = Settings()
     for name, (default, parse) in schema.items():
         out[name] = parse(name, given[name]) if name in given else default
+    out.given = frozenset(given)
     return out

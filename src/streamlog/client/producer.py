@@ -55,7 +55,8 @@ transactional flag, and each partition joins the open transaction at the
 coordinator before its first batch is appended. A failed batch makes the
 transaction abortable; aborting it then bumps the producer's epoch, so the
 next transaction's sequences start at 0.
-delivery.timeout.ms / request.timeout.ms have nothing to bound.
+delivery.timeout.ms / request.timeout.ms have nothing to bound (Kafka's rule between them
+and linger.ms is checked all the same).
 """
 import contextlib
 import logging
@@ -75,7 +76,7 @@ from ..storage.record_batch import (NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUEN
 from ..structs import TopicPartition
 from ..coordinator.group_coordinator import find_coordinator
 from ..coordinator.transaction_coordinator import find_transaction_coordinator
-from .config import PRODUCER, resolve
+from .config import INT32_MAX, PRODUCER, resolve
 from .group_member import ConsumerGroupMetadata
 from .transaction_manager import ABORTABLE, IN_TRANSACTION, TransactionManager
 from .futures import BatchResult, BatchSendFuture, make_future
@@ -92,7 +93,6 @@ _now = time.time
 # during a burst a batch waits at most _IDLE_SWEEP_MS for more records.
 _IDLE_S = 50e-6
 _IDLE_SWEEP_MS = 1
-_INT32_MAX = 2**31 - 1  # sequences wrap to 0 past it
 _RENEW = ("renew",)     # Producer._producer when a fresh producer id is owed
 _SEND_CLOSED = "send() on a closed producer; create a new one"
 
@@ -156,6 +156,7 @@ class Producer:
         # transactional one gets it from init_transactions().
         self._producer = broker.init_producer_id() \
             if s["enable.idempotence"] and self._txn is None else None
+        s["delivery.timeout.ms"] = _delivery_timeout(s)
         self._timer = broker.timer
         self._acks = s["acks"]
         self._report_offsets = s["acks"] != 0
@@ -555,7 +556,7 @@ class Producer:
                 results.append((batch.result, chunk))
                 batches.append(batch)
                 if stamp is not None:
-                    stamp = (*stamp[:2], (stamp[2] + batch.count) & _INT32_MAX)
+                    stamp = (*stamp[:2], (stamp[2] + batch.count) & INT32_MAX)
             with self._lock:
                 state = self._partitions.get(tp)
                 if state is None:
@@ -657,7 +658,7 @@ class Producer:
             appended.append((batch, -1, -1, exc))
             return
         if sequence != NO_SEQUENCE:
-            state.next_sequence = (sequence + batch.count) & _INT32_MAX
+            state.next_sequence = (sequence + batch.count) & INT32_MAX  # wraps to 0 past it
         if self._acks == "all":
             first, append_time = info.first_offset, info.log_append_time
             self._broker.when_durable(batch.tp, info.last_offset + 1,
@@ -925,6 +926,20 @@ def _acks_and_idempotence(acks, idempotence):
             "producer's batches must be acknowledged as durable; set acks='all' or leave "
             "enable_idempotence unset")
     return acks, idempotence
+
+
+def _delivery_timeout(s):
+    """delivery.timeout.ms by Kafka's rule (KafkaProducer.configureDeliveryTimeout): at least
+    linger.ms + request.timeout.ms (capped at int32), as a record may linger, then wait for
+    its request. One given smaller is refused; the default is raised to it."""
+    floor = min(s["linger.ms"] + s["request.timeout.ms"], INT32_MAX)
+    if s["delivery.timeout.ms"] >= floor:
+        return s["delivery.timeout.ms"]
+    if "delivery.timeout.ms" in s.given:
+        raise InvalidConfigurationError(
+            f"delivery_timeout_ms ({s['delivery.timeout.ms']}) must be at least linger_ms + "
+            f"request_timeout_ms ({s['linger.ms']} + {s['request.timeout.ms']}), as in Kafka")
+    return floor
 
 
 def _transactional_acks(acks, idempotence):
