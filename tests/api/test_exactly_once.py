@@ -138,6 +138,27 @@ def test_a_zombie_is_fenced_and_its_work_redone_once(db):
     assert_exactly_once(db)
 
 
+def test_offsets_of_a_member_that_left_fail_as_commit_failed_and_the_transaction_aborts(db):
+    """Kafka's TransactionManager.TxnOffsetCommitHandler turns UNKNOWN_MEMBER_ID and
+    ILLEGAL_GENERATION into CommitFailedException ("consumer group metadata mismatch"), an
+    abortable error: the group's own errors (UnknownMemberIdError, IllegalGenerationError)
+    reached the caller instead."""
+    app = Instance(db)
+    records = app.poll()
+    metadata = app.consumer.group_metadata()
+    app.consumer.close()                 # leaves the group: its member id is unknown now
+    app.producer.begin_transaction()
+    with pytest.raises(streamlog.CommitFailedError, match="group metadata does not match"):
+        app.producer.send_offsets_to_transaction(
+            {TopicPartition(records[0].topic, records[0].partition): records[0].offset + 1},
+            metadata)
+    with pytest.raises(streamlog.InvalidTxnStateError, match="abort_transaction"):
+        app.producer.commit_transaction()
+    app.producer.abort_transaction()
+    app.producer.close()
+    assert db.describe_group("etl").partitions == {}
+
+
 def test_a_transaction_that_times_out_is_aborted_and_redone(db):
     from streamlog.coordinator.transaction import TxnState
     from streamlog.coordinator.transaction_coordinator import find_transaction_coordinator

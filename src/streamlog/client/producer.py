@@ -66,9 +66,10 @@ from collections import deque
 
 import numpy as np
 
-from ..errors import (IllegalStateError, InvalidConfigurationError, InvalidRequestError,
-                      InvalidTxnStateError, KafkaTimeoutError, ProducerClosedError,
-                      ProducerFencedError, RecordTooLargeError, StreamlogError)
+from ..errors import (CommitFailedError, IllegalGenerationError, IllegalStateError,
+                      InvalidConfigurationError, InvalidRequestError, InvalidTxnStateError,
+                      KafkaTimeoutError, ProducerClosedError, ProducerFencedError,
+                      RecordTooLargeError, StreamlogError, UnknownMemberIdError)
 from ..storage import compression
 from ..storage.record_batch import (NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE,
                                     RECORD_BATCH_OVERHEAD, _column, build_batch, encode_headers,
@@ -781,6 +782,12 @@ class Producer:
             find_coordinator(self._broker).txn_offset_commit(
                 group_metadata.group_id, pid, epoch, group_metadata.member_id,
                 group_metadata.generation_id, group_metadata.group_instance_id, offsets)
+        except (UnknownMemberIdError, IllegalGenerationError) as exc:
+            # Kafka's TxnOffsetCommitHandler: CommitFailedException, the transaction abortable.
+            error = CommitFailedError(f"the transaction's offset commit failed: the consumer "
+                                      f"group metadata does not match the group ({exc})")
+            txn.fail(error)
+            raise error from None
         except StreamlogError as exc:
             txn.fail(exc)
             raise
