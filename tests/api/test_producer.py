@@ -9,7 +9,7 @@ import pytest
 
 import streamlog
 from streamlog import TopicPartition
-from support import GENEROUS_S, wait_until
+from support import GENEROUS_S, callback_catching, wait_until
 
 
 def drain(db, topic, **settings):
@@ -242,14 +242,7 @@ def test_flush_inside_a_callback_is_refused_and_close_does_not_wait(db, settings
     held (linger), or, with acks="all", for fsyncs of the flusher thread it ran on."""
     db.create_topic("t", partitions=2)
     producer = db.producer(**settings)
-    raised = []
-
-    def flushes(metadata, error):
-        try:
-            producer.flush()
-        except streamlog.IllegalStateError as exc:
-            raised.append(exc)
-
+    flushes, raised = callback_catching(producer.flush, streamlog.IllegalStateError)
     producer.send("t", value=b"x", partition=0, callback=flushes)
     producer.send("t", value=b"y", partition=1)
     finishes(producer.flush)

@@ -14,6 +14,7 @@ from streamlog.errors import (ConcurrentTransactionsError, InvalidConfigurationE
                               InvalidTransactionTimeoutError, InvalidTxnStateError,
                               ProducerFencedError)
 
+from support import callback_catching
 from support.child import run_py
 
 TPS = [TopicPartition("t", 0), TopicPartition("t", 1)]
@@ -99,6 +100,23 @@ def test_calls_in_the_wrong_state_say_which_call_was_expected(db):
     assert committed_view(db) == [b"k"]
     with pytest.raises(InvalidTxnStateError, match="transactional producer"):
         db.producer().begin_transaction()
+
+
+def test_commit_inside_a_callback_is_refused_and_leaves_the_transaction_open(db):
+    """A transactional producer's callbacks run on the database's flusher thread (acks=all),
+    where a commit waits for fsyncs that thread makes: it waited on itself. It is refused
+    as flush() is there (Kafka's KafkaProducer.flush, KIP-1118), before it changes the
+    transaction, which the caller then commits."""
+    p = producer(db)
+    p.begin_transaction()
+    commits, raised = callback_catching(p.commit_transaction, streamlog.IllegalStateError)
+    p.send("t", value=b"a", partition=0, callback=commits)
+    p.send("t", value=b"b", partition=1)
+    p.flush()
+    assert len(raised) == 1 and "commit_transaction() was called from inside a callback" in \
+        str(raised[0])
+    p.commit_transaction()
+    assert committed_view(db) == [b"a", b"b"]
 
 
 def test_a_new_instance_fences_the_zombie_and_aborts_its_open_transaction(db):

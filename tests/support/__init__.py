@@ -76,6 +76,18 @@ def wait_until(predicate, what=None, timeout_s=GENEROUS_S):
         time.sleep(0.002)
 
 
+def callback_catching(call, error):
+    """(a producer callback that calls call(), the list of what it raised of type error)."""
+    caught = []
+
+    def callback(metadata, exception):
+        try:
+            call()
+        except error as exc:
+            caught.append(exc)
+    return callback, caught
+
+
 def clean_pass(log, first_dirty=None, now_ms=None, max_map_bytes=1 << 20, roll=True):
     """One cleaning pass on a PartitionLog, as the broker's cleaner runs a forced one (the
     active segment rolled first); returns the next first dirty offset."""

@@ -752,6 +752,8 @@ class Producer:
         becomes visible to read_committed consumers at once. A failed batch raises here
         (the transaction can then only be aborted)."""
         txn = self._transaction("commit_transaction()")
+        # Its flush() would be refused there, and the transaction left abortable for it.
+        self._refuse_inside_callback("commit_transaction()")
         if txn.state == ABORTABLE:
             self.flush()   # the batch failure itself, if flush() has not reported it yet
         txn.start_ending(commit=True)   # no more sends into this transaction
@@ -836,11 +838,14 @@ class Producer:
         the rest of them may wait for itself.
         """
         check_timeout(timeout, "flush()")
-        if getattr(self._local, "completing", False):
-            raise IllegalStateError("flush() was called from inside a callback of this "
-                                    "producer, which could wait on itself: flush after the "
-                                    "callback returns (send() from a callback is allowed)")
+        self._refuse_inside_callback("flush()")
         self._flush(timeout)
+
+    def _refuse_inside_callback(self, call):
+        if getattr(self._local, "completing", False):
+            raise IllegalStateError(f"{call} was called from inside a callback of this "
+                                    "producer, which could wait on itself: call it after the "
+                                    "callback returns (send() from a callback is allowed)")
 
     def _flush(self, timeout):
         with self._lock:
