@@ -118,6 +118,28 @@ def test_seek_and_seek_to_ends(db):
         consumer.seek(TP0, -1)
 
 
+def test_seek_to_end_is_evaluated_at_the_next_position_or_poll_and_empty_means_all(db):
+    """Kafka's seekToBeginning/seekToEnd (KafkaConsumer javadoc, SubscriptionState
+    .requestOffsetReset): "evaluates lazily ... only when poll(Duration) or
+    position(TopicPartition) are called", and "if no partitions are provided", every
+    assigned partition. The end was taken at the call, and an empty list sought nothing."""
+    fill(db, 3)
+    consumer = db.consumer(group_id="g", auto_offset_reset="earliest")
+    consumer.assign([TP0])
+    consumer.commit({TP0: 1})
+    consumer.seek_to_end([TP0])
+    fill(db, 2)                            # appended after the call, before the position
+    assert consumer.position(TP0) == 5     # neither the end at the call nor the commit
+    consumer.seek(TP0, 0)
+    consumer.seek_to_end([])
+    fill(db, 1)
+    assert consumer.poll(timeout=0) == [] and consumer.position(TP0) == 6
+    consumer.seek_to_beginning([])
+    consumer.seek(TP0, 4)                  # a seek() after it wins
+    assert [r.offset for r in consumer.poll(timeout=5)] == [4, 5]
+    consumer.close()
+
+
 def test_seek_discards_data_fetched_for_the_old_position(db):
     fill(db, 100)
     consumer = db.consumer(auto_offset_reset="earliest", max_poll_records=10)

@@ -126,6 +126,9 @@ class Consumer:
         self._api_timeout_s = s["default.api.timeout.ms"] / 1000
         self._assignment = []
         self._positions = {}
+        # seek_to_beginning()/seek_to_end() asked for, found at the next poll() or position()
+        # (Kafka's SubscriptionState.requestOffsetReset): {tp: EARLIEST or LATEST}.
+        self._seeking_to = {}
         self._paused = set()
         self._buffers = {}
         self._start = 0
@@ -261,6 +264,9 @@ class Consumer:
         for tp in list(self._buffers):
             if tp not in kept:
                 self._buffers.pop(tp, None)
+        for tp in list(self._seeking_to):
+            if tp not in kept:
+                del self._seeking_to[tp]
         self._paused &= kept
         self._assignment = tps
 
@@ -271,6 +277,7 @@ class Consumer:
         for tp in partitions:
             self._positions.pop(tp, None)
             self._buffers.pop(tp, None)
+            self._seeking_to.pop(tp, None)
 
     def _initialize_positions(self, tps):
         """Kafka's updateFetchPositions for assigned partitions without a position, subscribed
@@ -280,6 +287,7 @@ class Consumer:
         retries while they are unstable (ConsumerCoordinator.fetchCommittedOffsets,
         KIP-447), so a consumer taking over a partition does not read again what a
         committing transaction consumed. The others are left to _reset (auto_offset_reset)."""
+        tps = [tp for tp in tps if tp not in self._seeking_to]   # _reset finds those
         if self._group is None or not tps:
             return set()
         committed, unstable = self._group.stable_committed(tps)
@@ -361,6 +369,7 @@ class Consumer:
             raise ValueError(f"seek offset must be in [0, {LONG_MAX}], got {offset}")
         self._positions[tp] = offset
         self._buffers.pop(tp, None)
+        self._seeking_to.pop(tp, None)
 
     @_one_thread
     def seek_to_beginning(self, partitions=None):
@@ -371,26 +380,33 @@ class Consumer:
         self._seek_to(partitions, LATEST, "seek_to_end()")
 
     def _seek_to(self, partitions, which, call):
-        tps = self._assigned(partitions, call) if partitions is not None \
-            else list(self._assignment)
-        offsets = self._broker.list_offsets({tp: which for tp in tps},
-                                            read_committed=self._read_committed)
+        """Kafka's seekToBeginning/seekToEnd: evaluated lazily, by the next poll() or
+        position() (so records appended in between count), and none or an empty list
+        means every assigned partition."""
+        tps = (self._assigned(partitions, call) if partitions is not None else []) \
+            or list(self._assignment)
         for tp in tps:
-            self._positions[tp] = offsets[tp][0]
+            self._positions.pop(tp, None)
             self._buffers.pop(tp, None)
+            self._seeking_to[tp] = which
 
     def _reset(self, tp, out_of_range=None):
-        if self._reset_policy == "none":
-            if out_of_range is not None:
-                raise OffsetOutOfRangeError(
-                    f"offset {out_of_range} is out of range for {tp} and auto_offset_reset is "
-                    "'none': seek() to a valid offset", tp, out_of_range)
-            raise NoOffsetForPartitionError(
-                f"no position for {tp} and auto_offset_reset is 'none': seek() first", tp)
-        which = EARLIEST if self._reset_policy == "earliest" else LATEST
+        """The position from a pending seek_to_beginning()/seek_to_end(), else from
+        auto_offset_reset."""
+        which = self._seeking_to.get(tp)
+        if which is None:
+            if self._reset_policy == "none":
+                if out_of_range is not None:
+                    raise OffsetOutOfRangeError(
+                        f"offset {out_of_range} is out of range for {tp} and auto_offset_reset "
+                        "is 'none': seek() to a valid offset", tp, out_of_range)
+                raise NoOffsetForPartitionError(
+                    f"no position for {tp} and auto_offset_reset is 'none': seek() first", tp)
+            which = EARLIEST if self._reset_policy == "earliest" else LATEST
         self._positions[tp] = self._broker.list_offsets(
             {tp: which}, read_committed=self._read_committed)[tp][0]
         self._buffers.pop(tp, None)
+        self._seeking_to.pop(tp, None)
 
     def beginning_offsets(self, partitions):
         self._ensure_open()
