@@ -456,6 +456,23 @@ def test_closed_producer_refuses_sends_after_flushing(db):
         producer.send("t", value=b"late")
 
 
+def test_close_with_a_timeout_stops_waiting_without_raising(db, monkeypatch):
+    """Kafka's KafkaProducer.close(Duration): "a timeout of zero means do not wait for
+    pending send requests to complete"; past the timeout it raises nothing. close(timeout=0)
+    raised KafkaTimeoutError while an acks="all" batch waited for its fsync."""
+    db.create_topic("t")
+    held = []   # the fsync acknowledgements, held back until the producer is closed
+    monkeypatch.setattr(db._broker, "when_durable",
+                        lambda tp, offset, callback: held.append(callback))
+    producer = db.producer(acks="all")
+    future = producer.send("t", value=b"v")
+    producer.close(timeout=0)
+    assert producer.closed and not future.done()
+    for acknowledge in held:
+        acknowledge(None)
+    assert future.result(timeout=0).offset == 0
+
+
 def test_kafka_dotted_config_names(db):
     db.create_topic("t")
     producer = db.producer(config={"linger.ms": 60_000, "batch.size": 10**6})

@@ -847,7 +847,7 @@ class Producer:
                                     "producer, which could wait on itself: call it after the "
                                     "callback returns (send() from a callback is allowed)")
 
-    def _flush(self, timeout):
+    def _flush(self, timeout, closing=False):
         with self._lock:
             states = list(self._partitions.values())
             for state in states:
@@ -857,8 +857,15 @@ class Producer:
         for state in states:
             self._drain(state)
         deadline = None if timeout is None else time.monotonic() + timeout
-        for result in waiting:
-            result.wait(None if deadline is None else max(deadline - time.monotonic(), 0))
+        try:
+            for result in waiting:
+                result.wait(None if deadline is None else max(deadline - time.monotonic(), 0))
+        except KafkaTimeoutError:
+            if not closing:
+                raise
+            # Kafka's close(timeout) waits no longer ("a timeout of zero means do not wait
+            # for pending send requests to complete") and raises nothing for it. The records
+            # waited for are in the log already; their futures complete at their fsync.
         with self._lock:
             failures, self._failures = self._failures, []
         if failures:
@@ -870,7 +877,8 @@ class Producer:
 
     def close(self, timeout=None):
         """Flush, then refuse further sends (ProducerClosedError). An open transaction is
-        aborted first, unless timeout is 0 (Kafka's forced close)."""
+        aborted first, unless timeout is 0 (Kafka's forced close). Records not acknowledged
+        within timeout are not waited for, and that is no error (Kafka's close)."""
         check_timeout(timeout, "close()")
         if self._closed:
             return
@@ -883,7 +891,7 @@ class Producer:
         try:
             if timeout != 0 and self._txn is not None and self._txn.open:
                 self._abort_on_close()
-            self._flush(timeout)
+            self._flush(timeout, closing=True)
         except ProducerFencedError:
             # A fenced transactional producer is closed as the error told its owner to:
             # its refused batches were reported then (Kafka's close() raises nothing).
