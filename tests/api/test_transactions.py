@@ -6,7 +6,7 @@ import time
 import pytest
 
 import streamlog
-from streamlog import TopicPartition
+from streamlog import ConsumerGroupMetadata, TopicPartition
 from streamlog.coordinator.transaction import TxnState
 from streamlog.coordinator import transaction_coordinator
 from streamlog.coordinator.transaction_coordinator import find_transaction_coordinator
@@ -117,6 +117,23 @@ def test_commit_inside_a_callback_is_refused_and_leaves_the_transaction_open(db)
         str(raised[0])
     p.commit_transaction()
     assert committed_view(db) == [b"a", b"b"]
+
+
+def test_send_offsets_checks_the_group_metadata_and_sends_nothing_for_no_offsets(db):
+    """Kafka's KafkaProducer.sendOffsetsToTransaction: throwIfInvalidGroupMetadata first (a
+    generation > 0 without a member id is an IllegalArgumentException, the transaction
+    untouched), and empty offsets send nothing, so the group's __consumer_offsets partition
+    does not join the transaction. The first made the transaction abortable; the second
+    wrote a COMMIT marker into __consumer_offsets."""
+    p = producer(db)
+    p.begin_transaction()
+    with pytest.raises(ValueError, match="generation but no member id"):
+        p.send_offsets_to_transaction({TPS[0]: 1}, ConsumerGroupMetadata("g", 3, "", None))
+    p.send_offsets_to_transaction({}, "g")
+    p.send("t", value=b"a", partition=0)
+    p.commit_transaction()
+    assert committed_view(db) == [b"a"]
+    assert "__consumer_offsets" not in db.topics(internal=True)   # made by a first commit
 
 
 def test_a_new_instance_fences_the_zombie_and_aborts_its_open_transaction(db):

@@ -777,7 +777,13 @@ class Producer:
             raise TypeError("send_offsets_to_transaction() takes the consumer's "
                             "group_metadata() (or a group id str), not "
                             f"{type(group_metadata).__name__}")
+        if group_metadata.generation_id > 0 and not group_metadata.member_id:
+            # Kafka's KafkaProducer.throwIfInvalidGroupMetadata (IllegalArgumentException).
+            raise ValueError(f"group_metadata {group_metadata} has a generation but no member "
+                             "id: pass the consumer's group_metadata()")
         offsets = by_topic_partition(offsets, "send_offsets_to_transaction()")
+        if not offsets:
+            return   # as Kafka's: nothing to commit, and the group does not join the transaction
         txn.add_offsets(group_metadata.group_id)
         pid, epoch = txn.producer
         try:
