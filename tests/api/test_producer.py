@@ -246,7 +246,7 @@ def test_flush_inside_a_callback_is_refused_and_close_does_not_wait(db, settings
     producer.send("t", value=b"x", partition=0, callback=flushes)
     producer.send("t", value=b"y", partition=1)
     finishes(producer.flush)
-    assert len(raised) == 1 and "inside a callback" in str(raised[0])
+    assert len(raised) == 1 and "inside a producer callback" in str(raised[0])
     producer.send("t", value=b"z", partition=0, callback=lambda md, err: producer.close())
     finishes(producer.flush)
     assert producer.closed
@@ -454,6 +454,27 @@ def test_closed_producer_refuses_sends_after_flushing(db):
     assert future.result(timeout=0).offset == 0
     with pytest.raises(streamlog.ProducerClosedError):
         producer.send("t", value=b"late")
+
+
+def test_flush_of_another_acks_all_producer_inside_a_callback_is_refused(db):
+    """An acks="all" producer's callbacks run on the database's one flusher thread, which
+    completes every acks="all" producer's batches: a flush() of another such producer
+    there waited for that thread's own fsync, and every acks="all" producer of the database
+    stopped. Refused as the producer's own flush() is there (KIP-1118)."""
+    db.create_topic("t")
+    first, second = db.producer(acks="all"), db.producer(acks="all")
+
+    def sends_and_flushes():
+        second.send("t", value=b"b")
+        second.flush()
+
+    callback, raised = callback_catching(sends_and_flushes, streamlog.IllegalStateError)
+    first.send("t", value=b"a", callback=callback)
+    finishes(first.flush)
+    wait_until(lambda: raised, "the callback ran")
+    assert "inside a producer callback" in str(raised[0])
+    finishes(second.flush)
+    assert sorted(r.value for r in drain(db, "t")) == [b"a", b"b"]
 
 
 def test_close_with_a_timeout_stops_waiting_without_raising(db, monkeypatch):

@@ -113,7 +113,7 @@ def test_commit_inside_a_callback_is_refused_and_leaves_the_transaction_open(db)
     p.send("t", value=b"a", partition=0, callback=commits)
     p.send("t", value=b"b", partition=1)
     p.flush()
-    assert len(raised) == 1 and "commit_transaction() was called from inside a callback" in \
+    assert len(raised) == 1 and "commit_transaction() was called from inside a producer callback" in \
         str(raised[0])
     p.commit_transaction()
     assert committed_view(db) == [b"a", b"b"]

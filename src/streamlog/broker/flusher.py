@@ -41,6 +41,11 @@ class LogFlusher:
 
     # --- requests --------------------------------------------------------------
 
+    def on_its_thread(self):
+        """True on the flusher thread (its waiters' callbacks run there): a wait there for a
+        fsync would wait for ever."""
+        return threading.current_thread() is self._thread
+
     def add_waiter(self, tp, offset, callback):
         """Call callback(error or None) once everything below `offset` of tp is fsynced."""
         with self._cond:

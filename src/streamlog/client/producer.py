@@ -840,18 +840,27 @@ class Producer:
 
         Refused from inside a callback of this producer (IllegalStateError), as by
         Kafka's (KIP-1118): a callback runs on a thread that completes this producer's
-        batches (with acks="all", the database's one flusher thread), so waiting there for
-        the rest of them may wait for itself.
+        batches, so waiting there for the rest of them may wait for itself. With acks="all"
+        that thread is the database's one flusher thread, which completes every such
+        producer's batches: there it is refused from any producer's callback.
         """
         check_timeout(timeout, "flush()")
         self._refuse_inside_callback("flush()")
         self._flush(timeout)
 
+    def _inside_callback(self):
+        """True inside a callback on a thread that completes this producer's batches: one
+        of its own, or, with acks="all", any callback on the flusher thread."""
+        flusher = self._broker.flusher
+        return getattr(self._local, "completing", False) or (
+            self._acks == "all" and flusher is not None and flusher.on_its_thread())
+
     def _refuse_inside_callback(self, call):
-        if getattr(self._local, "completing", False):
-            raise IllegalStateError(f"{call} was called from inside a callback of this "
-                                    "producer, which could wait on itself: call it after the "
-                                    "callback returns (send() from a callback is allowed)")
+        if self._inside_callback():
+            raise IllegalStateError(f"{call} was called from inside a producer callback, on a "
+                                    "thread that completes this producer's batches: it could "
+                                    "wait on itself; call it after the callback returns "
+                                    "(send() from a callback is allowed)")
 
     def _flush(self, timeout, closing=False):
         with self._lock:
@@ -888,7 +897,7 @@ class Producer:
         check_timeout(timeout, "close()")
         if self._closed:
             return
-        if getattr(self._local, "completing", False):
+        if self._inside_callback():
             # From a callback, as Kafka's close(): "equivalent to close(Duration.ZERO)", as
             # waiting there for the other batches may wait for itself.
             timeout = 0
