@@ -34,6 +34,7 @@ import time
 from typing import NamedTuple
 
 from ..broker.broker import Broker
+from ..coordinator import GROUP_COORDINATOR, TRANSACTION_COORDINATOR
 from ..coordinator.group_coordinator import find_coordinator
 from ..coordinator.offsets import OFFSETS_TOPIC, OFFSETS_TOPIC_CONFIG, cached_partition_for
 from ..coordinator.transaction_coordinator import find_transaction_coordinator
@@ -50,7 +51,6 @@ from .replica_fetcher import REPLICA_FETCH_WAIT_MAX_MS, LinkDown, ReplicaFetcher
 
 log = logging.getLogger("streamlog.cluster")
 
-GROUP, TRANSACTION = 0, 1   # FindCoordinator's key types
 # How long a transaction marker waits for its replicas (Kafka's request.timeout.ms).
 MARKER_TIMEOUT_S = 30.0
 # How long a marker waits for its partition to have a leader again (a coordinator's lock is
@@ -118,15 +118,15 @@ class ClusterView:
     def partition_state(self, tp):
         return self._cluster.controller.partitions.get(tp)
 
-    def coordinator_for(self, key, key_type=GROUP):
+    def coordinator_for(self, key, key_type=GROUP_COORDINATOR):
         return self._cluster.coordinator_for(key, key_type)
 
-    def coordinator_partition(self, key, key_type=GROUP):
+    def coordinator_partition(self, key, key_type=GROUP_COORDINATOR):
         """The partition of the internal topic that holds key (the topic made on the first
         ask, through the controller)."""
         return self._cluster.coordinator_partition(key, key_type)
 
-    def check_coordinating(self, key, key_type=GROUP):
+    def check_coordinating(self, key, key_type=GROUP_COORDINATOR):
         """For a coordinator's request about key: NotCoordinatorError when another broker
         coordinates it (the client asks FindCoordinator again), CoordinatorLoadInProgressError
         while this one is still loading the key's partition after its election (what it
@@ -143,7 +143,7 @@ class ClusterView:
         """The transaction coordinator of transactional_id as this broker reaches it (a
         produce's verification asks it, as Kafka's AddPartitionsToTxnManager does): LinkDown
         when cut off from it, CoordinatorLoadInProgressError while it is still loading."""
-        tp = self._cluster.coordinator_partition(transactional_id, TRANSACTION)
+        tp = self._cluster.coordinator_partition(transactional_id, TRANSACTION_COORDINATOR)
         broker_id = self._cluster.partition_coordinator(tp, transactional_id)
         manager = self._cluster.link(self.node_id, broker_id) if broker_id != self.node_id \
             else self._cluster.replica_manager(broker_id)
@@ -450,7 +450,7 @@ class Cluster:
         return [(s.broker_id, self.host, s.port) for s in self._slots.values()
                 if s.server is not None]
 
-    def coordinator_for(self, key, key_type=GROUP):
+    def coordinator_for(self, key, key_type=GROUP_COORDINATOR):
         """The broker that coordinates a group (key_type 0) or a transactional id (1): the
         leader of the key's partition of the internal topic, which is made (replicated
         min(3, brokers) times, as Kafka's offsets.topic.replication.factor) on the first
@@ -471,12 +471,12 @@ class Cluster:
                                                "has no leader now")
         return leader
 
-    def coordinator_partition(self, key, key_type=GROUP):
+    def coordinator_partition(self, key, key_type=GROUP_COORDINATOR):
         """The partition of the internal topic that holds key (made on the first ask)."""
-        if key_type == GROUP:
+        if key_type == GROUP_COORDINATOR:
             topic, config = OFFSETS_TOPIC, OFFSETS_TOPIC_CONFIG
             partitions = self._broker_config().offsets_topic_num_partitions
-        elif key_type == TRANSACTION:
+        elif key_type == TRANSACTION_COORDINATOR:
             topic, config = TRANSACTION_STATE_TOPIC, TRANSACTION_STATE_CONFIG
             partitions = self._broker_config().transaction_state_log_num_partitions
         else:

@@ -16,6 +16,7 @@ from kio.schema.errors import ErrorCode
 from kio.static.primitive import i32, i64
 
 from .. import errors
+from ..coordinator import GROUP_COORDINATOR
 from ..coordinator.group_coordinator import find_coordinator
 from ..structs import OffsetAndMetadata, TopicPartition
 from .authorized_operations import GROUP_OPERATIONS, NOT_ASKED, authorized_operations
@@ -77,11 +78,11 @@ class GroupHandlers:
         then asks FindCoordinator again), COORDINATOR_LOAD_IN_PROGRESS while this one loads
         it, as Kafka's GroupCoordinator answers."""
         if self._view is not None:
-            self._view.check_coordinating(group_id, 0)
+            self._view.check_coordinating(group_id, GROUP_COORDINATOR)
 
     def find_coordinator(self, version, body, context):
         cls, types = response_types(FIND_COORDINATOR, version)
-        key_type = int(getattr(body, "key_type", 0))
+        key_type = int(getattr(body, "key_type", GROUP_COORDINATOR))
         if version >= 4:
             return build(cls, throttle_time=NO_THROTTLE, coordinators=tuple(
                 build(types.Coordinator, key=key, **self._coordinator_fields(key, key_type,

@@ -22,6 +22,7 @@ from ..broker.broker import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP
 from ..broker.metadata import (INTERNAL_TOPICS, TopicInfo, check_name_free,
                                normalized_overrides, overrides_after, validate_partitions,
                                validate_topic_name)
+from ..coordinator import GROUP_COORDINATOR, TRANSACTION_COORDINATOR
 from ..coordinator.group_coordinator import delete_topic, find_coordinator
 from ..coordinator.offsets import OFFSETS_TOPIC
 from ..coordinator.transaction_coordinator import find_transaction_coordinator
@@ -192,7 +193,7 @@ class Handlers:
             key_type = _COORDINATOR_KEY_TYPES[name]
             if view is not None:
                 view.coordinator_partition("", key_type)
-            elif key_type == GROUP_KEY:
+            elif key_type == GROUP_COORDINATOR:
                 find_coordinator(self.broker).offsets_partition("")
             else:
                 find_transaction_coordinator(self.broker).state_partition("")
@@ -1024,8 +1025,8 @@ def _asked_topics(version, asked, known):
 _BROKER_ENDPOINT, _CONTROLLER_ENDPOINT = 1, 2
 
 # The coordinators' internal topics, by the FindCoordinator key type of their keys.
-GROUP_KEY, TRANSACTION_KEY = 0, 1
-_COORDINATOR_KEY_TYPES = {OFFSETS_TOPIC: GROUP_KEY, TRANSACTION_STATE_TOPIC: TRANSACTION_KEY}
+_COORDINATOR_KEY_TYPES = {OFFSETS_TOPIC: GROUP_COORDINATOR,
+                          TRANSACTION_STATE_TOPIC: TRANSACTION_COORDINATOR}
 
 # ListOffsets: the first version that may ask each special timestamp (Kafka's
 # ReplicaManager.timestampMinSupportedVersion; -4 EARLIEST_LOCAL_TIMESTAMP and -5

@@ -24,6 +24,7 @@ from kio.static.primitive import i16, i32, i32Timedelta, i64
 
 from .. import errors
 from ..broker.metadata import validate_topic_name
+from ..coordinator import GROUP_COORDINATOR, TRANSACTION_COORDINATOR
 from ..coordinator.group_coordinator import find_coordinator
 from ..coordinator.offsets import OFFSETS_TOPIC
 from ..coordinator.transaction_coordinator import find_transaction_coordinator
@@ -118,11 +119,11 @@ class TxnHandlers:
     def transactions(self):
         return find_transaction_coordinator(self.broker)
 
-    def _coordinating(self, key, key_type=1):
+    def _coordinating(self, key, key_type=TRANSACTION_COORDINATOR):
         """The transaction coordinator, after checking that this broker coordinates key (a
-        transactional id; key_type 0: a group) in its cluster: NOT_COORDINATOR otherwise,
-        and the client asks FindCoordinator again (COORDINATOR_LOAD_IN_PROGRESS while this
-        broker loads the key's partition after its election)."""
+        transactional id; a group id with GROUP_COORDINATOR) in its cluster: NOT_COORDINATOR
+        otherwise, and the client asks FindCoordinator again (COORDINATOR_LOAD_IN_PROGRESS
+        while this broker loads the key's partition after its election)."""
         view = None if self.broker.replicas is None else self.broker.replicas.view
         if view is not None:
             view.check_coordinating(key, key_type)
@@ -199,7 +200,7 @@ class TxnHandlers:
         return getattr(self._coordinating(transactional_id), method)(transactional_id, *args)
 
     def _txn_offset_commit(self, transactional_id, group_id, producer_id, epoch, *args):
-        self._coordinating(group_id, 0)
+        self._coordinating(group_id, GROUP_COORDINATOR)
         groups = find_coordinator(self.broker)
         verification = self._verify_offsets(transactional_id, groups.offsets_partition(group_id),
                                             producer_id, epoch)
