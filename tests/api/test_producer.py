@@ -187,6 +187,31 @@ def test_callbacks_get_metadata_or_the_error(db):
         future.result()
 
 
+@pytest.mark.parametrize("acks", [1, "all"])
+def test_callbacks_of_one_partition_run_in_offset_order_across_sending_threads(db, acks):
+    # KafkaProducer.send: "Callbacks for records being sent to the same partition are
+    # guaranteed to execute in order." A record's callback used to be added after its batch
+    # could complete on another thread's drain, and batches drained by two threads could
+    # complete in either order: hundreds of callbacks ran after a later record's.
+    db.create_topic("t")
+    p = db.producer(acks=acks, linger_ms=0, batch_size=300)
+    seen = []
+
+    def send_all():
+        for _ in range(2000):
+            p.send("t", b"x" * 50, partition=0,
+                   callback=lambda metadata, error: seen.append(metadata.offset))
+
+    threads = [threading.Thread(target=send_all) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    p.close()
+    assert len(seen) == 8000
+    assert seen == sorted(seen)
+
+
 def test_a_raising_callback_is_logged_never_raised_by_send(db, caplog):
     """A callback's exception is logged, as Kafka's ProducerBatch.completeFutureAndFireCallbacks
     logs it ("Error executing user-provided callback"): an idle producer appends inside

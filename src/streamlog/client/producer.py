@@ -124,15 +124,21 @@ class _Batch:
 
 
 class _Partition:
-    """Per-partition producer state: the open batch, the sealed FIFO, the drain lock."""
+    """Per-partition producer state: the open batch, the sealed FIFO, the drain lock, the
+    appended batches' outcomes waiting to complete."""
 
-    __slots__ = ("tp", "open", "sealed", "drain_lock", "producer", "next_sequence")
+    __slots__ = ("tp", "open", "sealed", "drain_lock", "producer", "next_sequence",
+                 "outcomes", "completing")
 
     def __init__(self, tp):
         self.tp = tp
         self.open = None
         self.sealed = deque()
         self.drain_lock = threading.Lock()
+        # Outcomes of appended batches, in append order, and whether a thread is completing
+        # them (Producer._complete_in_order). Under the producer's lock.
+        self.outcomes = deque()
+        self.completing = False
         # Idempotence: the (producer id, epoch) the partition's sequence counts under (a
         # new one starts it again at 0), and the sequence of the next batch. Under drain_lock.
         self.producer = None
@@ -316,12 +322,16 @@ class Producer:
                                                   batch_limit, now)
             if sticky:
                 self._partitioner.record_appended(topic, p, size, count)
+            future = make_future((batch.result, index, topic, p, ts))
+            if callback is not None:
+                # Before the lock is let go, while no thread can have completed the batch:
+                # added later, the callback of a record another thread's drain completed
+                # meanwhile ran after those of later records (Kafka's callbacks of one
+                # partition run in offset order).
+                future.add_done_callback(lambda f: _run_callback(callback, f))
         for state in (drain, drain_added):  # a switched sticky partition's batch, then ours
             if state is not None:
                 self._drain(state)
-        future = make_future((batch.result, index, topic, p, ts))
-        if callback is not None:
-            future.add_done_callback(lambda f: _run_callback(callback, f))
         return future
 
     def _add(self, state, key, value, ts, headers, size, batch_limit, now):
@@ -486,14 +496,39 @@ class Producer:
                         break
                     batch = state.sealed.popleft()
                 self._append(batch, state, appended)
+            if appended:
+                with self._lock:   # under drain_lock: queued in the order appended
+                    state.outcomes.extend(appended)
         # The quiet that makes the next send "idle" starts when this append ends, not when
         # its send began: an append slower than _IDLE_S (one waiting on the flusher's
         # fdatasync of the same file) made every next send idle, each record a batch of
         # its own appended at once, and so each append slow again (10,000 rec/s, not
         # 250,000, from an idempotent acks="all" producer).
         self._last_send = _now()
-        for outcome in appended:
-            self._finish(*outcome)
+        if appended:
+            self._complete_in_order(state)
+
+    def _complete_in_order(self, state):
+        """Complete the partition's queued outcomes in append order, one thread at a time:
+        a thread that finds another at it leaves its own to that one (so does a callback's
+        send() that drains this partition again), and the callbacks of a partition's
+        records run in offset order, as Kafka's producer guarantees."""
+        with self._lock:
+            if state.completing:
+                return
+            state.completing = True
+        try:
+            while True:
+                with self._lock:
+                    if not state.outcomes:
+                        state.completing = False
+                        return
+                    outcome = state.outcomes.popleft()
+                self._finish(*outcome)
+        except BaseException:
+            with self._lock:
+                state.completing = False
+            raise
 
     # --- send_batch ----------------------------------------------------------------
 
