@@ -42,7 +42,8 @@ def open(path=None, readonly=False, config=None):  # noqa: A001 - the API's name
     on close. readonly=True opens a database another process writes: no lock,
     no writes, reads see what the writer appends. config: database settings
     (see broker.config), only honoured by the first open of a directory in
-    this process.
+    this process; a later open there with a different config is refused
+    (InvalidConfigurationError).
     """
     temporary = path is None or path == MEMORY
     if temporary:
