@@ -794,8 +794,8 @@ def test_describe_list_delete_and_reset_offsets(db):
         db.reset_group_offsets("g", partitions_of(db, "t"), "earliest")
     consumer.close()
     tps = partitions_of(db, "t")
-    assert db.reset_group_offsets("g", tps, "shift", -6, dry_run=True) == {
-        tps[0]: 0, tps[1]: 4, tps[2]: 0, tps[3]: 0}
+    assert db.reset_group_offsets("g", tps[:2], "shift", -6, dry_run=True) == {
+        tps[0]: 0, tps[1]: 4}
     assert db.describe_group("g").partitions[tps[1]].committed == 10   # dry run
     db.reset_group_offsets("g", tps, "offset", 7)
     assert {tp: p.committed for tp, p in db.describe_group("g").partitions.items()} == \
@@ -806,6 +806,19 @@ def test_describe_list_delete_and_reset_offsets(db):
     assert db.list_groups() == []
     with pytest.raises(streamlog.GroupIdNotFoundError):
         db.describe_group("g")
+
+
+def test_shift_reset_refuses_a_partition_without_a_committed_offset(db):
+    # Kafka's ConsumerGroupCommand.prepareOffsetsToReset: --shift-by on a partition the group
+    # has no committed offset for throws "Cannot shift offset for partition ... since there
+    # is no current committed offset", before any offset is changed.
+    fill(db, 8)
+    t0, t1 = TopicPartition("t", 0), TopicPartition("t", 1)
+    db.alter_group_offsets("g", {t0: 1})
+    with pytest.raises(ValueError, match="no committed offset"):
+        db.reset_group_offsets("g", [t0, t1], "shift", 1)
+    assert {tp: p.committed for tp, p in db.describe_group("g").partitions.items()} == {t0: 1}
+    assert db.reset_group_offsets("g", [t0], "shift", 1) == {t0: 2}
 
 
 def test_delete_group_offsets_spares_subscribed_topics_and_outlives_a_reopen(db_path):

@@ -139,9 +139,10 @@ def plan_offset_reset(broker, group_id, partitions, strategy, value=None):
 
     strategy: "earliest", "latest", "offset" (value: the offset), "datetime"
     (value: ms since the epoch; the first offset at or after it, else the
-    log end) or "shift" (value: +/- records from the committed offset,
-    or from the log start when nothing is committed). Every target is
-    clamped into [log start, log end].
+    log end) or "shift" (value: +/- records from the committed offset; a
+    partition with none is refused, ValueError, nothing changed, as Kafka's
+    ConsumerGroupCommand refuses it). Every target is clamped into
+    [log start, log end].
     """
     if strategy not in RESET_STRATEGIES:
         raise ValueError(f"reset strategy must be one of {', '.join(RESET_STRATEGIES)}, "
@@ -171,6 +172,9 @@ def plan_offset_reset(broker, group_id, partitions, strategy, value=None):
             target = ends[tp] if found is None else found[0]
         else:
             c = committed.get(tp)
-            target = (starts[tp] if c is None else c.offset) + value
+            if c is None:
+                raise ValueError(f"cannot shift the offset of {tp} for group {group_id!r}: it "
+                                 "has no committed offset to shift from; nothing was changed")
+            target = c.offset + value
         plan[tp] = min(max(target, starts[tp]), ends[tp])
     return plan
