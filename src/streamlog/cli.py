@@ -251,6 +251,9 @@ def cmd_topics(args, out=sys.stdout):
     readonly = args.action in ("list", "describe")
     if args.action != "create" and _missing(args.path, "topics"):
         return EXIT_USAGE
+    if args.action in ("create", "delete") and args.topic is None:
+        print(f"streamlog topics {args.action}: name the topic", file=sys.stderr)
+        return EXIT_USAGE
     with _open(args.path, readonly=readonly) as db:
         if args.action == "list":
             for name in db.topics(internal=args.internal):

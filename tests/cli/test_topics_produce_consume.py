@@ -41,6 +41,20 @@ def test_topics_refuse_bad_input_with_exit_codes(path):
     assert run("topics", "frob", "--path", path).returncode == 2
 
 
+def test_topics_create_and_delete_without_a_name_are_usage_errors(tmp_path):
+    """They exited 1 with "topic name must be a str, not NoneType" (create) and "topic None
+    does not exist; create it with create_topic(None)" (delete): a missing argument is bad
+    usage (exit 2), as `groups describe` without a group is; kafka-topics refuses it before
+    any request too (TopicCommand.checkRequiredArgs: --topic unless --list or --describe)."""
+    path = tmp_path / "db"
+    created = run("topics", "create", "--path", str(path))
+    assert (created.returncode, created.stderr) == (2, "streamlog topics create: name the topic\n")
+    assert not path.exists()   # refused before a database was made there
+    assert run("topics", "create", "t", "--path", str(path)).returncode == 0
+    deleted = run("topics", "delete", "--path", str(path))
+    assert (deleted.returncode, deleted.stderr) == (2, "streamlog topics delete: name the topic\n")
+
+
 def test_produce_text_with_keys_and_consume_it_back(path):
     run("topics", "create", "t", "--partitions", "2", "--path", path)
     produced = run("produce", "t", "--path", path, "--key-separator", ":",
