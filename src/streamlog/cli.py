@@ -39,6 +39,7 @@ import sys
 from .errors import (DatabaseLockedError, ReadOnlyError, StreamlogError,
                      UnknownTopicOrPartitionError)
 from .progress import Progress
+from .storage import compression
 
 EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE = 0, 1, 2
 
@@ -598,8 +599,8 @@ def build_parser():
     p.add_argument("--partition", type=int, help="send everything to this partition")
     p.add_argument("--acks", default="1", choices=["0", "1", "all"])
     p.add_argument("--linger-ms", type=int, default=5)
-    p.add_argument("--compression", default="none",
-                   choices=["none", "gzip", "lz4", "zstd"])
+    p.add_argument("--compression", default="none", choices=list(compression.IDS),
+                   help="the codec of the batches written (default none)")
     p.add_argument("--keep-empty", action="store_true", help="send empty lines as empty values")
     p.add_argument("--quiet", action="store_true", help="no progress line")
     p.set_defaults(func=cmd_produce)
