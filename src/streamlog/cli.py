@@ -287,11 +287,31 @@ def _print_description(d, out):
 # --- produce --------------------------------------------------------------------
 
 
+def _json_field(data):
+    """Bytes as consume --format json prints them: the text when they are UTF-8, else
+    {"base64": "..."}; _json_bytes reads both back to the same bytes."""
+    if data is None:
+        return None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return {"base64": base64.b64encode(data).decode("ascii")}
+
+
 def _json_bytes(value, what):
+    """The bytes of a key, value or header value of produce --format json: a string's UTF-8,
+    the bytes of {"base64": "..."} (the form _json_field gives bytes that are not UTF-8, so
+    that consume's output produces the same records), any other JSON as its compact text."""
     if value is None:
         return None
-    if isinstance(value, str):
-        return value.encode("utf-8")
+    try:
+        if isinstance(value, str):
+            return value.encode("utf-8")
+        if isinstance(value, dict) and list(value) == ["base64"] and \
+                isinstance(value["base64"], str):
+            return base64.b64decode(value["base64"], validate=True)
+    except ValueError as exc:   # a lone surrogate (\ud800); base64's binascii.Error
+        raise ValueError(f"{what}: {exc}") from None
     return json.dumps(value, separators=(",", ":")).encode("utf-8")
 
 
@@ -335,13 +355,16 @@ def _produce_lines(args, producer, stdin, bar, sent):
             if not isinstance(doc, dict) or "value" not in doc:
                 raise ValueError(f'line {n}: expected an object with "value" (and optional '
                                  '"key", "headers", "partition", "timestamp")')
-            value = _json_bytes(doc["value"], "value")
-            key = _json_bytes(doc.get("key"), "key")
             given = doc.get("headers") or {}
             if not isinstance(given, dict):  # the form consume --format json prints
                 raise ValueError(f'line {n}: "headers" must be an object {{"name": value}}, '
                                  f"not {given!r}")
-            headers = [(k, _json_bytes(v, "header")) for k, v in given.items()]
+            try:
+                value = _json_bytes(doc["value"], "value")
+                key = _json_bytes(doc.get("key"), "key")
+                headers = [(k, _json_bytes(v, f"header {k!r}")) for k, v in given.items()]
+            except ValueError as exc:
+                raise ValueError(f"line {n}: {exc}") from None
             partition = doc.get("partition", partition)
             timestamp = doc.get("timestamp")
         elif separator is not None:
@@ -384,17 +407,10 @@ def _text(data):
 
 def _format_record(record, fmt, print_key, separator):
     if fmt == "json":
-        def field(data):
-            if data is None:
-                return None
-            try:
-                return data.decode("utf-8")
-            except UnicodeDecodeError:
-                return {"base64": base64.b64encode(data).decode("ascii")}
         return json.dumps({"topic": record.topic, "partition": record.partition,
                            "offset": record.offset, "timestamp": record.timestamp,
-                           "key": field(record.key), "value": field(record.value),
-                           "headers": {k: field(v) for k, v in record.headers}})
+                           "key": _json_field(record.key), "value": _json_field(record.value),
+                           "headers": {k: _json_field(v) for k, v in record.headers}})
     value = _text(record.value) or ""
     if print_key:
         return f"{_text(record.key) or ''}{separator}{value}"
@@ -591,7 +607,10 @@ def build_parser():
                        description="One record per stdin line. text: the line is the value "
                                    "(or key SEP value with --key-separator). json: each line is "
                                    '{"value": ..., "key": ..., "headers": {...}, '
-                                   '"partition": n, "timestamp": ms}.')
+                                   '"partition": n, "timestamp": ms}, as consume --format json '
+                                   "prints it: a string is its UTF-8 bytes, "
+                                   '{"base64": "..."} the bytes it encodes, other JSON its '
+                                   "text.")
     p.add_argument("topic")
     p.add_argument("--path", required=True, help=path_help)
     p.add_argument("--format", choices=["text", "json"], default="text")
@@ -618,7 +637,10 @@ def build_parser():
                    help="stop after this many records (-1, the default: no limit)")
     p.add_argument("--timeout-ms", type=int, default=1000,
                    help="stop when no record arrives for this long (default 1000)")
-    p.add_argument("--format", choices=["text", "json"], default="text")
+    p.add_argument("--format", choices=["text", "json"], default="text",
+                   help='json: an object a line (topic, partition, offset, timestamp, key, '
+                        'value, headers), bytes that are not UTF-8 as {"base64": "..."}; '
+                        "produce --format json reads it back")
     p.add_argument("--print-key", action="store_true", help="text format: print key SEP value")
     p.add_argument("--key-separator", default="\t", help="separator for --print-key (tab)")
     p.add_argument("--group", metavar="GROUP",
