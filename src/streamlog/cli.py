@@ -298,6 +298,16 @@ def _json_field(data):
         return {"base64": base64.b64encode(data).decode("ascii")}
 
 
+def _json_headers(headers):
+    """A record's headers as consume --format json prints them: an object, or, when a name
+    repeats (Kafka allows it), a list of [name, value] pairs in their order, which an object
+    would lose."""
+    names = [name for name, _ in headers]
+    if len(set(names)) == len(names):
+        return {name: _json_field(value) for name, value in headers}
+    return [[name, _json_field(value)] for name, value in headers]
+
+
 def _json_bytes(value, what):
     """The bytes of a key, value or header value of produce --format json: a string's UTF-8,
     the bytes of {"base64": "..."} (the form _json_field gives bytes that are not UTF-8, so
@@ -356,13 +366,17 @@ def _produce_lines(args, producer, stdin, bar, sent):
                 raise ValueError(f'line {n}: expected an object with "value" (and optional '
                                  '"key", "headers", "partition", "timestamp")')
             given = doc.get("headers") or {}
-            if not isinstance(given, dict):  # the form consume --format json prints
-                raise ValueError(f'line {n}: "headers" must be an object {{"name": value}}, '
-                                 f"not {given!r}")
+            if isinstance(given, dict):
+                given = list(given.items())
+            elif not (isinstance(given, list) and all(
+                    isinstance(pair, list) and len(pair) == 2 and isinstance(pair[0], str)
+                    for pair in given)):  # the forms consume --format json prints
+                raise ValueError(f'line {n}: "headers" must be an object {{"name": value}} '
+                                 f'or a list of ["name", value] pairs, not {given!r}')
             try:
                 value = _json_bytes(doc["value"], "value")
                 key = _json_bytes(doc.get("key"), "key")
-                headers = [(k, _json_bytes(v, f"header {k!r}")) for k, v in given.items()]
+                headers = [(k, _json_bytes(v, f"header {k!r}")) for k, v in given]
             except ValueError as exc:
                 raise ValueError(f"line {n}: {exc}") from None
             partition = doc.get("partition", partition)
@@ -410,7 +424,7 @@ def _format_record(record, fmt, print_key, separator):
         return json.dumps({"topic": record.topic, "partition": record.partition,
                            "offset": record.offset, "timestamp": record.timestamp,
                            "key": _json_field(record.key), "value": _json_field(record.value),
-                           "headers": {k: _json_field(v) for k, v in record.headers}})
+                           "headers": _json_headers(record.headers)})
     value = _text(record.value) or ""
     if print_key:
         return f"{_text(record.key) or ''}{separator}{value}"
@@ -606,9 +620,10 @@ def build_parser():
     p = sub.add_parser("produce", help="send lines (or JSON objects) from stdin to a topic",
                        description="One record per stdin line. text: the line is the value "
                                    "(or key SEP value with --key-separator). json: each line is "
-                                   '{"value": ..., "key": ..., "headers": {...}, '
-                                   '"partition": n, "timestamp": ms}, as consume --format json '
-                                   "prints it: a string is its UTF-8 bytes, "
+                                   '{"value": ..., "key": ..., "headers": {...} or '
+                                   '[["name", value], ...], "partition": n, "timestamp": ms}, '
+                                   "as consume --format json prints it: a string is its UTF-8 "
+                                   "bytes, "
                                    '{"base64": "..."} the bytes it encodes, other JSON its '
                                    "text.")
     p.add_argument("topic")
@@ -639,8 +654,9 @@ def build_parser():
                    help="stop when no record arrives for this long (default 1000)")
     p.add_argument("--format", choices=["text", "json"], default="text",
                    help='json: an object a line (topic, partition, offset, timestamp, key, '
-                        'value, headers), bytes that are not UTF-8 as {"base64": "..."}; '
-                        "produce --format json reads it back")
+                        'value, headers), bytes that are not UTF-8 as {"base64": "..."}, '
+                        'headers as {"name": value} or, when a name repeats, as '
+                        '[["name", value], ...]; produce --format json reads it back')
     p.add_argument("--print-key", action="store_true", help="text format: print key SEP value")
     p.add_argument("--key-separator", default="\t", help="separator for --print-key (tab)")
     p.add_argument("--group", metavar="GROUP",
