@@ -145,6 +145,8 @@ def cmd_dump(args, out=sys.stdout):
         except StreamlogError as exc:  # read, and found not to be a (whole) segment
             print(f"streamlog dump: {exc}", file=sys.stderr)
             status = max(status, EXIT_PROBLEMS)
+        except BrokenPipeError:  # `streamlog dump ... | head`: stdout, not FILE; main ends
+            raise
         except (ValueError, OSError) as exc:
             print(f"streamlog dump: {exc}", file=sys.stderr)
             status = EXIT_USAGE

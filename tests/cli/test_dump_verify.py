@@ -249,3 +249,19 @@ def test_verify_of_a_live_writer_accepts_an_active_segment_without_index_files(t
         os.rename(sealed + ".away", sealed)
     finally:
         d.close()
+
+
+def test_dump_into_a_pipe_closed_early_ends_quietly(tmp_path):
+    """`streamlog dump FILE | head -1`: the write to the closed pipe was caught as an error
+    reading FILE, so the command printed "streamlog dump: [Errno 32] Broken pipe" and
+    exited 2. A reader that has gone is no failure of the command: it ends with exit 0 and
+    nothing on stderr, as `consume ... | head` does."""
+    root = make_root(tmp_path)
+    seg = segment_files(os.path.join(root, "orders-0"))[0]
+    # 10 x 14 KB: more than a pipe holds, so the command is still writing when it closes.
+    dumping = subprocess.Popen([sys.executable, "-m", "streamlog.cli", "dump",
+                                "--print-records", *[seg] * 10],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert dumping.stdout.readline() == f"Dumping {seg}\n".encode()
+    dumping.stdout.close()
+    assert (dumping.wait(timeout=60), dumping.stderr.read()) == (0, b"")
