@@ -26,8 +26,8 @@
 process writes. Exit codes: 0 ok, 1 an operation failed (the message says why),
 2 bad usage or unreadable input. `repair` exits 1 when a directory could not be
 recovered (each is listed with the reason), `compact` when a log was not cleaned
-(each says why; a later run cleans it). Only `topics create`, `produce` and `serve`
-make a new database where --path names none; the others refuse the path (exit 2).
+(each says why; a later run cleans it). Only `topics create` and `serve` make a new
+database where --path names none; the others refuse the path (exit 2).
 """
 import argparse
 import base64
@@ -329,6 +329,8 @@ def _json_bytes(value, what):
 
 def cmd_produce(args, out=sys.stdout, stdin=None):
     stdin = stdin or sys.stdin.buffer
+    if _missing(args.path, "produce"):   # a new database has no topic to produce to
+        return EXIT_USAGE
     with _open(args.path) as db:
         db.describe_topic(args.topic)  # a missing topic fails before any input is read
         producer = db.producer(acks=args.acks, linger_ms=args.linger_ms,
