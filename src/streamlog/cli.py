@@ -495,8 +495,10 @@ def _print_records(consumer, args, out):
     shown = 0
     cut = {}  # tp -> the first offset fetched but not printed
     bar = Progress("consume", 0, unit="records", enabled=not args.quiet and sys.stderr.isatty())
+    # kafka-console-consumer: a negative --timeout-ms is no timeout (ConsoleConsumerOptions).
+    timeout = None if args.timeout_ms < 0 else args.timeout_ms / 1000
     while args.max_messages is None or shown < args.max_messages:
-        records = consumer.poll(timeout=args.timeout_ms / 1000)
+        records = consumer.poll(timeout=timeout)
         if not records:
             break
         if args.max_messages is not None and len(records) > args.max_messages - shown:
@@ -648,14 +650,15 @@ def build_parser():
     p.add_argument("--path", required=True, help=path_help)
     where = p.add_mutually_exclusive_group()
     where.add_argument("--from-beginning", action="store_true", help="start at the log start")
-    where.add_argument("--offset", type=int, help="start at this offset (in each partition)")
+    where.add_argument("--offset", type=_offset, help="start at this offset (in each partition)")
     where.add_argument("--from-timestamp", metavar="T",
                        help="start at the first record at or after T (ms, or ISO-8601)")
     p.add_argument("--partition", type=int, help="only this partition")
     p.add_argument("--max-messages", type=int,
                    help="stop after this many records (-1, the default: no limit)")
     p.add_argument("--timeout-ms", type=int, default=1000,
-                   help="stop when no record arrives for this long (default 1000)")
+                   help="stop when no record arrives for this long (default 1000); -1: wait "
+                        "for records until Ctrl-C, as kafka-console-consumer without it")
     p.add_argument("--format", choices=["text", "json"], default="text",
                    help='json: an object a line (topic, partition, offset, timestamp, key, '
                         'value, headers), bytes that are not UTF-8 as {"base64": "..."}, '
@@ -790,6 +793,13 @@ def _port(text):
     if not 0 <= port <= 65535:
         raise argparse.ArgumentTypeError(f"a port is 0..65535 (0: any free one), got {port}")
     return port
+
+
+def _offset(text):
+    """argparse type: an offset, 0 or more (kafka-console-consumer refuses a negative one)."""
+    if not text.lstrip("-").isdigit() or int(text) < 0:
+        raise argparse.ArgumentTypeError(f"an offset is an integer, 0 or more, got {text!r}")
+    return int(text)
 
 
 def _positive(text):

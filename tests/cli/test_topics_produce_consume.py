@@ -178,6 +178,25 @@ def test_consume_from_offset_timestamp_and_max_messages(path):
     assert values() == []  # default: only new records
 
 
+def test_consume_takes_offsets_and_timeouts_as_kafka_console_consumer_does(path):
+    """--offset -5 was refused in the library's words ("seek offset must be in [0,
+    9223372036854775807]"), and --timeout-ms -1 with "poll timeout must be >= 0 seconds, got
+    -0.001".
+    kafka-console-consumer refuses a negative --offset as bad usage, and reads a negative
+    --timeout-ms as none: it waits for records (ConsoleConsumerOptions.parseOffset,
+    parseTimeoutMs)."""
+    run("topics", "create", "t", "--path", path)
+    run("produce", "t", "--path", path, stdin="a\nb\nc\n")
+    for offset in ("-5", "x"):
+        refused = run("consume", "t", "--path", path, "--offset", offset)
+        assert refused.returncode == 2 and "Traceback" not in refused.stderr
+        assert f"argument --offset: an offset is an integer, 0 or more, got '{offset}'" in \
+            refused.stderr
+    waited = run("consume", "t", "--path", path, "--from-beginning", "--timeout-ms", "-1",
+                 "--max-messages", "3")
+    assert (waited.returncode, waited.stdout.split()) == (0, ["a", "b", "c"]), waited.stderr
+
+
 def test_consume_works_while_a_writer_holds_the_database(path):
     import streamlog
     with streamlog.open(path) as db:
