@@ -508,9 +508,11 @@ def _print_records(consumer, args, out):
         for record in records:
             print(_format_record(record, args.format, args.print_key, args.key_separator),
                   file=out)
+        # Each poll's records reach a pipe now, not when the buffer fills or the command
+        # ends: `consume ... | grep` follows a topic as kafka-console-consumer's does.
+        out.flush()
         shown += len(records)
         bar.update(shown)
-    out.flush()
     bar.finish()
     if args.group is not None:
         consumer.commit(offsets={tp: cut.get(tp, consumer.position(tp))

@@ -1,6 +1,8 @@
 """The command fails the way a command should: one line naming the problem in terms of
 commands, a non-zero exit, never a traceback; and it says what it did before it failed."""
 import os
+import selectors
+import signal
 import subprocess
 import sys
 
@@ -125,6 +127,44 @@ def test_consume_shows_a_running_count_and_rate_on_a_terminal(path):
     assert "\rconsume" not in quiet and "consumed 3000 record(s)" in quiet
     piped = run("consume", "events", "--from-beginning", "--timeout-ms", "200", "--path", path)
     assert "records/s" not in piped.stderr and "consumed 3000 record(s)" in piped.stderr
+
+
+def _following(path, *args):
+    """`streamlog consume ARGS` left running, stdout a pipe, and buffered as a user's is
+    (without the PYTHONUNBUFFERED a test environment may set)."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    return subprocess.Popen([sys.executable, "-m", "streamlog.cli", "consume", *args,
+                             "--path", path], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env=env)
+
+
+def _lines(stream, count, within_s=30):
+    """The next count lines of a running command's stdout; fails if they are not there
+    within within_s (a generous bound: they are printed at once, or never)."""
+    data = b""
+    with selectors.DefaultSelector() as selector:
+        selector.register(stream, selectors.EVENT_READ)
+        while data.count(b"\n") < count:
+            assert selector.select(within_s), f"no more lines after {data!r}"
+            chunk = os.read(stream.fileno(), 1 << 16)   # unbuffered: select sees the rest
+            assert chunk, f"stdout closed after {data!r}"
+            data += chunk
+    return data.decode().splitlines(keepends=True)[:count]
+
+
+def test_consume_into_a_pipe_prints_each_poll_before_waiting_for_more(path):
+    """Printed records stayed in stdout's buffer until the command ended (a timeout of
+    --timeout-ms, or never with -1), so `consume ... | grep` showed nothing while it
+    followed the topic. kafka-console-consumer's output is System.out, which flushes each
+    record (tools/.../consumer/ConsoleConsumer.java, process)."""
+    assert run("topics", "create", "events", "--path", path).returncode == 0
+    assert run("produce", "events", "--path", path, stdin="a\nb\nc\n").returncode == 0
+    following = _following(path, "events", "--from-beginning", "--timeout-ms", "600000")
+    try:
+        assert _lines(following.stdout, 3) == ["a\n", "b\n", "c\n"]
+    finally:
+        following.send_signal(signal.SIGINT)
+        following.wait(timeout=60)
 
 
 def test_consume_with_a_group_commits_only_what_it_printed(path):
