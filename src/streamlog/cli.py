@@ -42,6 +42,7 @@ from .progress import Progress
 from .storage import compression
 
 EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE = 0, 1, 2
+EXIT_INTERRUPTED = 130   # a shell's 128 + SIGINT
 
 
 def _print_report(report, out):
@@ -464,10 +465,10 @@ def cmd_consume(args, out=sys.stdout):
         else:
             consumer.assign(tps)
             _seek_start(consumer, tps, args)
-        shown = _print_records(consumer, args, out)
+        shown, interrupted = _print_records(consumer, args, out)
         consumer.close()
     print(f"consumed {shown} record(s)", file=sys.stderr)
-    return EXIT_OK
+    return EXIT_INTERRUPTED if interrupted else EXIT_OK
 
 
 def _seek_start(consumer, tps, args):
@@ -487,37 +488,48 @@ def _seek_start(consumer, tps, args):
 
 
 def _print_records(consumer, args, out):
-    """Print records until --max-messages or --timeout-ms of quiet; with --group, commit
-    what was printed: each assigned partition's position, as kafka-console-consumer does,
-    but never past a record fetched and left unprinted by --max-messages. Returns how many
-    records were printed."""
+    """Print records until --max-messages, --timeout-ms of quiet or Ctrl-C; with --group,
+    commit what was printed: each assigned partition's position, as kafka-console-consumer
+    does, but never past a record fetched and left unprinted by --max-messages or Ctrl-C.
+    Returns how many records were printed, and whether Ctrl-C ended it."""
     import streamlog
     shown = 0
     cut = {}  # tp -> the first offset fetched but not printed
+    printed = {}  # tp -> the offset after the last record printed: what Ctrl-C commits
+    interrupted = False
     bar = Progress("consume", 0, unit="records", enabled=not args.quiet and sys.stderr.isatty())
     # kafka-console-consumer: a negative --timeout-ms is no timeout (ConsoleConsumerOptions).
     timeout = None if args.timeout_ms < 0 else args.timeout_ms / 1000
-    while args.max_messages is None or shown < args.max_messages:
-        records = consumer.poll(timeout=timeout)
-        if not records:
-            break
-        if args.max_messages is not None and len(records) > args.max_messages - shown:
-            for r in records[args.max_messages - shown:]:
-                cut.setdefault(streamlog.TopicPartition(r.topic, r.partition), r.offset)
-            records = records[:args.max_messages - shown]
-        for record in records:
-            print(_format_record(record, args.format, args.print_key, args.key_separator),
-                  file=out)
-        # Each poll's records reach a pipe now, not when the buffer fills or the command
-        # ends: `consume ... | grep` follows a topic as kafka-console-consumer's does.
-        out.flush()
-        shown += len(records)
-        bar.update(shown)
+    try:
+        while args.max_messages is None or shown < args.max_messages:
+            records = consumer.poll(timeout=timeout)
+            if not records:
+                break
+            if args.max_messages is not None and len(records) > args.max_messages - shown:
+                for r in records[args.max_messages - shown:]:
+                    cut.setdefault(streamlog.TopicPartition(r.topic, r.partition), r.offset)
+                records = records[:args.max_messages - shown]
+            for record in records:
+                print(_format_record(record, args.format, args.print_key, args.key_separator),
+                      file=out)
+                printed[streamlog.TopicPartition(record.topic, record.partition)] = \
+                    record.offset + 1
+            # Each poll's records reach a pipe now, not when the buffer fills or the command
+            # ends: `consume ... | grep` follows a topic as kafka-console-consumer's does.
+            out.flush()
+            shown += len(records)
+            bar.update(shown)
+    except KeyboardInterrupt:
+        # kafka-console-consumer's shutdown hook wakes the consumer up and closes it, which
+        # commits what was consumed (ConsoleConsumer.addShutdownHook): Ctrl-C ends the
+        # command, not the group's progress. The partitions' positions may be past records
+        # fetched and not printed, so only what was printed is committed.
+        interrupted = True
     bar.finish()
     if args.group is not None:
-        consumer.commit(offsets={tp: cut.get(tp, consumer.position(tp))
-                                 for tp in consumer.assignment()})
-    return shown
+        consumer.commit(offsets=printed if interrupted else
+                        {tp: cut.get(tp, consumer.position(tp)) for tp in consumer.assignment()})
+    return shown, interrupted
 
 
 # --- groups ----------------------------------------------------------------------
@@ -828,7 +840,7 @@ def main(argv=None):
         print(f"streamlog {args.command}: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
-        return 130
+        return EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":

@@ -167,6 +167,27 @@ def test_consume_into_a_pipe_prints_each_poll_before_waiting_for_more(path):
         following.wait(timeout=60)
 
 
+def test_ctrl_c_in_consume_with_a_group_commits_what_it_printed(path):
+    """Ctrl-C raised KeyboardInterrupt out of the poll loop, past the commit: the group kept
+    no offset, and the next `consume --group` printed the same records again.
+    kafka-console-consumer's shutdown hook wakes the consumer up and closes it, which
+    commits what was consumed (tools/.../consumer/ConsoleConsumer.java, addShutdownHook)."""
+    assert run("topics", "create", "events", "--path", path).returncode == 0
+    assert run("produce", "events", "--path", path, stdin="a\nb\nc\n").returncode == 0
+    following = _following(path, "events", "--group", "g", "--from-beginning",
+                           "--timeout-ms", "600000")
+    try:
+        assert _lines(following.stdout, 3) == ["a\n", "b\n", "c\n"]
+    finally:
+        following.send_signal(signal.SIGINT)
+        assert following.wait(timeout=60) == 130
+    assert "events\t0\t3\t3\t0\t" in run("groups", "describe", "g", "--path", path).stdout
+    # --from-beginning: where the group has no committed offset.
+    assert run("consume", "events", "--group", "g", "--from-beginning", "--path", path
+               ).stdout == ""
+    assert b"consumed 3 record(s)" in following.stderr.read()   # said, as on a timeout
+
+
 def test_consume_with_a_group_commits_only_what_it_printed(path):
     assert run("topics", "create", "events", "--path", path).returncode == 0
     assert run("produce", "events", "--path", path, stdin="".join(
