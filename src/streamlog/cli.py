@@ -541,9 +541,9 @@ def _parse_topic_partitions(db, specs):
     out = []
     for spec in specs:
         topic, sep, parts = spec.partition(":")
-        if sep:
+        if sep:   # every comma-separated item a number, as Kafka's parseTopicsWithPartitions
             try:
-                numbers = [int(p) for p in parts.split(",") if p.strip()]
+                numbers = [int(p) for p in parts.split(",")]
             except ValueError:
                 raise ValueError(f"--topic takes TOPIC or TOPIC:P1,P2, got {spec!r}") from None
         else:

@@ -76,6 +76,17 @@ def test_reset_offsets_and_delete_refuse_bad_requests(path):
     assert run("list", "--path", path + "-missing").returncode == 2
 
 
+@pytest.mark.parametrize("spec", ["t:", "t:0,,1", "t:,"])
+def test_reset_offsets_refuses_a_topic_whose_partition_list_has_a_blank(path, spec):
+    """--topic t: printed an empty plan and exited 0 (and t:0,,1 dropped the blank), so a
+    mistyped partition list reset nothing, silently. kafka-consumer-groups refuses both:
+    "Invalid topic arg 't:', expected topic name and partitions", and "Invalid partition ''"
+    for an empty item (ConsumerGroupCommand.parseTopicsWithPartitions)."""
+    refused = run("reset-offsets", "g", "--path", path, "--topic", spec, "--to-earliest")
+    assert (refused.returncode, refused.stdout) == (2, "")
+    assert f"--topic takes TOPIC or TOPIC:P1,P2, got {spec!r}" in refused.stderr
+
+
 def test_delete_refuses_a_group_with_live_members_in_the_writer(path):
     # A writer process keeps a member in the group; the CLI cannot even take the lock.
     holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
