@@ -269,7 +269,7 @@ def cmd_topics(args, out=sys.stdout):
             db.delete_topic(args.topic)
             print(f"deleted topic {args.topic}", file=out)
         elif args.action == "describe":
-            for name in ([args.topic] if args.topic else db.topics()):
+            for name in ([args.topic] if args.topic else db.topics(internal=args.internal)):
                 _print_description(db.describe_topic(name), out)
     return EXIT_OK
 
@@ -634,7 +634,8 @@ def build_parser():
     p.add_argument("--partitions", type=int, default=1, help="partition count for create")
     p.add_argument("--config", action="append", metavar="KEY=VALUE",
                    help="topic config for create, e.g. retention.ms=86400000 (repeatable)")
-    p.add_argument("--internal", action="store_true", help="list internal topics too")
+    p.add_argument("--internal", action="store_true",
+                   help="list and describe internal topics too")
     p.set_defaults(func=cmd_topics)
 
     p = sub.add_parser("produce", help="send lines (or JSON objects) from stdin to a topic",

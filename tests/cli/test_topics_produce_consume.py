@@ -55,6 +55,17 @@ def test_topics_create_and_delete_without_a_name_are_usage_errors(tmp_path):
     assert (deleted.returncode, deleted.stderr) == (2, "streamlog topics delete: name the topic\n")
 
 
+def test_topics_describe_with_internal_describes_the_internal_topics_too(path):
+    """--internal ("list internal topics too") was ignored by describe: the internal topics
+    were neither listed nor described. kafka-topics --describe covers them unless
+    --exclude-internal (TopicCommand.doGetTopics)."""
+    run("topics", "create", "t", "--path", path)
+    run("consume", "t", "--group", "g", "--timeout-ms", "0", "--path", path)
+    described = run("topics", "describe", "--internal", "--path", path).stdout
+    assert "Topic: __consumer_offsets\t" in described and "Topic: t\t" in described
+    assert "Topic: __consumer_offsets" not in run("topics", "describe", "--path", path).stdout
+
+
 def test_produce_text_with_keys_and_consume_it_back(path):
     run("topics", "create", "t", "--partitions", "2", "--path", path)
     produced = run("produce", "t", "--path", path, "--key-separator", ":",
