@@ -665,7 +665,9 @@ def build_parser():
     p.add_argument("--path", required=True, help=path_help)
     where = p.add_mutually_exclusive_group()
     where.add_argument("--from-beginning", action="store_true", help="start at the log start")
-    where.add_argument("--offset", type=_offset, help="start at this offset (in each partition)")
+    # kafka-console-consumer refuses a negative offset (ConsoleConsumerOptions.parseOffset).
+    where.add_argument("--offset", type=_at_least(0),
+                       help="start at this offset (in each partition)")
     where.add_argument("--from-timestamp", metavar="T",
                        help="start at the first record at or after T (ms, or ISO-8601)")
     p.add_argument("--partition", type=int, help="only this partition")
@@ -722,7 +724,7 @@ def build_parser():
     p.add_argument("--path", help="the database directory (FILEs are relative to it)")
     p.add_argument("--print-records", "--print-data-log", action="store_true",
                    help="also print every record of each batch")
-    p.add_argument("--max-value-bytes", type=int, default=60,
+    p.add_argument("--max-value-bytes", type=_at_least(0), default=60,
                    help="how much of each key and value to show (default 60)")
     p.add_argument("--verify", action="store_true",
                    help="check CRCs, offsets and indexes of the directory given")
@@ -750,7 +752,7 @@ def build_parser():
     p.add_argument("--port", type=_port, default=9092,
                    help="the port (default 9092; 0: any); with --brokers N, broker i listens "
                         "on PORT+i")
-    p.add_argument("--brokers", type=_positive, default=1,
+    p.add_argument("--brokers", type=_at_least(1), default=1,
                    help="run N replicated brokers in one process, PATH holding the cluster "
                         "(docs/CLUSTER.md); default 1: the database at PATH alone")
     p.set_defaults(func=cmd_serve)
@@ -810,19 +812,17 @@ def _port(text):
     return port
 
 
-def _offset(text):
-    """argparse type: an offset, 0 or more (kafka-console-consumer refuses a negative one)."""
-    if not text.lstrip("-").isdigit() or int(text) < 0:
-        raise argparse.ArgumentTypeError(f"an offset is an integer, 0 or more, got {text!r}")
-    return int(text)
-
-
-def _positive(text):
-    """argparse type: an integer of at least 1."""
-    number = int(text)
-    if number < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {number}")
-    return number
+def _at_least(minimum):
+    """argparse type: an integer of at least minimum."""
+    def parse(text):
+        try:
+            number = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be an integer, got {text!r}") from None
+        if number < minimum:
+            raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {number}")
+        return number
+    return parse
 
 
 def main(argv=None):

@@ -265,3 +265,15 @@ def test_dump_into_a_pipe_closed_early_ends_quietly(tmp_path):
     assert dumping.stdout.readline() == f"Dumping {seg}\n".encode()
     dumping.stdout.close()
     assert (dumping.wait(timeout=60), dumping.stderr.read()) == (0, b"")
+
+
+def test_dump_refuses_a_negative_max_value_bytes(tmp_path):
+    """--max-value-bytes -1 was taken as a slice end: each key and payload lost its last
+    byte and gained "...", exit 0. A count of bytes is 0 or more."""
+    root = make_root(tmp_path)
+    seg = segment_files(os.path.join(root, "orders-0"))[0]
+    refused = run("dump", "--print-records", "--max-value-bytes", "-1", seg)
+    assert (refused.returncode, refused.stdout) == (2, "")
+    assert "argument --max-value-bytes: must be at least 0, got -1" in refused.stderr
+    assert " key: ... payload: ..." in run("dump", "--print-records", "--max-value-bytes", "0",
+                                           seg).stdout
