@@ -254,6 +254,21 @@ def test_a_dry_run_changes_nothing(tmp_path):
     assert tree(root) == before
 
 
+@pytest.mark.parametrize("contents", [{}, {"notes.txt": "mine"}])
+def test_repair_refuses_a_folder_with_no_metadata_log_and_no_partition(tmp_path, contents):
+    """An empty folder, or somebody's folder, was "repaired": a LOCK file, checkpoints and a
+    new metadata log were written into it ("wrote a new metadata log: 0 topic(s)"), making
+    it a database. With neither a metadata log nor a partition directory there is nothing
+    to repair, and nothing is written."""
+    root = tmp_path / "folder"
+    root.mkdir()
+    for name, text in contents.items():
+        (root / name).write_text(text)
+    with pytest.raises(streamlog.NotADatabaseError, match="nothing to repair"):
+        streamlog.repair(str(root))
+    assert sorted(os.listdir(root)) == sorted(contents)
+
+
 def test_repair_refuses_a_database_open_for_writing(tmp_path):
     root = str(tmp_path / "db")
     with streamlog.open(root):

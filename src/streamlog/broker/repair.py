@@ -149,10 +149,17 @@ def repair(root, dry_run=False, clock_ms=None):
     root = os.path.abspath(root)
     if not os.path.isdir(root):
         raise NotADatabaseError(f"{root} is not a directory: nothing to repair")
+    logs = LogDirectory(root, readonly=True)
+    if not os.path.isdir(logs.partition_dir(METADATA_PARTITION)) and \
+            not logs.partitions_on_disk():
+        # Somebody's folder, or a mistyped path: a metadata log written there (and the lock
+        # file) would make it a database with nothing in it.
+        raise NotADatabaseError(
+            f"{root} holds no metadata log ({files.partition_dir_name(*METADATA_PARTITION)}) "
+            "and no partition directory: nothing to repair")
     lock = DirectoryLock(root)
     lock.acquire()
     try:
-        logs = LogDirectory(root, readonly=True)
         history, state = _read_history(logs)
         report = RepairReport(root, dry_run, state, history.records - len(history.malformed),
                               list(history.malformed))
