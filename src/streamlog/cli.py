@@ -421,7 +421,9 @@ def _parse_time(text, option):
 
 
 def _text(data):
-    return None if data is None else data.decode("utf-8", errors="backslashreplace")
+    # A null key or value (a tombstone) prints as "null", kafka-console-consumer's default
+    # null.literal (DefaultMessageFormatter), not as the empty line of an empty value.
+    return "null" if data is None else data.decode("utf-8", errors="backslashreplace")
 
 
 def _format_record(record, fmt, print_key, separator):
@@ -430,9 +432,9 @@ def _format_record(record, fmt, print_key, separator):
                            "offset": record.offset, "timestamp": record.timestamp,
                            "key": _json_field(record.key), "value": _json_field(record.value),
                            "headers": _json_headers(record.headers)})
-    value = _text(record.value) or ""
+    value = _text(record.value)
     if print_key:
-        return f"{_text(record.key) or ''}{separator}{value}"
+        return f"{_text(record.key)}{separator}{value}"
     return value
 
 

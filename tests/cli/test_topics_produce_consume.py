@@ -121,6 +121,23 @@ def test_consume_json_keeps_repeated_header_names_and_produce_reads_them_back(pa
     assert [json.loads(line)["headers"] for line in again.splitlines()] == [first, second]
 
 
+def test_consume_text_prints_a_null_key_or_value_as_null(path):
+    """A tombstone and a record without a key printed "" for the null: a deleted key read
+    as one set to the empty string. kafka-console-consumer prints "null"
+    (tools/.../consumer/DefaultMessageFormatter.java, null.literal's default)."""
+    import streamlog
+    with streamlog.open(path) as db:
+        db.create_topic("t")
+        producer = db.producer()
+        producer.send("t", key=b"k", value=None)
+        producer.send("t", key=None, value=b"v")
+        producer.send("t", key=b"", value=b"")
+        producer.flush()
+    out = run("consume", "t", "--path", path, "--from-beginning", "--print-key",
+              "--timeout-ms", "300").stdout
+    assert out.splitlines() == ["k\tnull", "null\tv", "\t"]
+
+
 def test_consume_json_produced_again_gives_the_same_bytes(path):
     """consume --format json prints bytes that are not UTF-8 as {"base64": ...}; produce
     --format json stored that object as its JSON text, so piping one into the other changed
