@@ -75,3 +75,23 @@ def test_a_server_that_cannot_bind_raises_to_its_caller_instead_of_waiting(tmp_p
         thread.join(timeout=30)
         assert not thread.is_alive(), "serve() is still waiting for its listener"
     assert len(outcome) == 1 and "cannot listen on 127.0.0.1:70000" in str(outcome[0])
+
+
+def test_a_port_in_use_is_named_as_in_use(tmp_path):
+    """A port asked for and taken gave way to the next port to try, of which there was none:
+    "cannot listen on 127.0.0.1:N: _ports_to_try ends with 0". Only a port picked for
+    port 0 gives way; a taken one is refused with the kernel's EADDRINUSE, as Kafka's
+    SocketServer refuses it ("Socket server failed to bind to ...: Address already in
+    use")."""
+    import errno
+    import socket
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with streamlog.open(str(tmp_path / "db")) as db:
+            with pytest.raises(streamlog.StreamlogError,
+                               match=f"cannot listen on 127.0.0.1:{port}: ") as refused:
+                db.serve(port=port)
+    assert isinstance(refused.value.__cause__, OSError)
+    assert refused.value.__cause__.errno == errno.EADDRINUSE

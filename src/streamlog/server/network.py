@@ -115,7 +115,8 @@ class KafkaServer:
             try:
                 return await asyncio.start_server(self._serve_connection, host, candidate)
             except OSError as exc:
-                if candidate == 0 or exc.errno != errno.EADDRINUSE:
+                # Only a port picked here gives way to the next; a port asked for is taken.
+                if port != 0 or candidate == 0 or exc.errno != errno.EADDRINUSE:
                     raise
         raise AssertionError("_ports_to_try ends with 0")
 
