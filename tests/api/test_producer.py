@@ -97,6 +97,28 @@ def test_explicit_and_invalid_partitions(db):
             producer.send_batch("t", [b"v"], partition=bad)
 
 
+def test_an_internal_topic_is_refused_and_its_groups_keep_working(db):
+    """send() to __consumer_offsets appended the record, which the group coordinator then
+    read back as a group record: every later list_groups() failed with "undecodable record
+    in __consumer_offsets-N". Kafka's ReplicaManager refuses a client's append to an
+    internal topic ("Cannot append to internal topic", INVALID_TOPIC_EXCEPTION), as the
+    wire's Produce here does; partitionsFor still answers for it."""
+    db.create_topic("t")
+    consumer = db.consumer(group_id="g", enable_auto_commit=False)
+    consumer.assign([TopicPartition("t", 0)])
+    consumer.commit({TopicPartition("t", 0): 0})
+    producer = db.producer()
+    for send in (lambda: producer.send("__consumer_offsets", key=b"k", value=b"x"),
+                 lambda: producer.send_batch("__consumer_offsets", [b"x"], keys=[b"k"])):
+        with pytest.raises(streamlog.InvalidTopicError,
+                           match="cannot append to internal topic __consumer_offsets"):
+            send()
+    producer.flush()
+    assert len(producer.partitions_for("__consumer_offsets")) == 50
+    assert [g.group_id for g in db.list_groups()] == ["g"]
+    consumer.close()
+
+
 @pytest.mark.parametrize("name", ["round_robin", "random"])
 def test_named_partitioners(db, name):
     db.create_topic("t", partitions=4)

@@ -67,9 +67,10 @@ from collections import deque
 import numpy as np
 
 from ..errors import (CommitFailedError, IllegalGenerationError, IllegalStateError,
-                      InvalidConfigurationError, InvalidRequestError, InvalidTxnStateError,
-                      KafkaTimeoutError, ProducerClosedError, ProducerFencedError,
-                      RecordTooLargeError, StreamlogError, UnknownMemberIdError)
+                      InvalidConfigurationError, InvalidRequestError, InvalidTopicError,
+                      InvalidTxnStateError, KafkaTimeoutError, ProducerClosedError,
+                      ProducerFencedError, RecordTooLargeError, StreamlogError,
+                      UnknownMemberIdError)
 from ..storage import compression
 from ..storage.record_batch import (NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE,
                                     RECORD_BATCH_OVERHEAD, _column, build_batch, encode_headers,
@@ -214,6 +215,11 @@ class Producer:
         cached = self._topics.get(topic)
         if cached is None or cached[4] != version:
             info = self._broker.ensure_topic(topic)
+            if info.internal:
+                # The coordinators' own topics, as the wire's Produce refuses them (Kafka's
+                # ReplicaManager: "Cannot append to internal topic"): a client's record
+                # there is read back as a group's or a transaction's, and breaks them.
+                raise InvalidTopicError(f"cannot append to internal topic {topic}")
             limit = min(info.config.max_message_bytes, self._max_request)
             tps = [TopicPartition(topic, p) for p in range(info.partitions)]
             with self._lock:
@@ -230,7 +236,7 @@ class Producer:
             self._topics.pop(topic, None)
 
     def partitions_for(self, topic):
-        return list(range(self._topic(topic)[0]))
+        return list(range(self._broker.ensure_topic(topic).partitions))   # internal ones too
 
     # --- send -------------------------------------------------------------------
 
