@@ -516,10 +516,11 @@ def _print_records(consumer, args, out):
                       file=out)
                 printed[streamlog.TopicPartition(record.topic, record.partition)] = \
                     record.offset + 1
+                shown += 1
             # Each poll's records reach a pipe now, not when the buffer fills or the command
             # ends: `consume ... | grep` follows a topic as kafka-console-consumer's does.
+            # Counted before: a Ctrl-C once they are out says how many it printed.
             out.flush()
-            shown += len(records)
             bar.update(shown)
     except KeyboardInterrupt:
         # kafka-console-consumer's shutdown hook wakes the consumer up and closes it, which
