@@ -298,9 +298,9 @@ class Cluster:
                                                  self.replica_fetch_wait_max_ms)
 
     def _stop_fetchers(self, broker_id):
-        """Tell the broker's fetchers to stop (and wake the idle ones); returns them, for
-        the caller to join once the broker is out of the cluster (a fetcher in a long poll
-        must not delay a kill)."""
+        """Tell the broker's fetchers to stop; returns them, for the caller to wake
+        (_wake_waiting_fetches, once the controller let the broker go) and join once the
+        broker is out of the cluster (a fetcher in a long poll must not delay a kill)."""
         with self._lock:
             stopping = [f for (a, _), f in self._fetchers.items() if a == broker_id]
             for fetcher in stopping:
@@ -308,15 +308,13 @@ class Cluster:
             for key in [k for k in self._fetchers if k[0] == broker_id]:
                 del self._fetchers[key]
             self._slow_changed.notify_all()
-        manager = self._slots[broker_id].manager
-        if manager is not None:
-            manager.wake_fetchers()
         return stopping
 
     def _wake_waiting_fetches(self):
-        """The fetches of brokers the controller let go, waiting at their leaders, answer
-        now (their asker is no longer registered): joining a stopped fetcher then takes no
-        replica.fetch.wait.max.ms."""
+        """Every broker's waits end now: the idle fetchers' waits for a change of state,
+        and the fetches of brokers the controller let go, waiting at their leaders (their
+        asker is no longer registered), which answer. Joining a stopped fetcher then takes
+        no replica.fetch.wait.max.ms."""
         for slot in self._slots.values():
             if slot.manager is not None:
                 slot.manager.wake_fetchers()
