@@ -9,6 +9,7 @@ poll() waited on it forever.
 """
 import os
 import struct
+import threading
 
 import pytest
 
@@ -70,6 +71,24 @@ def test_a_garbled_index_hides_nothing(closed_db):
     with open(path, "wb") as f:  # the entries in reverse order: each one points elsewhere
         f.write(b"".join(entries[i:i + 8] for i in range(len(entries) - 8, -1, -8)))
     assert read_only_values(closed_db) == (RECORDS, list(range(RECORDS)))
+
+
+def test_an_index_one_batch_out_of_step_with_its_log_hides_nothing(closed_db):
+    # A compacted log's cleaner puts new files under a segment's names, so a read-only
+    # view may map an index written for another file than the log it reads: here each
+    # entry points at the batch before the one it names. The view took that for damage
+    # ("record batch ends at offset 29 but the index says 30"); it now scans the segment.
+    path = segment_file(closed_db, ".index")
+    entries = open(path, "rb").read()
+    rows = [struct.unpack_from(">ii", entries, i) for i in range(0, len(entries), 8)]
+    with open(path, "wb") as f:
+        f.write(b"".join(struct.pack(">ii", relative + 1, position)
+                         for relative, position in rows))
+    with streamlog.open(closed_db, readonly=True) as ro:
+        consumer = ro.consumer()
+        consumer.assign([TP])
+        consumer.seek(TP, 30)   # found through the index
+        assert [int(r.value) for r in consumer.poll(timeout=5.0)] == list(range(30, RECORDS))
 
 
 def test_a_tail_torn_before_the_last_index_entry_ends_the_view_at_the_last_whole_batch(
@@ -271,3 +290,113 @@ def test_a_view_reads_on_when_segment_files_vanish_under_it_more_than_once(tmp_p
         monkeypatch.setattr(log, "_read", files_vanish_twice)
         assert [b.base_offset for b in log.read(0).batches] == [0]
         assert vanished == [0, 0]
+
+
+# --- read-only views of a compacted log while the writer's cleaner swaps segments ----------
+
+def _compacted_topic(db):
+    """A compacted topic of small segments whose keys repeat, but for the first 20 records'
+    (a pass merges the segments and keeps those 20)."""
+    db.create_topic("t", config={"cleanup.policy": "compact", "segment.bytes": 4096})
+    _append(db, 600)
+
+
+def _append(db, records):
+    """records more, each valued with its offset."""
+    start = db.describe_topic("t").partitions[0].log_end_offset
+    producer = db.producer(linger_ms=0, batch_size=1024)
+    for i in range(start, start + records):
+        key = b"first-%d" % i if i < 20 else b"k%d" % (i % 20)
+        producer.send("t", key=key, value=b"%d" % i, partition=0)
+    producer.close()
+
+
+def _read_from_start(view, end):
+    """(offset, value) of every record a fresh consumer of the view reads from the start,
+    up to end (the writer's: a view's describe_topic would look at the directory first)."""
+    consumer = view.consumer(auto_offset_reset="earliest")
+    consumer.assign([TP])
+    got = []
+    while not got or got[-1][0] < end - 1:
+        records = consumer.poll(timeout=5.0)
+        assert records, f"stopped after {got[-1:]}"
+        got.extend((r.offset, r.value) for r in records)
+    consumer.close()
+    return got
+
+
+def test_a_compacted_segment_is_read_from_the_file_the_view_listed(tmp_path):
+    # A view opened a compacted log's segments by name at their first read. The cleaner
+    # could have put a merged segment under the first one's name since the view listed it:
+    # the view read that with the old segment's bounds and failed on records that are fine
+    # ("record batch offsets 5649..5699 are out of order for segment 0", the crash test's
+    # failure under load). A view's segment now holds the file it listed, which stays
+    # readable after the swap.
+    root = str(tmp_path / "db")
+    with streamlog.open(root) as db:
+        _compacted_topic(db)
+        with streamlog.open(root, readonly=True) as view:
+            for _ in range(2):
+                (result,) = db.compact("t")
+                assert result.stats is not None
+                # The view lists the new segment 0 (and opens nothing else until a read).
+                view._broker.partition_log(TP).refresh()
+                _append(db, 300)
+            (result,) = db.compact("t")   # merges segment 0 with segments after it
+            assert result.stats is not None
+            # Read as a consumer's fetch does, with no look at the directory in between.
+            log = view._broker.partition_log(TP)
+            last, position = -1, 0
+            while position < log._next_offset:
+                batches = log.read(position).batches
+                assert batches and batches[0].base_offset > last
+                last = batches[-1].last_offset
+                position = last + 1
+            got = _read_from_start(view, 1200)
+    offsets = [offset for offset, _ in got]
+    assert offsets == sorted(set(offsets)) and offsets[-1] == 1199
+    assert all(value == b"%d" % offset for offset, value in got)
+
+
+def test_a_view_lists_a_compacted_log_again_when_a_swap_begins_before_it_opens_a_file(
+        tmp_path, monkeypatch):
+    # Between a view's listing and its opening of the cleaned first segment, the cleaner's
+    # next pass may rename that segment away (its swap's second step). The view left the
+    # segment out and moved its log start past it: a reader from the start missed every
+    # record the first segment held (the crash test's "MISSING 100 pinned records"). It
+    # now lists again, waiting out the swap (settled_listing), and keeps the segment.
+    import streamlog.storage.partition_log as partition_log
+    from streamlog.storage import files
+    root = str(tmp_path / "db")
+    with streamlog.open(root) as db:
+        _compacted_topic(db)
+        with streamlog.open(root, readonly=True) as view:
+            log = view._broker.partition_log(TP)
+            assert _read_from_start(view, 600)[0] == (0, b"0")
+            (result,) = db.compact("t")   # a new file under segment 0's name
+            assert result.stats is not None
+            real_open = partition_log.open_readonly_segments
+            swaps = []
+
+            def next_swap_begins(directory, bases, *args, **kwargs):
+                if 0 in bases and not swaps:
+                    # The writer's swap steps 1 and 2 for segment 0, then step 3 a moment
+                    # later (PartitionLog.replace_segments).
+                    log_file = os.path.join(directory, files.offset_prefix(0) + ".log")
+                    with open(log_file, "rb") as f:
+                        cleaned = f.read()
+                    with open(log_file + files.SWAP_SUFFIX, "wb") as f:
+                        f.write(cleaned)
+                    os.rename(log_file, log_file + files.DELETED_SUFFIX)
+                    step_3 = threading.Timer(0.05, os.rename,
+                                             (log_file + files.SWAP_SUFFIX, log_file))
+                    step_3.start()
+                    swaps.append(step_3)
+                return real_open(directory, bases, *args, **kwargs)
+            monkeypatch.setattr(partition_log, "open_readonly_segments", next_swap_begins)
+            log.refresh()
+            swaps[0].join()
+            assert log.log_start_offset == 0 and log._bases[0] == 0
+            got = _read_from_start(view, 600)
+    assert got[0] == (0, b"0")
+    assert all(value == b"%d" % offset for offset, value in got)

@@ -70,6 +70,10 @@ class FileRecords:
         # The size at this object's last fdatasync (None: none yet, or the file was cut
         # since): a flush with nothing appended since has nothing to wait for.
         self._synced_size = None
+        # Read-only: (device, inode) of the file the first open() found. A compacted log's
+        # cleaner puts a new file under the same name, so a descriptor given back and taken
+        # again (open_files.py) must be of the file this view sized and scanned, or fail.
+        self.identity = None
         if lazy:
             try:
                 self.size = os.stat(path).st_size
@@ -95,9 +99,31 @@ class FileRecords:
             raise KafkaStorageError(f"{self.path} was closed")
         flags = os.O_RDONLY if self.readonly else os.O_RDWR | os.O_CREAT
         try:
-            self._fd = os.open(self.path, flags, 0o644)
+            fd = os.open(self.path, flags, 0o644)
         except OSError as exc:
             raise storage_error(exc, f"cannot open log file {self.path}") from exc
+        if self.readonly:
+            self._bind(fd)
+        self._fd = fd
+
+    def _bind(self, fd):
+        """Read-only: tie this object to the file fd is of (see identity), or refuse fd."""
+        try:
+            st = os.fstat(fd)
+        except OSError as exc:
+            os.close(fd)
+            raise storage_error(exc, f"cannot open log file {self.path}") from exc
+        found = (st.st_dev, st.st_ino)
+        if self.identity is None:
+            self.identity = found
+            self.size = st.st_size   # of this file: a lazy object's stat may be of another
+        elif found != self.identity:
+            os.close(fd)
+            # Not found, as far as this view goes: its file left the name (read-only views
+            # look again on a vanished file, PartitionLog.read).
+            gone = FileNotFoundError(errno.ENOENT, "the file was replaced", self.path)
+            raise KafkaStorageError(f"log file {self.path} was replaced since this view "
+                                    f"opened it") from gone
 
     def release(self):
         """Give back the descriptor and the map; `size` stays, and open() takes them again.

@@ -50,7 +50,7 @@ from .durable import fsync_dir
 from .file_records import IncompleteBatch
 from .leader_epoch_cache import LeaderEpochCache
 from .log_cleaner import CleanerSnapshot
-from .log_loader import list_directory, load_log, settled_listing
+from .log_loader import SWAP_WAITS, list_directory, load_log, settled_listing
 from .open_files import OpenSegments
 from .record_batch import (CONTROL_ABORT, CONTROL_COMMIT, CREATE_TIME, LOG_APPEND_TIME,
                            LOG_OVERHEAD, NO_TIMESTAMP, RECORD_BATCH_OVERHEAD, RecordBatch,
@@ -1353,38 +1353,14 @@ class PartitionLog:
         if not self.readonly:
             return
         with self._lock:
-            try:
-                listing = settled_listing(self.directory, self.config.compact)
-            except FileNotFoundError:
-                # The writer deleted the topic (a deletion renames the directory away, then
-                # removes it): the partition is gone, as a writable open would say.
-                raise UnknownTopicOrPartitionError(
-                    f"partition {self.name} was deleted by the writer (its directory "
-                    f"{self.directory} is gone)") from None
-            if listing is None:
+            listed = self._listed_segments()
+            if listed is None:
                 return   # a swap left unfinished: the view stays as it is (log_loader)
-            listed = listing.bases
-            present = set(listed)
+            keep, gone = listed
             previous_last = self._segments[-1].base_offset if self._segments else -1
-            keep = []
-            removed = False
-            compact = self.config.compact
-            for segment in self._segments:
-                if segment.base_offset in present and not (compact and
-                                                           segment.replaced_on_disk()):
-                    keep.append(segment)
-                else:
-                    segment.close()  # deleted by the writer's retention, or its cleaner
-                    removed = True
-            held = {s.base_offset for s in keep}
-            # Retention only removes segments and rolls add them at the end; the cleaner
-            # also puts new files under the names of segments it replaced.
-            new = [base for base in listed if base not in held and
-                   (compact or not keep or base > keep[-1].base_offset)]
-            if new:
-                keep = sorted(keep + open_readonly_segments(
-                    self.directory, new, self.config, open_files=self._open_files),
-                    key=lambda s: s.base_offset)
+            for segment in gone:
+                segment.close()  # deleted by the writer's retention, or its cleaner
+            removed = bool(gone)
             if not keep:
                 return
             for segment in keep:
@@ -1396,6 +1372,44 @@ class PartitionLog:
             self._next_offset = max(self._next_offset, self._scan_tail(keep))
             self._follow_to(self._next_offset)
             self.high_watermark = self._next_offset
+
+    def _listed_segments(self):
+        """Read-only refresh's look at the directory: (the segments of the log now, those of
+        this view that left it), or None while a writer's swap stays unfinished.
+
+        A compacted log is listed again when a file it listed left before the view opened
+        it: the cleaner's next swap began in between, and a view without that segment
+        would skip its records (its log start would move past them)."""
+        compact = self.config.compact
+        for _ in range(SWAP_WAITS if compact else 1):
+            try:
+                listing = settled_listing(self.directory, compact)
+            except FileNotFoundError:
+                # The writer deleted the topic (a deletion renames the directory away, then
+                # removes it): the partition is gone, as a writable open would say.
+                raise UnknownTopicOrPartitionError(
+                    f"partition {self.name} was deleted by the writer (its directory "
+                    f"{self.directory} is gone)") from None
+            if listing is None:
+                return None
+            present = set(listing.bases)
+            keep, gone = [], []
+            for segment in self._segments:
+                stays = segment.base_offset in present and not (
+                    compact and segment.replaced_on_disk())
+                (keep if stays else gone).append(segment)
+            held = {s.base_offset for s in keep}
+            # Retention only removes segments and rolls add them at the end; the cleaner
+            # also puts new files under the names of segments it replaced.
+            new = [base for base in listing.bases if base not in held and
+                   (compact or not keep or base > keep[-1].base_offset)]
+            opened = open_readonly_segments(self.directory, new, self.config,
+                                            open_files=self._open_files) if new else []
+            if len(opened) == len(new) or not compact:
+                return sorted(keep + opened, key=lambda s: s.base_offset), gone
+            for segment in opened:
+                segment.close()
+        return None
 
     def _writer_log_start(self, removed):
         """Read-only: the log start the writer has moved to, as far as this view can prove it.

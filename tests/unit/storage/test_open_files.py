@@ -254,3 +254,28 @@ def test_a_segment_in_steady_use_is_not_the_one_pushed_out(tmp_path):
     assert bound.evictions > 100
     for log in [hot, *cold]:
         log.close()
+
+
+def test_a_read_only_file_taken_again_must_be_the_file_it_was(tmp_path):
+    # A read-only view gives a descriptor back under the bound and takes it again by name;
+    # a compacted log's cleaner may have put another file under that name meanwhile. That
+    # file was read with the sizes and offsets of the first (records "out of order", or
+    # skipped); reopening now fails as a vanished file, which the view looks again for.
+    from streamlog.storage.file_records import FileRecords
+    path = str(tmp_path / "00000000000000000000.log")
+    with open(path, "wb") as f:
+        f.write(b"a" * 100)
+    records = FileRecords(path, readonly=True, lazy=True)
+    with open(path + ".new", "wb") as f:
+        f.write(b"b" * 40)
+    os.replace(path + ".new", path)   # between the lazy object's stat and its first open
+    records.open()
+    assert records.size == 40 and records.read(0, 40) == b"b" * 40
+    records.release()
+    with open(path + ".new", "wb") as f:
+        f.write(b"c" * 40)
+    os.replace(path + ".new", path)
+    with pytest.raises(KafkaStorageError, match="was replaced") as raised:
+        records.open()
+    assert isinstance(raised.value.__cause__, FileNotFoundError)
+    records.close()
