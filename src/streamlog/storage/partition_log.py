@@ -1125,9 +1125,23 @@ class PartitionLog:
     # --- compaction (log_cleaner.py) ----------------------------------------------
 
     def cleaner_snapshot(self):
-        """What a cleaning pass reads of the log, taken at once (log_cleaner.CleanerSnapshot)."""
+        """What a cleaning pass reads of the log, taken at once (log_cleaner.CleanerSnapshot).
+
+        Refused while an earlier swap is unfinished (a rename after its commit point
+        failed, replace_segments): its `.swap` files are committed, and a `.cleaned` file
+        of this pass beside them, found by the next open after a crash, would tell the
+        loader that swap never committed. It would discard it, and the segments it
+        replaced are already gone. The next open finishes that swap."""
         with self._lock:
             self._check_writable()
+            unfinished = [s.base_offset for s in self._segments
+                          if s.suffix == files.SWAP_SUFFIX]
+            if unfinished:
+                raise KafkaStorageError(
+                    f"{self.name}: a cleaned segment at offset {unfinished[0]} still has its "
+                    "temporary .swap name (a rename failed after the swap was committed); "
+                    "close and reopen the database to finish that swap before cleaning "
+                    "the log again")
             producers = {pid: (e.batches[-1].last_offset if e.batches else None, e.epoch)
                          for pid, e in self.producer_state.producers.items()}
             return CleanerSnapshot(tuple(self._segments), self.log_start_offset,
@@ -1190,6 +1204,10 @@ class PartitionLog:
                 for _, cleaned, _ in replacements:
                     cleaned.rename_suffix(files.SWAP_SUFFIX, "")
                 fsync_dir(self.directory)
+            except OSError as exc:
+                raise KafkaStorageError(
+                    f"{self.name}: the cleaned segments are in, but renaming their files "
+                    f"failed ({exc}); the next open of the database finishes it") from exc
             finally:
                 self._install_replacements(replacements, new_by_first, old_bases)
             # The old segments no cleaned one starts at are gone: so are their snapshots,
