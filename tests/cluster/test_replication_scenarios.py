@@ -622,3 +622,22 @@ def test_a_followers_append_in_progress_holds_up_no_state_change_of_the_broker(c
         release.set()
         kill.join(GENEROUS_S)
     wait_until(lambda: follower_log.log_end_offset == 3, "the copy to complete")
+
+
+def test_a_new_topic_is_replicated_without_waiting_out_the_followers_fetches(tmp_path):
+    # A follower's fetch waits at its leader up to replica.fetch.wait.max.ms while nothing
+    # it asked for is new. A topic made meanwhile was fetched only once that wait ended: a
+    # first acks=all write to it waited it out (500 ms by default, per new topic, over
+    # the wire). The new state ends the wait, and the next fetch asks for the new topic.
+    hour_ms = 3_600_000
+    with Cluster(3, path=str(tmp_path / "cluster"), replica_lag_time_max_ms=hour_ms,
+                 replica_fetch_wait_max_ms=hour_ms) as cluster:
+        cluster.create_topic("first", 3, 3)   # every broker's fetchers now wait at leaders
+        cluster.wait_in_sync("first")
+        cluster.produce("first", 0, values(b"first", 1))
+        for name in ("second", "third"):
+            cluster.create_topic(name, 3, 3)
+            for partition in range(3):
+                # A wait out of the hour would fail this at its timeout.
+                assert cluster.produce(name, partition, values(name.encode(), 2),
+                                       timeout=GENEROUS_S) == 0

@@ -323,7 +323,8 @@ class ReplicaManager:
                 self._appended.wait(timeout)
 
     def wake_fetchers(self):
-        """End wait_for_change() waits now (the cluster is stopping this broker's fetchers)."""
+        """End wait_for_change() waits now (the cluster is stopping this broker's fetchers),
+        and have waiting replica fetches look again at why they wait (replica_fetch)."""
         with self._appended:
             self._appended.notify_all()
 
@@ -545,25 +546,29 @@ class ReplicaManager:
         return current is not None and follower.broker_epoch in (-1, current)
 
     def replica_fetch(self, replica_id, partitions, max_bytes=1 << 20, max_wait_ms=0,
-                      broker_epoch=-1):
+                      broker_epoch=-1, stale=None):
         """A follower's fetch: partitions = {tp: (fetch offset, its leader epoch)}, from the
         incarnation of broker_epoch (-1: unchecked, as Kafka's fetches without one). Records
         up to the log end (not the HW); after a successful read, the follower's LEO,
         caught-up time and ISR membership are updated, as Kafka's updateFollowerFetchState
         does, and the answer carries the high watermark that follows. Waits up to
-        max_wait_ms while nothing is new. Returns {tp: ReplicaFetch}."""
+        max_wait_ms while nothing is new, and no longer once stale() (when given) is true:
+        the asker has partitions to add to its fetch (a topic just made). Returns
+        {tp: ReplicaFetch}."""
         deadline = time.monotonic() + max_wait_ms / 1000
         expand = []
         out = self._replica_read(replica_id, broker_epoch, partitions, max_bytes, expand)
         self._alter_isrs(expand)
+        def waits():
+            return self._asker_current(replica_id, broker_epoch) and \
+                not (stale is not None and stale())
         while not any(r.batches or r.error for r in out.values()) and \
-                time.monotonic() < deadline and not self._closed.is_set() and \
-                self._asker_current(replica_id, broker_epoch):
+                time.monotonic() < deadline and not self._closed.is_set() and waits():
             with self._appended:
-                # Asked again under the lock: a stop's wake_fetchers() notifies under it.
-                if self._asker_current(replica_id, broker_epoch) and all(
-                        self._nothing_new(tp, offset) for tp, (offset, _) in
-                        partitions.items()):
+                # Asked again under the lock: a stop's or a new state's wake_fetchers()
+                # notifies under it.
+                if waits() and all(self._nothing_new(tp, offset) for tp, (offset, _) in
+                                   partitions.items()):
                     self._appended.wait(max(deadline - time.monotonic(), 0))
             out = self._replica_read(replica_id, broker_epoch, partitions, max_bytes, None)
         return out

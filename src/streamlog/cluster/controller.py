@@ -171,10 +171,16 @@ class Controller:
         self._write([self._partition_change(tp, st) for tp, st in states.items()], push)
 
     def _push(self, tp, state):
-        for broker_id in sorted(self.alive):
-            manager = self._managers.get(broker_id)
+        managers = [(broker_id, self._managers.get(broker_id)) for broker_id in
+                    sorted(self.alive)]
+        for broker_id, manager in managers:
             if manager is not None:
                 self._apply(broker_id, manager, tp, state)
+        # The followers' fetches waiting at their leaders end if a follower now has more to
+        # fetch (ReplicaFetcher: a new topic's first acks=all write need not wait them out).
+        for _, manager in managers:
+            if manager is not None:
+                manager.wake_fetchers()
 
     @staticmethod
     def _apply(broker_id, manager, tp, state):

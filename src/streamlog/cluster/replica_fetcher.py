@@ -93,6 +93,7 @@ class ReplicaFetcher:
         follower = self.cluster.replica_manager(self.follower_id)
         if follower is None:
             return False
+        seen = follower.version
         mine = {tp: epoch for tp, (leader, epoch) in follower.followed().items()
                 if leader == self.leader_id and leader != NO_LEADER}
         if not mine:
@@ -105,8 +106,11 @@ class ReplicaFetcher:
                   if not follower.needs_truncation(tp)}
         if not wanted:
             return False
+        # A state the follower took since it listed its partitions (a new topic's) ends the
+        # leader's wait: its next round fetches them too, without waiting the rest out.
         results = leader.replica_fetch(self.follower_id, wanted, REPLICA_FETCH_MAX_BYTES,
-                                       self.wait_max_ms, follower.broker_epoch)
+                                       self.wait_max_ms, follower.broker_epoch,
+                                       stale=lambda: follower.version != seen)
         self.cluster.link(self.follower_id, self.leader_id, self)   # cut meanwhile: drop the answer
         for tp, result in results.items():
             epoch = wanted[tp][1]
