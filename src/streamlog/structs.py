@@ -13,10 +13,13 @@ class TopicPartition(NamedTuple):
 
 
 class OffsetAndMetadata(NamedTuple):
-    """A committed position: the next offset to consume, and a note stored with it."""
+    """A committed position: the next offset to consume, and a note stored with it;
+    leader_epoch: the leader epoch of the last record consumed (-1: none), which Kafka's
+    clients commit to validate the position later (KIP-320), kept and answered as given."""
 
     offset: int
     metadata: str = ""
+    leader_epoch: int = -1
 
     @classmethod
     def of(cls, value):
@@ -24,7 +27,7 @@ class OffsetAndMetadata(NamedTuple):
         offset alone -- what every call that takes offsets to commit accepts."""
         if not isinstance(value, tuple):
             return cls(value)
-        if not 1 <= len(value) <= 2:
-            raise ValueError(f"an offset to commit is an offset or an (offset, metadata) "
-                             f"pair, not {value!r}")
+        if not 1 <= len(value) <= 3:
+            raise ValueError(f"an offset to commit is an offset, an (offset, metadata) "
+                             f"pair or an (offset, metadata, leader epoch), not {value!r}")
         return cls(*value)

@@ -946,3 +946,26 @@ def test_a_consumer_waits_out_a_committed_offset_pending_in_a_transaction(db, ho
     assert min(r.offset for r in got if r.partition == 0) == 4
     assert consumer.committed([t0]) == {t0: OffsetAndMetadata(4, "")}
     consumer.close()
+
+
+def test_a_committed_leader_epoch_is_kept_across_a_reopen(db_path):
+    # Kafka's OffsetAndMetadata carries the leader epoch of the last record consumed
+    # (KIP-320); the coordinator keeps it with the offset (OffsetCommitValue v3). A commit
+    # of an (offset, metadata, epoch) triple reads back whole, also after a reopen, and a
+    # value written before the epoch was kept (version 1) reads back with none (-1).
+    from streamlog.coordinator import offsets as offsets_log
+    tp = TopicPartition("t", 0)
+    with streamlog.open(db_path) as db:
+        db.create_topic("t")
+        db.consumer(group_id="g").commit({tp: (7, "note", 4)})
+        with pytest.raises(ValueError, match="leader epoch"):
+            db.consumer(group_id="g").commit({tp: OffsetAndMetadata(8, "", -2)})
+    with streamlog.open(db_path) as db:
+        assert db.consumer(group_id="g").committed([tp]) == {
+            tp: OffsetAndMetadata(7, "note", 4)}
+    store = offsets_log.OffsetStore.__new__(offsets_log.OffsetStore)
+    store.offsets, store.groups = {}, {}
+    key = offsets_log._offset_key("old", tp)
+    store._apply(TopicPartition(offsets_log.OFFSETS_TOPIC, 0), key,
+                 offsets_log._pack([1, 5, "m", 1000]))
+    assert store.offsets["old"][tp] == offsets_log.CommittedOffset(5, "m", 1000, -1)

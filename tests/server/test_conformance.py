@@ -306,3 +306,30 @@ def test_kcat_lists_produces_and_consumes(db, server):
     out = kcat("-C", "-t", "t", "-e", "-f", "%k=%s\\n")
     assert sorted(out.split()) == sorted(f"{k.decode()}={v.decode()}"
                                          for k, v, _ in sent_rows(b"kc"))
+
+
+def test_a_committed_leader_epoch_is_kept_and_answered(db, server, tmp_path):
+    # Kafka's clients commit the leader epoch of the last record they consumed with its
+    # offset (OffsetCommit v6+, KIP-320) and read it back with the offset (OffsetFetch
+    # v5+) to validate a position taken from the group. The epoch was dropped: OffsetFetch
+    # answered -1. It is now kept with the offset (across a reopen: tests/api/test_groups.py).
+    tp = streamlog.TopicPartition("t", 0)
+    consumer = confluent_kafka.Consumer({"bootstrap.servers": server.bootstrap_servers,
+                                         "group.id": "epochs", "enable.auto.commit": False})
+    try:
+        consumer.commit(offsets=[confluent_kafka.TopicPartition("t", 0, 2, leader_epoch=5)],
+                        asynchronous=False)
+        (found,) = consumer.committed([confluent_kafka.TopicPartition("t", 0)], timeout=10)
+        assert (found.offset, found.leader_epoch) == (2, 5)
+    finally:
+        consumer.close()
+    reader = kafka.KafkaConsumer(bootstrap_servers=server.bootstrap_servers,
+                                 group_id="epochs-kp", enable_auto_commit=False)
+    try:
+        tp0 = kafka.TopicPartition("t", 0)
+        reader.commit({tp0: kafka.OffsetAndMetadata(3, "note", 7)})
+        assert reader.committed(tp0, metadata=True) == kafka.OffsetAndMetadata(3, "note", 7)
+    finally:
+        reader.close()
+    assert db.consumer(group_id="epochs").committed([tp]) == {
+        tp: streamlog.OffsetAndMetadata(2, "", 5)}

@@ -565,7 +565,8 @@ class GroupMembership:
         """({tp: OffsetAndMetadata or None}, the partitions whose offset is pending in an
         open transaction): what a consumer starts from, once none of its is pending."""
         found, pending = self._coordinator.offset_fetch_stable(self.group_id, partitions)
-        return ({tp: (None if c is None else OffsetAndMetadata(c.offset, c.metadata))
+        return ({tp: (None if c is None else
+                      OffsetAndMetadata(c.offset, c.metadata, c.leader_epoch))
                  for tp, c in found.items()}, pending & set(found))
 
     def group_metadata(self):

@@ -768,6 +768,10 @@ class GroupCoordinator:
                                  f"got {om.offset!r}")
             if not isinstance(om.metadata, str):
                 raise ValueError(f"offset metadata for {tp} must be a str, got {om.metadata!r}")
+            if isinstance(om.leader_epoch, bool) or not isinstance(om.leader_epoch, int) or \
+                    not -1 <= om.leader_epoch < 1 << 31:
+                raise ValueError(f"the leader epoch to commit for {tp} must be an int from -1 "
+                                 f"(none) to 2**31-1, got {om.leader_epoch!r}")
             if len(om.metadata.encode("utf-8")) > OFFSET_METADATA_MAX_BYTES:
                 raise OffsetMetadataTooLargeError(
                     f"offset metadata for {tp} is longer than {OFFSET_METADATA_MAX_BYTES} bytes")

@@ -12,7 +12,8 @@ Record layout (msgpack; the leading number is the key's type, like Kafka's
 key version, and each value starts with its own version):
 
     offset commit   key [1, group, topic, partition]
-                    value [1, offset, metadata, commit_timestamp_ms]
+                    value [2, offset, metadata, commit_timestamp_ms, leader_epoch]
+                    (version 1 values, without the epoch, are read too)
     group           key [2, group]
                     value [2, protocol_type, generation, protocol, leader,
                            state_timestamp_ms, member_count, members]
@@ -61,7 +62,7 @@ OFFSETS_COMMIT_TIMEOUT_MS = 5000
 _INT_MAX, _INT_MIN_BITS = (1 << 31) - 1, 1 << 31   # Java's Integer.MAX_VALUE, MIN_VALUE's bits
 
 _OFFSET_KEY, _GROUP_KEY = 1, 2
-_VALUE_VERSION = 1
+_VALUE_VERSION = 2   # 2: the committed leader epoch (KIP-320)
 _GROUP_VALUE_VERSION = 2   # 2: the members' ids, client ids and assignments
 
 
@@ -69,6 +70,7 @@ class CommittedOffset(NamedTuple):
     offset: int
     metadata: str
     commit_timestamp: int
+    leader_epoch: int = -1
 
 
 class GroupRecord(NamedTuple):
@@ -126,7 +128,8 @@ def _group_key(group_id):
 def _offset_changes(group_id, offsets, now_ms):
     """(key, value) of each offset commit record; offsets: {TopicPartition:
     OffsetAndMetadata}, stamped now_ms (a plain and a transactional commit alike)."""
-    return [(_offset_key(group_id, tp), _pack([_VALUE_VERSION, om.offset, om.metadata, now_ms]))
+    return [(_offset_key(group_id, tp),
+             _pack([_VALUE_VERSION, om.offset, om.metadata, now_ms, om.leader_epoch]))
             for tp, om in offsets.items()]
 
 
@@ -204,7 +207,7 @@ class OffsetStore:
                     if not committed:
                         del self.offsets[group]
                 else:
-                    committed[at] = CommittedOffset(*value[1:4])
+                    committed[at] = CommittedOffset(*value[1:5])
             elif key[0] == _GROUP_KEY:
                 group = key[1]
                 if value is None:

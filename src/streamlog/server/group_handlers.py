@@ -223,7 +223,8 @@ class GroupHandlers:
         for topic in body.topics:
             for p in topic.partitions:
                 offsets[TopicPartition(topic.name, int(p.partition_index))] = OffsetAndMetadata(
-                    int(p.committed_offset), p.committed_metadata or "")
+                    int(p.committed_offset), p.committed_metadata or "",
+                    int(getattr(p, "committed_leader_epoch", -1)))
         generation = getattr(body, "generation_id_or_member_epoch",
                              getattr(body, "generation_id", -1))
         # Kafka answers per partition: a refused offset (metadata too large, an unknown
@@ -265,8 +266,7 @@ class GroupHandlers:
             by_topic.setdefault(tp.topic, []).append(build(
                 types.OffsetFetchResponsePartition, partition_index=i32(tp.partition),
                 committed_offset=i64(found.offset if found is not None else -1),
-                committed_leader_epoch=i32(getattr(found, "leader_epoch", -1)
-                                           if found is not None else -1),
+                committed_leader_epoch=i32(found.leader_epoch if found is not None else -1),
                 metadata=(found.metadata if found is not None else "") or "",
                 error_code=ErrorCode.unstable_offset_commit if tp in unstable
                 else ErrorCode.none))

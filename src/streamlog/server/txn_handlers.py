@@ -284,7 +284,8 @@ class TxnHandlers:
     def txn_offset_commit(self, version, body, context):
         cls, types = response_types(TXN_OFFSET_COMMIT, version)
         offsets = {TopicPartition(t.name, int(p.partition_index)):
-                   OffsetAndMetadata(int(p.committed_offset), p.committed_metadata or "")
+                   OffsetAndMetadata(int(p.committed_offset), p.committed_metadata or "",
+                                     int(getattr(p, "committed_leader_epoch", -1)))
                    for t in body.topics for p in t.partitions}
         exc = failure(self._txn_offset_commit, body.transactional_id, body.group_id,
                       int(body.producer_id), int(body.producer_epoch),
