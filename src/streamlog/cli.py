@@ -36,6 +36,7 @@ import json
 import os
 import sys
 
+from . import __version__
 from .errors import (DatabaseLockedError, ReadOnlyError, StreamlogError,
                      UnknownTopicOrPartitionError)
 from .progress import Progress
@@ -627,6 +628,7 @@ def build_parser():
     parser = argparse.ArgumentParser(
         prog="streamlog", description="Embedded Kafka-model log: topics, produce, consume, "
                                       "inspect and verify data directories.")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     path_help = "the database directory"

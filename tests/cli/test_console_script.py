@@ -31,3 +31,15 @@ def test_help_of_a_subcommand_exits_0_and_shows_path(args):
 def test_bad_usage_of_the_installed_command_exits_2():
     result = run("topics", "create")  # no --path
     assert result.returncode == 2 and "--path" in result.stderr
+
+
+def test_the_installed_command_says_the_installed_version():
+    # Every command-line tool answers --version; this one says the version pip installed
+    # (pyproject.toml), which streamlog.__version__ must match.
+    from importlib.metadata import version
+
+    import streamlog
+    result = run("--version")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == f"streamlog {version('streamlog')}\n"
+    assert streamlog.__version__ == version("streamlog")
