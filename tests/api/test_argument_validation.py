@@ -266,9 +266,10 @@ def test_altering_committed_offsets_past_the_log_end_is_refused(db):
 
 
 def test_every_call_that_commits_offsets_takes_the_same_value_forms(db):
-    """An offset, an OffsetAndMetadata or an (offset, metadata) pair, as commit() always
-    took, in each call that stores committed offsets (one reading: OffsetAndMetadata.of);
-    a tuple of another length is refused by name, not by a constructor's TypeError."""
+    """An offset, an OffsetAndMetadata, an (offset, metadata) pair or an (offset,
+    metadata, leader epoch) triple, in each call that stores committed offsets (one
+    reading: OffsetAndMetadata.of); a tuple of another length is refused by name, not by a
+    constructor's TypeError."""
     db.create_topic("t")
     db.producer().send_batch("t", [b"a", b"b", b"c"]).result()
     tp = TopicPartition("t", 0)
@@ -280,12 +281,13 @@ def test_every_call_that_commits_offsets_takes_the_same_value_forms(db):
         for value, want in [(1, streamlog.OffsetAndMetadata(1)),
                             (streamlog.OffsetAndMetadata(2, "x"),
                              streamlog.OffsetAndMetadata(2, "x")),
+                            ((2, name, 6), streamlog.OffsetAndMetadata(2, name, 6)),
                             ((3, name), streamlog.OffsetAndMetadata(3, name))]:
             call({tp: value})
             assert consumer.committed([tp]) == {tp: want}, (name, value)
-        with pytest.raises(ValueError, match=r"an offset or an \(offset, metadata\) pair, "
-                                             r"not \(1, 'm', 2\)"):
-            call({tp: (1, "m", 2)})
+        with pytest.raises(ValueError, match=r"an \(offset, metadata, leader epoch\), "
+                                             r"not \(1, 'm', 2, 3\)"):
+            call({tp: (1, "m", 2, 3)})
     assert consumer.committed([tp]) == {tp: streamlog.OffsetAndMetadata(3, "alter_group_offsets")}
     consumer.close()
 

@@ -444,7 +444,10 @@ def test_the_isr_changes_of_one_fetch_reach_the_controller_in_one_write(cluster)
                                     broker_epoch=cluster.controller.broker_epochs[follower])
     assert all(answer.error is None for answer in answers.values())
     assert all(follower in cluster.partition_state("t", tp.partition).isr for tp in tps)
-    assert writes == [[b"partition:t:%d" % tp.partition for tp in tps]]
+    # Only the writes of these partitions: the other leaders may still be dropping the cut
+    # follower from their ISRs meanwhile (their own lag clocks).
+    keys = [b"partition:t:%d" % tp.partition for tp in tps]
+    assert [w for w in writes if set(w) & set(keys)] == [keys]
     cluster.controller._write = write
     cluster.heal(follower)
 

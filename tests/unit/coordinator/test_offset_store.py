@@ -94,11 +94,14 @@ def test_records_go_to_the_groups_partition_with_msgpack_keys(broker):
     broker.create_topic("t", 2)
     store = OffsetStore(broker)
     store.commit("abc", {TP: OffsetAndMetadata(7)}, now_ms=42)
+    store.commit("abc", {TP: OffsetAndMetadata(8, "n", 3)}, now_ms=43)
     tp = TopicPartition(OFFSETS_TOPIC, partition_for("abc", 5))
     batches = broker.partition_log(tp).read(0, 1 << 20).batches
     rows = [(msgpack.unpackb(key), msgpack.unpackb(value)) for batch in batches
             for (_offset, _ts, key, value) in batch.tuples()[0]]
-    assert rows == [([1, "abc", "t", 0], [1, 7, "", 42])]
+    # Value version 2: the committed leader epoch last (-1: none).
+    assert rows == [([1, "abc", "t", 0], [2, 7, "", 42, -1]),
+                    ([1, "abc", "t", 0], [2, 8, "n", 43, 3])]
     for other in range(5):
         if other != tp.partition:
             assert broker.partition_log(TopicPartition(OFFSETS_TOPIC, other)).log_end_offset == 0
