@@ -599,6 +599,10 @@ def test_a_followers_append_in_progress_holds_up_no_state_change_of_the_broker(c
     tp0 = TopicPartition("t", 0)
     assert cluster.leader("t", 0) == 0 and cluster.leader("t", 1) == 1
     cluster.wait_in_sync("t")
+    for leader in (0, 1):
+        # Only the kill changes the ISRs: the held copy must not also make broker 1 lag
+        # out of t-0's ISR (LAG_MS is short, and a kill on a loaded machine can outlast it).
+        cluster.replica_manager(leader).replica_lag_time_max_ms = 600_000
     follower_log = cluster.broker(1).partition_log(tp0)
     appending, release, appended = threading.Event(), threading.Event(), threading.Event()
     append = follower_log.append
