@@ -47,6 +47,11 @@ _REMAP_GROWTH = 1 << 20
 _MIN_VIEW_BYTES = 256 << 10
 
 
+def _identity(st):
+    """(device, inode) of a stat result: which file, whatever its name."""
+    return st.st_dev, st.st_ino
+
+
 class IncompleteBatch(Exception):
     """The bytes end inside a batch: a torn write (writer) or a batch still being written."""
 
@@ -113,7 +118,7 @@ class FileRecords:
         except OSError as exc:
             os.close(fd)
             raise storage_error(exc, f"cannot open log file {self.path}") from exc
-        found = (st.st_dev, st.st_ino)
+        found = _identity(st)
         if self.identity is None:
             self.identity = found
             self.size = st.st_size   # of this file: a lazy object's stat may be of another
@@ -124,6 +129,16 @@ class FileRecords:
             gone = FileNotFoundError(errno.ENOENT, "the file was replaced", self.path)
             raise KafkaStorageError(f"log file {self.path} was replaced since this view "
                                     f"opened it") from gone
+
+    def replaced(self):
+        """Read-only: whether the name no longer holds the file this object is bound to
+        (another file took it, or none); False before the first open."""
+        if self.identity is None:
+            return False
+        try:
+            return _identity(os.stat(self.path)) != self.identity
+        except FileNotFoundError:
+            return True
 
     def release(self):
         """Give back the descriptor and the map; `size` stays, and open() takes them again.

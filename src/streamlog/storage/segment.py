@@ -96,10 +96,12 @@ def open_readonly_segments(directory, bases, config, now_ms=None, open_files=Non
             segment = LogSegment(directory, base, config, readonly=True, now_ms=now_ms,
                                  open_files=open_files, lazy=True)
             if config.compact:
-                # The cleaner replaces a segment by another of the same name: the view binds
-                # the segment to the file now (FileRecords.identity), which tells them apart
-                # (replaced_on_disk) and which a later open must find again.
-                segment.refresh_size()
+                # The cleaner replaces a segment by another of the same name: opening the
+                # log now binds the segment to this file (FileRecords.identity, its size
+                # too), which tells them apart (replaced_on_disk) and which a later open
+                # must find again.
+                with segment.pinned():
+                    pass
             segments.append(segment)
         except (KafkaStorageError, FileNotFoundError) as exc:
             if not isinstance(exc, FileNotFoundError) and \
@@ -320,7 +322,7 @@ class LogSegment:
         batch really starts there, else 0. An index never decides what a reader sees: a
         read-only view's index may be garbled, swapped, or point past a torn tail."""
         last, position = self.offset_index.last_entry()
-        if position and not self._plausible_batch_start(position, 2**62, last):
+        if position and not self._index_entry_matches(position, last):
             return 0
         return position
 
@@ -468,8 +470,7 @@ class LogSegment:
             # Appended one after the other here: the previous batch ends just below this one.
             return position, (base - 1 if i else None)
         index_offset, position = self.offset_index.lookup(offset)
-        if self.readonly and position and \
-                not self._plausible_batch_start(position, offset, index_offset):
+        if self.readonly and position and not self._index_entry_matches(position, index_offset):
             index_offset, position = self.base_offset, 0  # the snapshot no longer matches
         expect_last = index_offset if position else None
         prev_last = None if position else self.base_offset - 1
@@ -522,15 +523,16 @@ class LogSegment:
         """(base offset, last offset) of each batch, in file order, from the headers alone."""
         return [(header.base_offset, header.last_offset) for header in self.log.headers()]
 
-    def _plausible_batch_start(self, position, offset, last_offset=None):
-        """Whether a batch starting at or below offset starts at position (and ends at
-        last_offset, when given: an index entry's offset is its batch's last)."""
+    def _index_entry_matches(self, position, last_offset):
+        """Whether an index entry (last_offset, position) is of this file: a batch of this
+        segment starts at position and ends at last_offset (an entry's offset is its
+        batch's last; an index of another file under the same name points elsewhere)."""
         try:
             header = next(self.log.headers(position), None)
         except (IncompleteBatch, CorruptRecordError):
             return False
-        return header is not None and self.base_offset <= header.base_offset <= offset and \
-            last_offset in (None, header.last_offset)
+        return header is not None and \
+            self.base_offset <= header.base_offset <= header.last_offset == last_offset
 
     @_uses_files
     def read(self, start_offset, max_size, max_offset=None, min_one_batch=True,
@@ -711,13 +713,7 @@ class LogSegment:
     def replaced_on_disk(self):
         """Read-only, compacted log: whether the file under this segment's name is no longer
         the one the view opened (the cleaner swapped a cleaned segment in, or removed it)."""
-        if self.log.identity is None:
-            return False
-        try:
-            st = os.stat(self.path)
-        except FileNotFoundError:
-            return True
-        return (st.st_dev, st.st_ino) != self.log.identity
+        return self.log.replaced()
 
     def refresh_size(self):
         """Read-only: the log file's length now (a writer may have appended)."""
