@@ -16,6 +16,8 @@ import pytest
 import streamlog
 from streamlog import TopicPartition
 
+from support import append_offset_valued
+
 TP = TopicPartition("t", 0)
 RECORDS = 60
 
@@ -298,17 +300,7 @@ def _compacted_topic(db):
     """A compacted topic of small segments whose keys repeat, but for the first 20 records'
     (a pass merges the segments and keeps those 20)."""
     db.create_topic("t", config={"cleanup.policy": "compact", "segment.bytes": 4096})
-    _append(db, 600)
-
-
-def _append(db, records):
-    """records more, each valued with its offset."""
-    start = db.describe_topic("t").partitions[0].log_end_offset
-    producer = db.producer(linger_ms=0, batch_size=1024)
-    for i in range(start, start + records):
-        key = b"first-%d" % i if i < 20 else b"k%d" % (i % 20)
-        producer.send("t", key=key, value=b"%d" % i, partition=0)
-    producer.close()
+    append_offset_valued(db, "t", 600)
 
 
 def _read_from_start(view, end):
@@ -341,7 +333,7 @@ def test_a_compacted_segment_is_read_from_the_file_the_view_listed(tmp_path):
                 assert result.stats is not None
                 # The view lists the new segment 0 (and opens nothing else until a read).
                 view._broker.partition_log(TP).refresh()
-                _append(db, 300)
+                append_offset_valued(db, "t", 300)
             (result,) = db.compact("t")   # merges segment 0 with segments after it
             assert result.stats is not None
             # Read as a consumer's fetch does, with no look at the directory in between.

@@ -9,30 +9,26 @@ committed (log_loader step 1): it removed the committed `.swap` files with the `
 ones, while the segments they replaced were already `.deleted`, so removed as well. Every
 record of the first segments was gone. A pass is now refused while a swap is unfinished;
 the next open finishes it."""
+import os
 import subprocess
 import sys
 
 import streamlog
 from streamlog import TopicPartition
 
+import support
+
 TP = TopicPartition("t", 0)
 
 CHILD = """
 import errno, os, sys, streamlog
 from streamlog.storage import files, partition_log, segment
+sys.path.insert(0, sys.argv[2])   # the tests' folder
+from support import append_offset_valued
 
 db = streamlog.open(sys.argv[1])
 db.create_topic("t", config={"cleanup.policy": "compact", "segment.bytes": 4096})
-
-def append(n):
-    start = db.describe_topic("t").partitions[0].log_end_offset
-    producer = db.producer(linger_ms=0, batch_size=1024)
-    for i in range(start, start + n):
-        key = b"first-%d" % i if i < 20 else b"k%d" % (i % 20)
-        producer.send("t", key=key, value=b"%d" % i, partition=0)
-    producer.close()
-
-append(600)
+append_offset_valued(db, "t", 600)
 real_rename = segment.LogSegment.rename_suffix
 def step_3_fails(self, old, new):
     if old == files.SWAP_SUFFIX and new == "":
@@ -44,7 +40,7 @@ try:
 except Exception as exc:
     print("first pass:", type(exc).__name__, flush=True)
 segment.LogSegment.rename_suffix = real_rename
-append(300)
+append_offset_valued(db, "t", 300)
 # A crash once the next pass has written its .cleaned files, before its swap commits.
 partition_log.PartitionLog.replace_segments = lambda *args, **kwargs: os._exit(9)
 try:
@@ -59,7 +55,8 @@ os._exit(9)
 def test_a_pass_after_a_swap_left_unfinished_is_refused_and_the_next_open_finishes_it(
         tmp_path):
     path = str(tmp_path / "db")
-    child = subprocess.run([sys.executable, "-c", CHILD, path], capture_output=True,
+    tests = os.path.dirname(os.path.dirname(support.__file__))
+    child = subprocess.run([sys.executable, "-c", CHILD, path, tests], capture_output=True,
                            text=True, timeout=120)
     assert child.returncode == 9, child.stderr
     assert "first pass: KafkaStorageError" in child.stdout, child.stdout

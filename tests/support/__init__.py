@@ -76,6 +76,18 @@ def wait_until(predicate, what=None, timeout_s=GENEROUS_S):
         time.sleep(0.002)
 
 
+def append_offset_valued(db, topic, records, unique=20):
+    """records more on partition 0 of a compacted topic, each valued with its offset: the
+    keys of its first `unique` offsets are never written again (compaction keeps them all),
+    the others cycle through `unique` keys (compaction keeps the last of each)."""
+    start = db.describe_topic(topic).partitions[0].log_end_offset
+    producer = db.producer(linger_ms=0, batch_size=1024)
+    for i in range(start, start + records):
+        key = b"first-%d" % i if i < unique else b"k%d" % (i % unique)
+        producer.send(topic, key=key, value=b"%d" % i, partition=0)
+    producer.close()
+
+
 def callback_catching(call, error):
     """(a producer callback that calls call(), the list of what it raised of type error)."""
     caught = []
