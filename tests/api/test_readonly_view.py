@@ -182,6 +182,59 @@ def test_a_segment_retention_removes_between_listing_and_opening_is_skipped(tmp_
         assert got == list(range(partition.log_start_offset, 20))
 
 
+def test_a_segment_retention_removes_between_a_refreshs_listing_and_its_look_is_skipped(
+        tmp_path, monkeypatch):
+    # A caught-up view's refresh lists the writer's segments, then reads the size of the
+    # one that was its last (the writer may have appended to it). Retention may rename that
+    # segment away in between: a view that gave the segment's descriptor back under
+    # max_open_files opens it again by name and finds nothing. That refresh raised out of
+    # poll() (KafkaStorageError "cannot open log file"). It now lists again, as a read that
+    # finds a file gone does.
+    from streamlog.storage import files
+    from streamlog.storage.checkpoint import OffsetCheckpointFile
+    root = str(tmp_path / "db")
+    with streamlog.open(root) as db:
+        db.create_topic("t", config={"segment.bytes": 200})
+        producer = db.producer(linger_ms=0)
+        producer.send("t", value=b"000").result()
+        with streamlog.open(root, readonly=True) as view:
+            consumer = view.consumer(auto_offset_reset="earliest")
+            consumer.assign([TP])
+            assert [r.offset for r in consumer.poll(timeout=5.0)] == [0]
+            for i in range(1, 20):     # segment 0, the view's last, rolls and more follow
+                producer.send("t", value=b"%03d" % i).result()
+            log = view._broker.partition_log(TP)
+            real_listing = log._listed_segments
+            retained = []
+
+            def listed_then_retained():
+                listed = real_listing()
+                keep, _ = listed
+                if not retained and len(keep) > 1:
+                    retained.append(keep[1].base_offset)
+                    # The view's descriptor of segment 0 given back under max_open_files
+                    # (OpenSegments._make_room_locked), then the writer's retention:
+                    # checkpoint the new start, rename the segment away.
+                    oldest = keep[0]
+                    with log._open_files._lock:
+                        log._open_files._remove_locked(oldest)
+                        oldest._release_files()
+                    starts = OffsetCheckpointFile(
+                        os.path.join(root, files.LOG_START_OFFSET_CHECKPOINT))
+                    starts.write({**starts.read(), TP: keep[1].base_offset})
+                    name = os.path.join(root, "t-0", files.offset_prefix(0) + ".log")
+                    os.rename(name, name + files.DELETED_SUFFIX)
+                return listed
+            monkeypatch.setattr(log, "_listed_segments", listed_then_retained)
+            got = []
+            while not got or got[-1] < 19:
+                records = consumer.poll(timeout=5.0)
+                assert records, f"stopped after {got[-1:]}"
+                got.extend(r.offset for r in records)
+            assert retained and got == list(range(retained[0], 20))
+            assert log.log_start_offset == retained[0] == log._bases[0]
+
+
 def test_a_topic_the_writer_is_creating_is_empty_to_a_reader_not_an_error(db_path):
     """Between the metadata record and the directories, a read-only reader saw
     UnknownTopicOrPartitionError from poll(); Kafka's consumer retries that error."""

@@ -1371,25 +1371,41 @@ class PartitionLog:
         if not self.readonly:
             return
         with self._lock:
-            listed = self._listed_segments()
-            if listed is None:
-                return   # a swap left unfinished: the view stays as it is (log_loader)
-            keep, gone = listed
-            previous_last = self._segments[-1].base_offset if self._segments else -1
-            for segment in gone:
-                segment.close()  # deleted by the writer's retention, or its cleaner
-            removed = bool(gone)
-            if not keep:
-                return
-            for segment in keep:
-                if segment.base_offset >= previous_last:  # the old active one may have grown
-                    segment.refresh_size()
-            self._segments = keep
-            self._bases = [s.base_offset for s in keep]
-            self.log_start_offset = max(self.log_start_offset, self._writer_log_start(removed))
-            self._next_offset = max(self._next_offset, self._scan_tail(keep))
-            self._follow_to(self._next_offset)
-            self.high_watermark = self._next_offset
+            # A file listed may leave before the view reads its size or tail (retention or
+            # the cleaner removing it): the view then lists again, as a read does.
+            for looks_left in range(_VANISHED_RETRIES, -1, -1):
+                listed = self._listed_segments()
+                if listed is None:
+                    return   # a swap left unfinished: the view stays as it is (log_loader)
+                keep, gone = listed
+                if not keep:
+                    return
+                try:
+                    self._take_listing(keep, gone)
+                    return
+                except KafkaStorageError as exc:
+                    for segment in keep:
+                        if segment not in self._segments:
+                            segment.close()   # opened for this listing, now given up
+                    if not looks_left or not isinstance(exc.__cause__, FileNotFoundError):
+                        raise
+
+    def _take_listing(self, keep, gone):
+        """Read-only refresh: follow the writer to the segments listed. Nothing of the view
+        changes before the sizes and the tail are read, which may find a file gone."""
+        previous_last = self._segments[-1].base_offset if self._segments else -1
+        for segment in keep:
+            if segment.base_offset >= previous_last:  # the old active one may have grown
+                segment.refresh_size()
+        next_offset = self._scan_tail(keep)
+        self._segments = keep
+        self._bases = [s.base_offset for s in keep]
+        for segment in gone:
+            segment.close()  # deleted by the writer's retention, or its cleaner
+        self.log_start_offset = max(self.log_start_offset, self._writer_log_start(bool(gone)))
+        self._next_offset = max(self._next_offset, next_offset)
+        self._follow_to(self._next_offset)
+        self.high_watermark = self._next_offset
 
     def _listed_segments(self):
         """Read-only refresh's look at the directory: (the segments of the log now, those of
