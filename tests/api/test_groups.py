@@ -89,7 +89,8 @@ def test_one_member_gets_every_partition_and_commits_its_position(db):
     assert consumer.assignment() == set(partitions_of(db, "t"))
     consumer.commit()
     committed = consumer.committed(partitions_of(db, "t"))
-    assert committed == {tp: OffsetAndMetadata(10) for tp in partitions_of(db, "t")}
+    # The position's leader epoch goes with it: a database of its own stamps epoch 0.
+    assert committed == {tp: OffsetAndMetadata(10, "", 0) for tp in partitions_of(db, "t")}
     meta = consumer.group_metadata()
     assert meta.group_id == "g" and meta.generation_id >= 1 and meta.member_id
     consumer.commit({TopicPartition("t", 0): OffsetAndMetadata(3, "checkpoint")})
@@ -109,7 +110,7 @@ def test_async_commit_callback_runs_on_the_consumer_thread_at_the_next_poll(db):
     assert calls == []
     consumer.poll(timeout=0)
     assert calls == [(threading.current_thread(),
-                      {tp: OffsetAndMetadata(2) for tp in partitions_of(db, "t")}, None)]
+                      {tp: OffsetAndMetadata(2, "", 0) for tp in partitions_of(db, "t")}, None)]
 
 
 def test_auto_commit_on_close_and_restart_from_the_committed_offsets(db_path):
@@ -222,7 +223,8 @@ def test_an_async_commit_refused_after_the_member_left_reports_it_to_the_callbac
     poll_until(consumer, lambda r: len(r) >= 8, "8 records")
     # The consumer stops calling poll(): past max_poll_interval_ms its heartbeat leaves.
     wait_until(lambda: db.describe_group("g").members == [], "the member left the group")
-    positions = {tp: OffsetAndMetadata(consumer.position(tp)) for tp in consumer.assignment()}
+    positions = {tp: OffsetAndMetadata(consumer.position(tp), "", 0)
+                 for tp in consumer.assignment()}
     assert positions
     calls = []
     consumer.commit(asynchronous=True,
@@ -969,3 +971,33 @@ def test_a_committed_leader_epoch_is_kept_across_a_reopen(db_path):
     store._apply(TopicPartition(offsets_log.OFFSETS_TOPIC, 0), key,
                  offsets_log._pack([1, 5, "m", 1000]))
     assert store.offsets["old"][tp] == offsets_log.CommittedOffset(5, "m", 1000, -1)
+
+
+def test_a_consumer_commits_the_leader_epoch_its_position_came_with(db):
+    # Kafka's consumer commits its position with the leader epoch of the batch it last
+    # read from (FetchPosition.offsetEpoch, set by CompletedFetch from the batch's
+    # partitionLeaderEpoch; KIP-320), the committed epoch when the position is the
+    # committed offset, and none after a seek or a reset (OffsetFetcherUtils
+    # .resetPositionIfNeeded: "This will ensure we skip validation").
+    tp = TopicPartition("t", 0)
+    fill(db, 12, partitions=1)
+    consumer = db.consumer(group_id="g", auto_offset_reset="earliest", enable_auto_commit=False)
+    consumer.assign([tp])
+    assert consumer.position(tp) == 0
+    consumer.commit()
+    assert consumer.committed([tp])[tp] == OffsetAndMetadata(0, "", -1)   # a reset's
+    records = poll_until(consumer, lambda r: len(r) >= 12, "12 records")
+    assert [r.offset for r in records] == list(range(12))
+    consumer.commit()
+    assert consumer.committed([tp])[tp] == OffsetAndMetadata(12, "", 0)   # the batch's
+    consumer.seek(tp, 5)
+    consumer.commit()
+    assert consumer.committed([tp])[tp] == OffsetAndMetadata(5, "", -1)   # a seek's
+    consumer.commit({tp: (3, "", 4)})
+    consumer.close()
+    restarted = db.consumer(group_id="g", enable_auto_commit=False)
+    restarted.assign([tp])
+    assert restarted.position(tp) == 3
+    restarted.commit()
+    assert restarted.committed([tp])[tp] == OffsetAndMetadata(3, "", 4)   # the committed
+    restarted.close()

@@ -44,7 +44,7 @@ from ..errors import (IllegalStateError, InvalidGroupIdError, KafkaTimeoutError,
                       UnknownTopicOrPartitionError, WakeupError)
 from ..parsing import LONG_MAX
 from ..storage import codec
-from ..storage.record_batch import CONTROL_ABORT
+from ..storage.record_batch import CONTROL_ABORT, NO_PARTITION_LEADER_EPOCH
 from ..structs import OffsetAndMetadata
 from .config import CONSUMER, resolve
 from .group_member import GroupMembership, parse_subscription
@@ -126,6 +126,10 @@ class Consumer:
         self._api_timeout_s = s["default.api.timeout.ms"] / 1000
         self._assignment = []
         self._positions = {}
+        # The leader epoch of the batch the position was taken from, or of the committed
+        # offset it was set to (Kafka's FetchPosition.offsetEpoch): committed with it. A
+        # position from seek() or a reset has none.
+        self._position_epochs = {}
         # seek_to_beginning()/seek_to_end() asked for, found at the next poll() or position()
         # (Kafka's SubscriptionState.requestOffsetReset): {tp: EARLIEST or LATEST}.
         self._seeking_to = {}
@@ -260,7 +264,7 @@ class Consumer:
         kept = set(tps)
         for tp in list(self._positions):
             if tp not in kept:
-                self._positions.pop(tp, None)
+                self._forget_position(tp)
         for tp in list(self._buffers):
             if tp not in kept:
                 self._buffers.pop(tp, None)
@@ -275,9 +279,13 @@ class Consumer:
         auto_offset_reset: found at the next poll() or position() (_initialize_positions),
         as Kafka's consumer finds them (updateFetchPositions)."""
         for tp in partitions:
-            self._positions.pop(tp, None)
-            self._buffers.pop(tp, None)
+            self._forget_position(tp)
             self._seeking_to.pop(tp, None)
+
+    def _forget_position(self, tp):
+        self._positions.pop(tp, None)
+        self._position_epochs.pop(tp, None)
+        self._buffers.pop(tp, None)
 
     def _initialize_positions(self, tps):
         """Kafka's updateFetchPositions for assigned partitions without a position, subscribed
@@ -294,13 +302,16 @@ class Consumer:
         for tp, found in committed.items():
             if found is not None and tp not in unstable:
                 self._positions[tp] = found.offset
+                self._position_epochs[tp] = found.leader_epoch
                 self._buffers.pop(tp, None)
         return unstable
 
     def consumed_offsets(self):
-        """{tp: OffsetAndMetadata(position)} for every assigned partition with a position."""
-        return {tp: OffsetAndMetadata(self._positions[tp]) for tp in self._assignment
-                if tp in self._positions}
+        """{tp: OffsetAndMetadata(position, "", its leader epoch)} for every assigned
+        partition with a position (Kafka's SubscriptionState.allConsumed)."""
+        return {tp: OffsetAndMetadata(self._positions[tp], "",
+                                      self._position_epochs.get(tp, NO_PARTITION_LEADER_EPOCH))
+                for tp in self._assignment if tp in self._positions}
 
     def wake(self):
         """End the wait of the poll in progress (any thread); it then looks at what changed."""
@@ -367,8 +378,8 @@ class Consumer:
             raise TypeError(f"seek offset must be an int, not {type(offset).__name__}")
         if not 0 <= offset <= LONG_MAX:
             raise ValueError(f"seek offset must be in [0, {LONG_MAX}], got {offset}")
+        self._forget_position(tp)
         self._positions[tp] = offset
-        self._buffers.pop(tp, None)
         self._seeking_to.pop(tp, None)
 
     @_one_thread
@@ -386,8 +397,7 @@ class Consumer:
         tps = (self._assigned(partitions, call) if partitions is not None else []) \
             or list(self._assignment)
         for tp in tps:
-            self._positions.pop(tp, None)
-            self._buffers.pop(tp, None)
+            self._forget_position(tp)
             self._seeking_to[tp] = which
 
     def _reset(self, tp, out_of_range=None):
@@ -403,9 +413,10 @@ class Consumer:
                 raise NoOffsetForPartitionError(
                     f"no position for {tp} and auto_offset_reset is 'none': seek() first", tp)
             which = EARLIEST if self._reset_policy == "earliest" else LATEST
-        self._positions[tp] = self._broker.list_offsets(
-            {tp: which}, read_committed=self._read_committed)[tp][0]
-        self._buffers.pop(tp, None)
+        offset = self._broker.list_offsets({tp: which},
+                                           read_committed=self._read_committed)[tp][0]
+        self._forget_position(tp)
+        self._positions[tp] = offset
         self._seeking_to.pop(tp, None)
 
     def beginning_offsets(self, partitions):
@@ -577,6 +588,7 @@ class Consumer:
             position = self._positions[tp]
             if batch.last_offset < position:
                 continue
+            self._position_epochs[tp] = batch.partition_leader_epoch
             if (buffered.aborted is not None or buffered.aborting) and \
                     batch.producer_id >= 0 and buffered.skips(batch):
                 self._positions[tp] = batch.next_offset
