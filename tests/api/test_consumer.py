@@ -104,6 +104,38 @@ def test_positions_below_a_log_start_raised_by_retention_reset_or_fail(db_path):
         assert db.describe_topic("t").partitions[0].log_start_offset == log_start
 
 
+@pytest.mark.parametrize("readonly", [False, True])
+def test_a_batch_larger_than_a_partitions_share_of_a_fetch_skips_nothing_after_it(db_path,
+                                                                                  readonly):
+    # A fetch reads the first partition with min_one_batch and the next ones without
+    # (Kafka's ReplicaManager.readFromLog: minOneMessage only while nothing was read). A
+    # segment whose first batch at the position did not fit made the read go on to the
+    # next segment: the consumer got offsets 0 and 3, never 1 and 2. The segment holding
+    # the position answers, also with nothing (Kafka's LocalLog.read reads on only while a
+    # segment has no offset at or above it); the next fetch takes the large batch first.
+    with streamlog.open(db_path) as db:
+        db.create_topic("u", partitions=2)
+        producer = db.producer(linger_ms=0)
+        for p in range(2):
+            for i in range(3):
+                value = os.urandom(20000) if i == 1 else b"x" * 30
+                producer.send("u", value=value, partition=p).result()
+            db._broker.partition_log(TopicPartition("u", p)).roll()
+            producer.send("u", value=b"y" * 30, partition=p).result()
+    with streamlog.open(db_path, readonly=readonly) as db:
+        consumer = db.consumer(auto_offset_reset="earliest", max_partition_fetch_bytes=1000)
+        consumer.assign([TopicPartition("u", 0), TopicPartition("u", 1)])
+        got = {0: [], 1: []}
+
+        def eight_records():
+            for record in consumer.poll(timeout=0.2):
+                got[record.partition].append(record.offset)
+            return len(got[0]) + len(got[1]) >= 8
+        wait_until(eight_records, "8 records")
+        assert got == {0: [0, 1, 2, 3], 1: [0, 1, 2, 3]}
+        consumer.close()
+
+
 def test_seek_and_seek_to_ends(db):
     fill(db, 10)
     consumer = db.consumer(auto_offset_reset="earliest")

@@ -1016,7 +1016,11 @@ class PartitionLog:
                 sealed = j + 1 < len(bases)
                 found = segment.read(fetch_offset, max_bytes, upper, min_one_batch,
                                      bases[j + 1] if sealed else end, buffer, sealed)
-                if found is not None and found.batches:
+                if found is not None:
+                    # The segment holding fetch_offset answers, also with nothing: its first
+                    # batch too large for a read without min_one_batch, or past max_offset.
+                    # The next segment's records come after the ones it holds (Kafka's
+                    # LocalLog.read reads on only while a segment has no offset to read).
                     batches = found.batches
                     break
                 if found is None and sealed and fetch_offset < bases[j + 1] and \
