@@ -9,7 +9,9 @@ poll() waited on it forever.
 """
 import os
 import struct
+import sys
 import threading
+import time
 
 import pytest
 
@@ -233,6 +235,65 @@ def test_a_segment_retention_removes_between_a_refreshs_listing_and_its_look_is_
                 got.extend(r.offset for r in records)
             assert retained and got == list(range(retained[0], 20))
             assert log.log_start_offset == retained[0] == log._bases[0]
+
+
+def test_a_view_finds_by_timestamp_in_a_segment_the_writer_grew_and_rolled_since_it_looked(
+        tmp_path):
+    # A view read a segment's largest timestamp (its time index's last entry) once, while
+    # the segment was the writer's active one. The writer appended later timestamps to it
+    # and rolled: the view skipped the segment and answered the first record of the next
+    # (offset 10 at 2010 for 1007). A refresh now has the timestamps of the segments that
+    # may have grown read again.
+    root = str(tmp_path / "db")
+    with streamlog.open(root) as db:
+        db.create_topic("t", config={"index.interval.bytes": 0})
+        producer = db.producer(linger_ms=0)
+        for i in range(5):
+            producer.send("t", value=b"x", timestamp_ms=1000 + i).result()
+        with streamlog.open(root, readonly=True) as view:
+            consumer = view.consumer()
+            consumer.assign([TP])
+            assert consumer.offsets_for_times({TP: 1002})[TP].offset == 2
+            for i in range(5, 10):
+                producer.send("t", value=b"x", timestamp_ms=1000 + i).result()
+            db._broker.partition_log(TP).roll()
+            for i in range(10, 12):
+                producer.send("t", value=b"x", timestamp_ms=2000 + i).result()
+            assert consumer.offsets_for_times({TP: 1007})[TP] == (7, 1007)
+
+
+def test_a_find_by_timestamp_lists_again_when_retention_removes_a_segment_under_it(
+        tmp_path, monkeypatch):
+    # Between a view's look at the directory and its first open of a segment, the
+    # writer's DeleteRecords and retention may remove that segment. A read lists again
+    # then; a find by timestamp raised KafkaStorageError ("cannot open log file"). It now
+    # lists again too, and answers what the writer does.
+    root = str(tmp_path / "db")
+    with streamlog.open(root) as db:
+        db.create_topic("t", config={"segment.bytes": 200})
+        producer = db.producer(linger_ms=0)
+        start = int(time.time() * 1000) - 100_000   # recent: only the log start retains
+        for i in range(20):
+            producer.send("t", value=b"%03d" % i, timestamp_ms=start + i).result()
+        writer_log = db._broker.partition_log(TP)
+        with streamlog.open(root, readonly=True) as view:
+            log = view._broker.partition_log(TP)
+            real_refresh = log.refresh
+            removed = []
+
+            def refreshed_then_retained():
+                real_refresh()
+                # The look of the find itself (the broker's look before it finds the files).
+                if not removed and sys._getframe(1).f_code.co_name == \
+                        "find_offset_by_timestamp":
+                    second = writer_log.segments[1].base_offset
+                    writer_log.increase_log_start_offset(second)
+                    removed.append(writer_log.delete_old_segments())
+            monkeypatch.setattr(log, "refresh", refreshed_then_retained)
+            consumer = view.consumer()
+            consumer.assign([TP])
+            found = consumer.offsets_for_times({TP: start + 15})[TP]
+            assert removed == [1] and found == (15, start + 15)
 
 
 def test_a_topic_the_writer_is_creating_is_empty_to_a_reader_not_an_error(db_path):

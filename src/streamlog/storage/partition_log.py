@@ -950,17 +950,21 @@ class PartitionLog:
             # Caught up with what we know: look for more. Or the writer's DeleteRecords moved
             # the log start: the records below it must not be served from here either.
             self.refresh()
+        return self._retried_where_files_left(lambda: self._read(
+            fetch_offset, max_bytes, max_offset, min_one_batch, buffer, below_high_watermark))
+
+    def _retried_where_files_left(self, look):
+        """look() at the segments; again when they were replaced under it, and in a
+        read-only view again after listing them anew, as long as files it wanted vanished."""
         segments = self._segments
         try:
-            return self._read(fetch_offset, max_bytes, max_offset, min_one_batch, buffer,
-                              below_high_watermark)
+            return look()
         except (KafkaStorageError, _MissingOffsets) as exc:
             if self._segments is not segments:
                 # The cleaner, retention or a read-only view's refresh replaced segments
-                # under this read (one it held was closed or removed): read again, from the
+                # under this look (one it held was closed or removed): look again, at the
                 # log as it is now.
-                return self._read(fetch_offset, max_bytes, max_offset, min_one_batch, buffer,
-                                  below_high_watermark)
+                return look()
             if not self.readonly:
                 raise
             # Retention or the cleaner may have removed a segment under this view (its
@@ -973,8 +977,7 @@ class PartitionLog:
                     raise exc
                 self.refresh()
                 try:
-                    return self._read(fetch_offset, max_bytes, max_offset, min_one_batch,
-                                      buffer, below_high_watermark)
+                    return look()
                 except (KafkaStorageError, _MissingOffsets) as again:
                     exc = again
             raise exc
@@ -1044,6 +1047,10 @@ class PartitionLog:
         """
         if self.readonly:
             self.refresh()
+        return self._retried_where_files_left(
+            lambda: self._find_offset_by_timestamp(timestamp))
+
+    def _find_offset_by_timestamp(self, timestamp):
         segments = self._segments
         start = self.log_start_offset
         end = self._next_offset
@@ -1401,6 +1408,7 @@ class PartitionLog:
         for segment in keep:
             if segment.base_offset >= previous_last:  # the old active one may have grown
                 segment.refresh_size()
+                segment.forget_timestamps()
         next_offset = self._scan_tail(keep)
         self._segments = keep
         self._bases = [s.base_offset for s in keep]

@@ -715,6 +715,14 @@ class LogSegment:
         the one the view opened (the cleaner swapped a cleaned segment in, or removed it)."""
         return self.log.replaced()
 
+    def forget_timestamps(self):
+        """Read-only: the largest timestamp is read again at its next use, with the time
+        index: the writer may have appended to this segment, or sealed it with its final
+        time-index entry, since they were read."""
+        if self._state_is_made():
+            self._timestamps_loaded = False
+            self.time_index.forget_snapshot()
+
     def refresh_size(self):
         """Read-only: the log file's length now (a writer may have appended)."""
         with self.pinned():

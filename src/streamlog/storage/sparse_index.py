@@ -184,6 +184,14 @@ class SparseIndex:
             self.entries = self.length = self.capacity = 0
             self.max_entries = self._round(self.max_index_size) // self.entry_size
 
+    def forget_snapshot(self):
+        """Read-only: load the file again at the next use (the writer adds entries to its
+        active segment's index, and the final time-index entry when it seals one)."""
+        if self.readonly:
+            with self._lock:
+                self._loaded = False
+                self._open = False
+
     def release(self):
         """Give back the map, keeping what is known of the entries and the reserved length;
         the next use maps them again. The writer's dirty pages stay in the page cache (flush
