@@ -506,3 +506,88 @@ def test_a_view_lists_a_compacted_log_again_when_a_swap_begins_before_it_opens_a
             got = _read_from_start(view, 600)
     assert got[0] == (0, b"0")
     assert all(value == b"%d" % offset for offset, value in got)
+
+
+def test_a_view_lists_again_when_a_swap_renames_segments_while_it_looks_at_them(
+        tmp_path, monkeypatch):
+    # A refresh lists a compacted log, then asks each segment it holds whether its file was
+    # replaced. A swap renaming the merged segments away between those looks (segment 0
+    # after the listing, the others not before the view looked at them) left the view with
+    # the cleaned segment 0 (offsets 0..599) beside the old 278 and 556 it covers: reads
+    # from 0 failed ("record batch offsets 591..599 are out of order for segment 0"). The
+    # view now lists again when the directory changed while it looked (_listing_held).
+    import streamlog.storage.partition_log as partition_log
+    from streamlog.storage import files
+    from streamlog.storage.segment import LogSegment
+    root = str(tmp_path / "db")
+    with streamlog.open(root) as db:
+        _compacted_topic(db)
+        (result,) = db.compact("t")
+        assert result.stats is not None
+        append_offset_valued(db, "t", 300)
+        with streamlog.open(root, readonly=True) as view:
+            log = view._broker.partition_log(TP)
+            assert _read_from_start(view, 900)[0] == (0, b"0")
+            steps = {name: threading.Event() for name in
+                     ("listed", "first_renamed", "rest_looked_at", "swapped")}
+            merged = []
+            real_replace = partition_log.PartitionLog.replace_segments
+
+            def swap_once_listed(self, replacements, truncations):
+                if self.readonly or merged:
+                    return real_replace(self, replacements, truncations)
+                merged.extend([s.base_offset for s in old] for old, _, _ in replacements)
+                steps["listed"].wait(30)
+                try:
+                    return real_replace(self, replacements, truncations)
+                finally:
+                    steps["swapped"].set()
+            real_rename = LogSegment.rename_suffix
+
+            def rename_first_then_wait(self, old, new):
+                real_rename(self, old, new)
+                if new == files.DELETED_SUFFIX and self.base_offset == 0 and \
+                        not steps["first_renamed"].is_set():
+                    steps["first_renamed"].set()
+                    steps["rest_looked_at"].wait(30)
+            real_listing = partition_log.settled_listing
+
+            def listing(directory, compact):
+                found = real_listing(directory, compact)
+                steps["listed"].set()
+                return found
+            real_replaced = LogSegment.replaced_on_disk
+
+            def looked_at(self):
+                if not self.readonly:
+                    return real_replaced(self)
+                if self.base_offset == 0 and not steps["rest_looked_at"].is_set():
+                    steps["first_renamed"].wait(30)
+                answer = real_replaced(self)
+                if merged and self.base_offset == merged[0][-1]:
+                    steps["rest_looked_at"].set()
+                return answer
+            real_open = partition_log.open_readonly_segments
+
+            def open_after_the_swap(*args, **kwargs):
+                steps["swapped"].wait(30)
+                return real_open(*args, **kwargs)
+            monkeypatch.setattr(partition_log.PartitionLog, "replace_segments",
+                                swap_once_listed)
+            monkeypatch.setattr(LogSegment, "rename_suffix", rename_first_then_wait)
+            monkeypatch.setattr(partition_log, "settled_listing", listing)
+            monkeypatch.setattr(LogSegment, "replaced_on_disk", looked_at)
+            monkeypatch.setattr(partition_log, "open_readonly_segments", open_after_the_swap)
+            cleaner = threading.Thread(target=db.compact, args=("t",))
+            cleaner.start()
+            log.refresh()
+            cleaner.join()
+            monkeypatch.undo()
+            assert merged[0][0] == 0 and len(merged[0]) > 1
+            assert all(steps[name].is_set() for name in steps)
+            # Each merged group is one segment under its first base: no member after it stays.
+            assert log._bases[0] == 0 and not {base for group in merged
+                                               for base in group[1:]} & set(log._bases)
+            got = _read_from_start(view, 900)
+    assert got[0] == (0, b"0")
+    assert all(value == b"%d" % offset for offset, value in got)

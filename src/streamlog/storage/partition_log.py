@@ -1425,7 +1425,8 @@ class PartitionLog:
 
         A compacted log is listed again when a file it listed left before the view opened
         it: the cleaner's next swap began in between, and a view without that segment
-        would skip its records (its log start would move past them)."""
+        would skip its records (its log start would move past them). So it is when the
+        listing changed while the view looked at its files (_listing_held)."""
         compact = self.config.compact
         for _ in range(SWAP_WAITS if compact else 1):
             try:
@@ -1451,11 +1452,25 @@ class PartitionLog:
                    (compact or not keep or base > keep[-1].base_offset)]
             opened = open_readonly_segments(self.directory, new, self.config,
                                             open_files=self._open_files) if new else []
-            if len(opened) == len(new) or not compact:
+            if not compact or (len(opened) == len(new) and (
+                    not (gone or opened) or self._listing_held(listing.bases, keep))):
                 return sorted(keep + opened, key=lambda s: s.base_offset), gone
             for segment in opened:
                 segment.close()
         return None
+
+    def _listing_held(self, bases, keep):
+        """Compacted log: whether the directory still lists `bases` and holds the segments
+        kept, after the view looked at each. A swap whose renames ran during those looks
+        leaves segments merged away beside the cleaned one that covers them (found replaced
+        only after they were looked at): their offsets would then overlap, and the reads
+        fail as corruption. The listing is then taken again."""
+        try:
+            again = settled_listing(self.directory, True)
+        except FileNotFoundError:
+            return False   # deleted: the next listing says so
+        return again is not None and again.bases == bases and not any(
+            segment.replaced_on_disk() for segment in keep)
 
     def _writer_log_start(self, removed):
         """Read-only: the log start the writer has moved to, as far as this view can prove it.
