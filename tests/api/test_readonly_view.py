@@ -591,3 +591,28 @@ def test_a_view_lists_again_when_a_swap_renames_segments_while_it_looks_at_them(
             got = _read_from_start(view, 900)
     assert got[0] == (0, b"0")
     assert all(value == b"%d" % offset for offset, value in got)
+
+
+def test_a_topic_the_writer_deletes_while_a_view_follows_it_is_unknown_not_a_file_error(
+        tmp_path, monkeypatch):
+    # A view of a compacted log the writer rolled since its last look reads the writer's
+    # snapshots and .txnindex files again after listing the segments (_start_following).
+    # The writer deleting the topic in between made that second listing raise a bare
+    # FileNotFoundError out of the refresh; it is the unknown partition the first listing
+    # answers for a deleted topic.
+    root = str(tmp_path / "db")
+    with streamlog.open(root) as db:
+        db.create_topic("t", config={"cleanup.policy": "compact", "segment.bytes": 4096})
+        append_offset_valued(db, "t", 100)
+        with streamlog.open(root, readonly=True) as view:
+            log = view._broker.partition_log(TP)
+            append_offset_valued(db, "t", 300)   # the writer rolls past the view's last look
+            real_listing = log._listed_segments
+
+            def listed_then_deleted():
+                listed = real_listing()
+                db.delete_topic("t")
+                return listed
+            monkeypatch.setattr(log, "_listed_segments", listed_then_deleted)
+            with pytest.raises(streamlog.UnknownTopicOrPartitionError, match="deleted by the"):
+                log.refresh()

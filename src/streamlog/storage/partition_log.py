@@ -250,7 +250,10 @@ class PartitionLog:
         aborted, from files listed only now: a writer makes a log's first snapshot before
         its first batch with a producer id, and a .txnindex entry before its marker, so
         what is listed after the log end was read covers every batch below it."""
-        listing = list_directory(self.directory)
+        try:
+            listing = list_directory(self.directory)
+        except FileNotFoundError:
+            raise self._deleted_by_the_writer() from None
         self.txn_indexes.load(listing.txn_index_bases)
         state = self.producer_state
         start = state.load_readonly(listing.snapshot_offsets, self._next_offset)
@@ -265,6 +268,14 @@ class PartitionLog:
         # too, or a marker among them would leave its transaction open in this view.
         state.map_end_offset = max(start, self._bases[0]) if self._bases else start
         self._follow(self._next_offset)
+
+    def _deleted_by_the_writer(self):
+        """Read-only: the error for a directory gone under the view. The writer deleted the
+        topic (a deletion renames the directory away, then removes it): the partition is
+        gone, as a writable open would say."""
+        return UnknownTopicOrPartitionError(
+            f"partition {self.name} was deleted by the writer (its directory "
+            f"{self.directory} is gone)")
 
     def _batches_between(self, offset, end, below_high_watermark=True, below_log_start=False):
         """Every whole batch from the one holding offset up to end, in order (the producer
@@ -1432,11 +1443,7 @@ class PartitionLog:
             try:
                 listing = settled_listing(self.directory, compact)
             except FileNotFoundError:
-                # The writer deleted the topic (a deletion renames the directory away, then
-                # removes it): the partition is gone, as a writable open would say.
-                raise UnknownTopicOrPartitionError(
-                    f"partition {self.name} was deleted by the writer (its directory "
-                    f"{self.directory} is gone)") from None
+                raise self._deleted_by_the_writer() from None
             if listing is None:
                 return None
             present = set(listing.bases)
