@@ -1037,7 +1037,7 @@ class PartitionLog:
                     # LocalLog.read reads on only while a segment has no offset to read).
                     batches = found.batches
                     break
-                if found is None and sealed and fetch_offset < bases[j + 1] and \
+                if sealed and fetch_offset < bases[j + 1] and \
                         not self.config.compact:
                     # Appends fill a log densely and only compaction leaves holes between
                     # segments: this one is a segment damaged or removed behind the log's
