@@ -140,6 +140,17 @@ def test_a_batch_below_the_proved_end_that_runs_past_the_file_is_corruption_not_
         assert raised.value.path == path
 
 
+def retention_removes(root, base, new_start):
+    """What the writer's retention does to segment `base` of t-0: checkpoint the new log
+    start, then rename the segment's log away (removed later)."""
+    from streamlog.storage import files
+    from streamlog.storage.checkpoint import OffsetCheckpointFile
+    starts = OffsetCheckpointFile(os.path.join(root, files.LOG_START_OFFSET_CHECKPOINT))
+    starts.write({**starts.read(), TP: new_start})
+    name = os.path.join(root, "t-0", files.offset_prefix(base) + ".log")
+    os.rename(name, name + files.DELETED_SUFFIX)
+
+
 def test_a_segment_retention_removes_between_listing_and_opening_is_skipped(tmp_path,
                                                                            monkeypatch):
     """A read-only open lists the segments, then opens each: retention may rename the oldest
@@ -148,8 +159,6 @@ def test_a_segment_retention_removes_between_listing_and_opening_is_skipped(tmp_
     new log start before it renames; the view re-reads it (a first segment above the start it
     read would otherwise be a lost segment)."""
     import streamlog.storage.log_loader as log_loader
-    from streamlog.storage import files
-    from streamlog.storage.checkpoint import OffsetCheckpointFile
     root = str(tmp_path / "db")
     with streamlog.open(root) as db:
         db.create_topic("t", config={"segment.bytes": 200})
@@ -164,11 +173,7 @@ def test_a_segment_retention_removes_between_listing_and_opening_is_skipped(tmp_
         bases = listing.bases
         if directory.endswith("t-0") and len(bases) > 1 and not retained:
             retained.append(True)   # once: the open's listing (a refresh lists again)
-            oldest = os.path.join(directory, "%020d.log" % bases[0])
-            # What retention does, after the listing: checkpoint the new start, then rename.
-            starts = OffsetCheckpointFile(os.path.join(root, files.LOG_START_OFFSET_CHECKPOINT))
-            starts.write({**starts.read(), TP: bases[1]})
-            os.rename(oldest, oldest + ".deleted")
+            retention_removes(root, bases[0], bases[1])   # after the listing
         return listing
     monkeypatch.setattr(log_loader, "list_directory", listed_then_retained)
     with streamlog.open(root, readonly=True) as ro:
@@ -192,8 +197,6 @@ def test_a_segment_retention_removes_between_a_refreshs_listing_and_its_look_is_
     # max_open_files opens it again by name and finds nothing. That refresh raised out of
     # poll() (KafkaStorageError "cannot open log file"). It now lists again, as a read that
     # finds a file gone does.
-    from streamlog.storage import files
-    from streamlog.storage.checkpoint import OffsetCheckpointFile
     root = str(tmp_path / "db")
     with streamlog.open(root) as db:
         db.create_topic("t", config={"segment.bytes": 200})
@@ -215,17 +218,12 @@ def test_a_segment_retention_removes_between_a_refreshs_listing_and_its_look_is_
                 if not retained and len(keep) > 1:
                     retained.append(keep[1].base_offset)
                     # The view's descriptor of segment 0 given back under max_open_files
-                    # (OpenSegments._make_room_locked), then the writer's retention:
-                    # checkpoint the new start, rename the segment away.
+                    # (OpenSegments._make_room_locked), then the writer's retention.
                     oldest = keep[0]
                     with log._open_files._lock:
                         log._open_files._remove_locked(oldest)
                         oldest._release_files()
-                    starts = OffsetCheckpointFile(
-                        os.path.join(root, files.LOG_START_OFFSET_CHECKPOINT))
-                    starts.write({**starts.read(), TP: keep[1].base_offset})
-                    name = os.path.join(root, "t-0", files.offset_prefix(0) + ".log")
-                    os.rename(name, name + files.DELETED_SUFFIX)
+                    retention_removes(root, oldest.base_offset, keep[1].base_offset)
                 return listed
             monkeypatch.setattr(log, "_listed_segments", listed_then_retained)
             got = []
