@@ -4,6 +4,10 @@
     streamlog produce TOPIC --path DIR [--key-separator SEP] [--format text|json]
     streamlog consume TOPIC --path DIR [--from-beginning | --offset N | --from-timestamp T]
     streamlog groups list|describe|delete|reset-offsets [GROUP] --path DIR ...
+    streamlog get-offsets --path DIR [--topic REGEX] [--partitions P,...] [--time T]
+                                        TOPIC:PARTITION:OFFSET lines, as kafka-get-offsets
+    streamlog delete-records --path DIR --offset-json-file FILE
+                                        move log starts up, as kafka-delete-records
     streamlog dump FILE... [--path DIR] [--print-records]
                                         list batches (and records) of segment files; with
                                         --path, each FILE is relative to DIR
@@ -22,7 +26,7 @@
 `verify DIR`, `repair DIR` and `dump --verify DIR` take the directory as an argument too.
 
 `consume` (without --group), `topics list|describe`, `groups list|describe`,
-`verify` and `dump` open the database read-only, so they work while another
+`get-offsets`, `verify` and `dump` open the database read-only, so they work while another
 process writes. Exit codes: 0 ok, 1 an operation failed (the message says why),
 2 bad usage or unreadable input. `repair` exits 1 when a directory could not be
 recovered (each is listed with the reason), `compact` when a log was not cleaned
@@ -34,6 +38,7 @@ import base64
 import datetime
 import json
 import os
+import re
 import sys
 
 from . import __version__
@@ -556,6 +561,162 @@ def _parse_topic_partitions(db, specs):
     return out
 
 
+# --- get-offsets, delete-records: kafka-get-offsets and kafka-delete-records ---------
+
+# kafka-get-offsets' --topic-partitions item (GetOffsetShell.TOPIC_PARTITION_PATTERN): an
+# optional topic regex, then optionally ':' and a partition, a range LOW-HIGH (HIGH
+# excluded), LOW- or -HIGH.
+_PARTITION_RULE = re.compile(r"([^:,]*)(?::(?:([0-9]*)|(?:([0-9]*)-([0-9]*))))?")
+_TIME_NAMES = {"-1": "latest", "-2": "earliest", "-3": "max-timestamp",
+               # Without tiered storage a partition's local log start is its log start.
+               "-4": "earliest", "earliest-local": "earliest"}
+
+
+def _offset_spec(text):
+    """--time: Database.list_offsets()'s spec, from kafka-get-offsets' names and numbers, or
+    a time (ms, or ISO-8601)."""
+    if text in ("latest-tiered", "-5"):
+        raise ValueError("--time latest-tiered asks for the last offset in tiered storage, "
+                         "which a streamlog database does not have")
+    spec = _TIME_NAMES.get(text, text)
+    if spec in ("earliest", "latest", "max-timestamp"):
+        return spec
+    try:
+        moment = _parse_time(text, "--time")
+    except ValueError:
+        moment = -1
+    if moment < 0:
+        raise ValueError(f"--time takes -1 or latest, -2 or earliest, -3 or max-timestamp, "
+                         f"-4 or earliest-local, or a time (ms, or ISO-8601), got {text!r}")
+    return moment
+
+
+def _topic_regex(text, option):
+    """A topic filter as Kafka's tools read it (TopicFilter): trimmed, ',' meaning '|',
+    spaces and enclosing quotes dropped, matched against whole names."""
+    regex = text.strip().replace(",", "|").replace(" ", "").strip("\"'")
+    try:
+        return re.compile(regex)
+    except re.error as exc:
+        raise ValueError(f"{option}: {regex!r} is no valid regular expression ({exc})") from None
+
+
+def _partition_rules(args):
+    """[(topic regex, partition test)] from --topic-partitions, or from --topic and
+    --partitions; a partition is chosen when one rule takes it."""
+    if args.topic_partitions is None:
+        numbers = set()
+        for item in (args.partitions or "").split(",") if args.partitions else ():
+            try:
+                numbers.add(int(item))
+            except ValueError:
+                raise ValueError(f"--partitions takes a comma-separated list of partition "
+                                 f"numbers, got {args.partitions!r}") from None
+        return [(_topic_regex(args.topic or ".*", "--topic"),
+                 lambda p: not numbers or p in numbers)]
+    rules = []
+    for item in args.topic_partitions.split(","):
+        match = _PARTITION_RULE.fullmatch(item)
+        if match is None:
+            raise ValueError(f"--topic-partitions: {item!r} is not TOPIC, TOPIC:P, "
+                             f"TOPIC:LOW-HIGH, TOPIC:LOW- or TOPIC:-HIGH")
+        topic, one, low, high = (group or None for group in match.groups())
+        if one is not None:
+            def test(p, one=int(one)):
+                return p == one
+        else:
+            def test(p, low=int(low or 0), high=int(high or 2**31 - 1)):
+                return low <= p < high
+        rules.append((_topic_regex(topic or ".*", "--topic-partitions"), test))
+    return rules
+
+
+def cmd_get_offsets(args, out=sys.stdout):
+    if _missing(args.path, "get-offsets"):
+        return EXIT_USAGE
+    if args.topic_partitions is not None and (args.topic is not None or
+                                              args.partitions is not None):
+        print("streamlog get-offsets: --topic-partitions cannot be used with --topic or "
+              "--partitions", file=sys.stderr)
+        return EXIT_USAGE
+    spec = _offset_spec(args.time)
+    rules = _partition_rules(args)
+    import streamlog
+    with _open(args.path, readonly=True) as db:
+        partitions = []
+        for name in db.topics(internal=not args.exclude_internal_topics):
+            chosen = [test for regex, test in rules if regex.fullmatch(name)]
+            if chosen:
+                partitions.extend(streamlog.TopicPartition(name, p.partition)
+                                  for p in db.describe_topic(name).partitions
+                                  if any(test(p.partition) for test in chosen))
+        if not partitions:
+            print("streamlog get-offsets: no topic partition matches the filters given",
+                  file=sys.stderr)
+            return EXIT_PROBLEMS
+        found = db.list_offsets({tp: spec for tp in partitions})
+    # GetOffsetShell's order (the partitions' "topic-partition" names) and its omission of a
+    # partition without an offset for the time.
+    for tp in sorted(found, key=lambda tp: f"{tp.topic}-{tp.partition}"):
+        if found[tp] is not None:
+            print(f"{tp.topic}:{tp.partition}:{found[tp].offset}", file=out)
+    return EXIT_OK
+
+
+def _offsets_to_delete(path):
+    """{TopicPartition: offset} of kafka-delete-records' --offset-json-file:
+    {"partitions": [{"topic": "t", "partition": 0, "offset": 10}, ...], "version": 1}."""
+    import streamlog
+    with open(path, encoding="utf-8") as f:
+        try:
+            document = json.load(f)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{path} is not valid JSON: {exc}") from None
+    if not isinstance(document, dict):
+        raise ValueError(f"{path} holds no JSON object")
+    version = document.get("version", 1)
+    if version != 1 or isinstance(version, bool):
+        raise ValueError(f"{path}: version {version!r} is not supported (1 is)")
+    if not isinstance(document.get("partitions"), list):
+        raise ValueError(f"{path} has no \"partitions\" list")
+    offsets, twice = {}, []
+    for entry in document["partitions"]:
+        if not (isinstance(entry, dict) and isinstance(entry.get("topic"), str) and
+                all(isinstance(entry.get(k), int) and not isinstance(entry.get(k), bool)
+                    for k in ("partition", "offset"))):
+            raise ValueError(f"{path}: each partition is {{\"topic\": name, \"partition\": "
+                             f"number, \"offset\": number}}, not {json.dumps(entry)}")
+        tp = streamlog.TopicPartition(entry["topic"], entry["partition"])
+        if tp in offsets:
+            twice.append(f"{tp.topic}-{tp.partition}")
+        offsets[tp] = entry["offset"]
+    if twice:
+        raise ValueError(f"{path} names partitions more than once: {', '.join(twice)}")
+    return offsets
+
+
+def cmd_delete_records(args, out=sys.stdout):
+    if _missing(args.path, "delete-records"):
+        return EXIT_USAGE
+    offsets = _offsets_to_delete(args.offset_json_file)
+    failed = 0
+    with _open(args.path) as db:
+        print("Executing records delete operation", file=out)
+        results = []
+        # One partition at a time, as Kafka's DeleteRecords answers each partition alone:
+        # one refused does not hold back the others.
+        for tp, offset in offsets.items():
+            try:
+                results.append((tp, f"low_watermark: {db.delete_records({tp: offset})[tp]}"))
+            except StreamlogError as exc:
+                failed += 1
+                results.append((tp, f"error: {_cli_message(exc, args)}"))
+        print("Records delete operation completed:", file=out)
+        for tp, result in results:
+            print(f"partition: {tp.topic}-{tp.partition}\t{result}", file=out)
+    return EXIT_PROBLEMS if failed else EXIT_OK
+
+
 def _print_group(d, out):
     print(f"Group: {d.group_id}\tState: {d.state}\tAssignor: {d.assignor or '-'}\t"
           f"Generation: {d.generation}\tMembers: {len(d.members)}\tTotalLag: {d.total_lag}",
@@ -718,6 +879,40 @@ def build_parser():
     p.add_argument("--execute", action="store_true", help="apply the reset (default: dry run)")
     p.set_defaults(func=cmd_groups)
 
+    p = sub.add_parser("get-offsets", help="print partitions' offsets for a time, like "
+                                            "kafka-get-offsets (opens the database read-only)",
+                       description="Print TOPIC:PARTITION:OFFSET for each partition chosen "
+                                   "(every one, internal topics too, by default), as "
+                                   "kafka-get-offsets does; a partition with no record at or "
+                                   "after --time is left out.")
+    p.add_argument("--path", required=True, help=path_help)
+    p.add_argument("--topic", help="a regular expression the topics' whole names match "
+                                   "(default: every topic)")
+    p.add_argument("--partitions", metavar="P,...", help="only these partitions")
+    p.add_argument("--topic-partitions", metavar="PATTERNS",
+                   help="comma-separated TOPIC-REGEX[:P | :LOW-HIGH | :LOW- | :-HIGH] items "
+                        "(HIGH excluded), instead of --topic and --partitions")
+    p.add_argument("--time", default="latest",
+                   help="-1 or latest (the default: the high watermark), -2 or earliest, -3 "
+                        "or max-timestamp, -4 or earliest-local, or a time (ms, or "
+                        "ISO-8601): the first record at or after it")
+    p.add_argument("--exclude-internal-topics", action="store_true",
+                   help="leave out the internal topics")
+    p.set_defaults(func=cmd_get_offsets)
+
+    p = sub.add_parser("delete-records", help="delete the records below an offset, like "
+                                              "kafka-delete-records",
+                       description="Make each partition's records below an offset unreadable "
+                                   "(the new log start); -1 means the high watermark. The "
+                                   "segments below go at the next retention pass. Needs the "
+                                   "writer's lock. Exit 1 when any partition was refused "
+                                   "(each says why; the others are still deleted).")
+    p.add_argument("--path", required=True, help=path_help)
+    p.add_argument("--offset-json-file", required=True, metavar="FILE",
+                   help='{"partitions": [{"topic": "t", "partition": 0, "offset": 10}], '
+                        '"version": 1}')
+    p.set_defaults(func=cmd_delete_records)
+
     p = sub.add_parser("dump", help="print the batches (and records) of segment files",
                        description="Print .log/.index/.timeindex files, like kafka-dump-log; "
                                    "with --verify, check a whole directory instead. With "
@@ -790,7 +985,7 @@ def build_parser():
 
 
 _READ_ONLY_COMMANDS = ("consume (without --group), topics list|describe, groups list|describe, "
-                       "verify, dump")
+                       "get-offsets, verify, dump")
 
 
 def _cli_message(exc, args):

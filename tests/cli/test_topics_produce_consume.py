@@ -237,7 +237,8 @@ def test_consume_works_while_a_writer_holds_the_database(path):
 
 
 def test_help_for_every_command():
-    for command in ("topics", "produce", "consume", "groups", "dump", "verify"):
+    for command in ("topics", "produce", "consume", "groups", "get-offsets", "delete-records",
+                    "dump", "verify"):
         result = run(command, "--help")
         assert result.returncode == 0 and "usage: streamlog" in result.stdout
 

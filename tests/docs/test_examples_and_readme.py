@@ -75,3 +75,9 @@ def test_readme_cli_block_runs_as_written_on_a_fresh_directory(tmp_path):
     described = results["groups describe"].stdout
     assert "Group: billing" in described and "TotalLag: 0" in described
     assert "reset 4 offset(s) of group billing" in results["groups reset-offsets"].stdout
+    # delete-records moved partition 0's log start to its high watermark, -1 in the file.
+    deleted = results["delete-records --offset-json-file"].stdout.splitlines()
+    assert deleted[-1].startswith("partition: events-0\tlow_watermark: ")
+    high_watermark = deleted[-1].rsplit(" ", 1)[1]
+    assert results["get-offsets --topic"].stdout.splitlines() == \
+        [f"events:0:{high_watermark}", "events:1:0", "events:2:0", "events:3:0"]

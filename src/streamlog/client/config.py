@@ -20,6 +20,7 @@ from ..storage.files import topic_name_problem
 # max.block.ms, buffer.memory) are bounded by int64 only (parsing.LONG_MAX): the timer
 # clamps far deadlines.
 INT32_MAX = 2**31 - 1
+ISOLATION_LEVELS = ("read_uncommitted", "read_committed")
 
 
 def _int(minimum=None):
@@ -141,7 +142,7 @@ CONSUMER = {
     "auto.offset.reset": ("latest", _choice("earliest", "latest", "none")),
     "enable.auto.commit": (True, _bool),
     "auto.commit.interval.ms": (5000, _int32(0)),
-    "isolation.level": ("read_uncommitted", _choice("read_uncommitted", "read_committed")),
+    "isolation.level": ("read_uncommitted", _choice(*ISOLATION_LEVELS)),
     "fetch.min.bytes": (1, _int32(1)),
     "fetch.max.wait.ms": (500, _int32(0)),
     "fetch.max.bytes": (52428800, _int32(0)),

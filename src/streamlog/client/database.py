@@ -12,18 +12,23 @@ import threading
 from typing import NamedTuple
 
 from ..broker import registry
-from ..broker.broker import Broker, PartitionInfo  # noqa: F401 - public as streamlog.PartitionInfo
+from ..broker.broker import (EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP, Broker,
+                             PartitionInfo)  # noqa: F401 - PartitionInfo: public as streamlog's
 from ..broker.cleaner import CompactionResult  # noqa: F401 - public as streamlog.CompactionResult
 from ..broker.repair import RepairReport, repair as _repair
 from ..coordinator.group_coordinator import delete_topic
 from ..coordinator.transaction_coordinator import find_transaction_coordinator, has_transactions
 from ..errors import InvalidConfigurationError, InvalidTopicError, LogClosedError, ReadOnlyError
 from . import group_admin
-from .consumer import Consumer
+from .config import ISOLATION_LEVELS
+from .consumer import Consumer, OffsetAndTimestamp
 from .producer import Producer
 from .validation import by_topic_partition
 
 MEMORY = ":memory:"
+# list_offsets()'s specs, the names of Kafka's OffsetSpec (and of kafka-get-offsets' --time).
+OFFSET_SPECS = {"earliest": EARLIEST_TIMESTAMP, "latest": LATEST_TIMESTAMP,
+                "max-timestamp": MAX_TIMESTAMP}
 
 
 class TopicDescription(NamedTuple):
@@ -154,6 +159,32 @@ class Database:
                 raise InvalidTopicError(f"cannot delete records of internal topic {tp.topic}")
         # An unknown partition is the broker's refusal, before any log start moves.
         return self._broker.delete_records(offsets)
+
+    def list_offsets(self, specs, isolation_level="read_uncommitted"):
+        """{tp: spec} -> {tp: OffsetAndTimestamp or None}, as Kafka's Admin.listOffsets.
+
+        spec: "earliest" (the log start), "latest" (the high watermark, or the last stable
+        offset under read_committed), "max-timestamp" (the record with the largest
+        timestamp) or a time in ms (the first record at or after it). earliest and latest
+        answer timestamp -1, as Kafka does; None where no record matches (a time past the
+        last record, max-timestamp of an empty log, or a record read_committed may not
+        read yet)."""
+        self._check()
+        if isolation_level not in ISOLATION_LEVELS:
+            raise ValueError(f"list_offsets() takes isolation_level {' or '.join(ISOLATION_LEVELS)}"
+                             f", not {isolation_level!r}")
+        timestamps = {}
+        for tp, spec in by_topic_partition(specs, "list_offsets()", "spec").items():
+            if isinstance(spec, str) and spec in OFFSET_SPECS:
+                timestamps[tp] = OFFSET_SPECS[spec]
+            elif isinstance(spec, int) and not isinstance(spec, bool) and spec >= 0:
+                timestamps[tp] = spec
+            else:
+                raise ValueError(f"list_offsets() takes {', '.join(map(repr, OFFSET_SPECS))} or a "
+                                 f"time in ms (an int >= 0) for {tp}, not {spec!r}")
+        found = self._broker.list_offsets(
+            timestamps, read_committed=isolation_level == "read_committed")
+        return {tp: None if v is None else OffsetAndTimestamp(*v) for tp, v in found.items()}
 
     def add_partitions(self, name, total):
         """Grow the topic to `total` partitions (counts only grow, as in Kafka)."""

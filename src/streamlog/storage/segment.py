@@ -259,9 +259,27 @@ class LogSegment:
 
     def _load_timestamps(self):
         if not self._timestamps_loaded:
-            self.max_timestamp_so_far, self.offset_of_max_timestamp_so_far = \
-                self.time_index.last_entry()
+            largest, offset = self.time_index.last_entry()
+            if self.readonly:
+                largest, offset = self._with_unindexed_timestamps(largest, offset)
+            self.max_timestamp_so_far, self.offset_of_max_timestamp_so_far = largest, offset
             self._timestamps_loaded = True
+
+    def _with_unindexed_timestamps(self, largest, offset):
+        """Read-only: (largest timestamp, its batch's last offset) counting the batches
+        written after the time index's last entry. The writer's active segment holds its
+        largest timestamp in memory; its time index has it only at the next index interval,
+        or in the final entry at seal. Kafka's recovery takes a batch's last offset too."""
+        index_offset, position = self.offset_index.lookup(offset)
+        if position and not self._index_entry_matches(position, index_offset):
+            position = 0   # the snapshot no longer matches the file
+        try:
+            for header in self.log.headers(position):
+                if header.max_timestamp > largest:
+                    largest, offset = header.max_timestamp, header.last_offset
+        except IncompleteBatch:
+            pass   # a batch the writer is still writing: counted once it is whole
+        return largest, offset
 
     def _release_files(self):
         """Called by OpenSegments, under its lock, when the segment is not pinned."""
