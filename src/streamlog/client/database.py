@@ -5,6 +5,7 @@ directory in this process, see broker.registry): it administers topics and
 makes producers and consumers. Closing the handle closes the producers and
 consumers it made; the broker closes when its last handle does.
 """
+import logging
 import os
 import shutil
 import tempfile
@@ -26,6 +27,7 @@ from .producer import Producer
 from .validation import by_topic_partition
 
 MEMORY = ":memory:"
+log = logging.getLogger("streamlog")
 # list_offsets()'s specs, the names of Kafka's OffsetSpec (and of kafka-get-offsets' --time).
 OFFSET_SPECS = {"earliest": EARLIEST_TIMESTAMP, "latest": LATEST_TIMESTAMP,
                 "max-timestamp": MAX_TIMESTAMP}
@@ -68,7 +70,7 @@ def open(path=None, readonly=False, config=None):  # noqa: A001 - the API's name
             shutil.rmtree(path, ignore_errors=True)
         raise
     if config and not made and broker.opened_config != Broker.config_from(config):
-        registry.release(broker)
+        _let_go(broker)
         raise InvalidConfigurationError(
             f"{path} is already open in this process with a different config; open it without "
             "config= to share that broker")
@@ -78,9 +80,20 @@ def open(path=None, readonly=False, config=None):  # noqa: A001 - the API's name
         try:
             find_transaction_coordinator(broker)
         except BaseException:
-            registry.release(broker)
+            # The broker this open made is closed again: its threads stopped, the
+            # directory's lock let go for the next open.
+            try:
+                _let_go(broker)
+            except Exception:
+                log.exception("closing %s after its open failed", path)
             raise
     return Database(broker)
+
+
+def _let_go(broker):
+    """Drop one open's reference to broker, closing it when that was the last."""
+    if registry.release(broker):
+        broker.close()
 
 
 def repair(path, dry_run=False) -> RepairReport:
@@ -325,8 +338,7 @@ class Database:
                 child.close()
             except Exception as exc:  # keep closing the rest; report the first
                 errors.append(exc)
-        if registry.release(self._broker):
-            self._broker.close()
+        _let_go(self._broker)
         if errors:
             raise errors[0]
 

@@ -758,6 +758,10 @@ class Producer:
             self._incomplete.discard(batch.result)
             if error is not None:
                 self._failures.append((batch.count, error))
+                if self._txn is not None:
+                    # Written but not durable (acks="all"): the transaction may only abort,
+                    # as Kafka's handleFailedBatch makes it abortable for any failed batch.
+                    self._txn.fail(error)
             batch.values = batch.keys = batch.timestamps = batch.headers = batch.encoded = None
             if self._space_waiters:
                 self._space.notify_all()  # room in buffer.memory
@@ -800,7 +804,7 @@ class Producer:
         txn.start_ending(commit=True)   # no more sends into this transaction
         try:
             self.flush()   # a batch's failure is raised here, first
-        except StreamlogError as exc:
+        except Exception as exc:
             txn.fail(exc)  # the transaction can only be aborted now
             raise
         txn.end(commit=True)

@@ -6,7 +6,10 @@ coordinator answers in the call). States and the calls that move them:
     UNINITIALIZED --init_transactions()--> READY --begin_transaction()--> IN_TRANSACTION
     IN_TRANSACTION --commit_transaction()--> COMMITTING --> READY
     IN_TRANSACTION / ABORTABLE --abort_transaction(), or close()--> ABORTING --> READY
-    IN_TRANSACTION --a batch failed--> ABORTABLE (only abort_transaction() is allowed)
+    IN_TRANSACTION / COMMITTING --a batch failed--> ABORTABLE (only abort_transaction() is
+        allowed)
+    COMMITTING / ABORTING stay so when the coordinator call fails: the same call again
+        retries it (after an abort of failed batches, the epoch bump too)
     any --fenced (ProducerFencedError from the coordinator or a partition)--> FENCED (final)
 
 A call in the wrong state raises InvalidTxnStateError naming the call that was
@@ -63,8 +66,10 @@ class TransactionManager:
                     IN_TRANSACTION: "commit_transaction() or abort_transaction() first",
                     ABORTABLE: f"the transaction failed ({self._error}); call "
                                "abort_transaction()",
-                    COMMITTING: "the transaction is being committed",
-                    ABORTING: "the transaction is being aborted"}[self.state]
+                    COMMITTING: "the transaction is being committed (if "
+                                "commit_transaction() failed, call it again)",
+                    ABORTING: "the transaction is being aborted (if abort_transaction() "
+                              "failed, call it again)"}[self.state]
             raise InvalidTxnStateError(f"{call} is not allowed while the producer is "
                                        f"{self.state}: {hint}")
 
@@ -151,14 +156,18 @@ class TransactionManager:
             if self._partitions:
                 self._calling(self._coordinator.end_txn, self.transactional_id, pid, epoch,
                               commit)
+                self._partitions.clear()
             failed = not commit and self._failed_before_abort
-            self._partitions.clear()
-            self.state, self._error = READY, None
             if failed:
                 # The epoch bump names the epoch it bumps (KIP-360, as Kafka's client): a
                 # producer another instance fenced meanwhile is told so, and cannot fence
-                # that instance in turn.
+                # that instance in turn. Until it succeeds the producer stays ABORTING
+                # (abort_transaction() again retries it, as Kafka's client stays
+                # INITIALIZING): the old epoch's sequences are unknown, and a send under it
+                # could be taken for the aborted batch's retry and dropped.
                 self.producer = self._calling(self._init_producer_id, (pid, epoch))
+                self._failed_before_abort = False
+            self.state, self._error = READY, None
             return failed
 
     def _init_producer_id(self, expected=None):

@@ -386,8 +386,10 @@ class TransactionCoordinator:
         self._log.write(meta, now)
         meta = meta.prepare(S.PREPARE_ABORT, now)
         self._log.write(meta, now)
-        self._complete(meta)
-        return self._log.transactions[meta.transactional_id]
+        # The abort is decided: a marker that cannot be written yet is retried later, and
+        # the caller hears ConcurrentTransactionsError, as Kafka answers once PrepareAbort
+        # is written.
+        self._finish_completion(meta)
 
     def _complete(self, meta):
         """Finish a Prepare* (or PrepareEpochFence) transaction: markers, then Complete*."""
@@ -438,15 +440,10 @@ class TransactionCoordinator:
         TransactionStateManager loading a partition, then resending markers)."""
         with self._lock:
             self._check_open()
-            for transactional_id in self._log.reload_partition(partition, coordinator_epoch):
-                meta = self._log.transactions[transactional_id]
-                if meta.state in PREPARING or meta.state == S.PREPARE_EPOCH_FENCE:
-                    try:
-                        self._complete(meta)
-                    except StreamlogError as exc:
-                        log.warning("transaction %r: finishing %s failed (%s); the timeout "
-                                    "check tries again", transactional_id, meta.state.name,
-                                    exc)
+            self._finish_unfinished([
+                self._log.transactions[transactional_id]
+                for transactional_id in self._log.reload_partition(partition,
+                                                                   coordinator_epoch)])
 
     def resign(self, partition):
         """This broker no longer leads `partition` of __transaction_state but stays up (a
@@ -461,13 +458,8 @@ class TransactionCoordinator:
         """At open: complete what a stop left between Prepare* and Complete* (in a cluster,
         of the ids this broker coordinates; take_over does the others' when it may)."""
         with self._lock:
-            for meta in list(self._log.transactions.values()):
-                if not self._log.leads(meta.transactional_id):
-                    continue
-                if meta.state in PREPARING or meta.state == S.PREPARE_EPOCH_FENCE:
-                    log.info("transaction %r: finishing %s left by the last stop",
-                             meta.transactional_id, meta.state.name)
-                    self._complete(meta)
+            self._finish_unfinished([meta for meta in list(self._log.transactions.values())
+                                     if self._log.leads(meta.transactional_id)])
 
     # --- timeouts ---------------------------------------------------------------------------
 
@@ -493,23 +485,39 @@ class TransactionCoordinator:
                     if self._log.leads(m.transactional_id)]
             expired = [m for m in mine
                        if m.state == S.ONGOING and m.start_ms + m.timeout_ms < now]
-            unfinished = [m for m in mine
-                          if m.state in PREPARING or m.state == S.PREPARE_EPOCH_FENCE]
             try:
-                for meta in unfinished:   # a completion that failed part way: again
-                    self._complete(meta)
+                # Each id alone, as Kafka's abortTimedOutTransactions: one whose markers
+                # cannot be written must not hold back the others (their LSOs wait on them).
+                self._finish_unfinished(mine)
                 for meta in expired:
-                    self._fence_and_abort(meta, f"open longer than its transaction.timeout.ms "
-                                                f"({meta.timeout_ms} ms)")
+                    try:
+                        self._fence_and_abort(meta, f"open longer than its "
+                                                    f"transaction.timeout.ms ({meta.timeout_ms} ms)")
+                    except (LogClosedError, TimerClosedError):
+                        raise
+                    except StreamlogError as exc:
+                        log.warning("transaction %r: aborting it failed (%s); the next check "
+                                    "tries again", meta.transactional_id, exc)
             except (LogClosedError, TimerClosedError):
                 return 0
-            except StreamlogError:
-                log.exception("aborting timed-out transactions failed; trying again at the "
-                              "next check")
             finally:
                 if not self._closed:
                     self._schedule_timeouts()
             return len(expired)
+
+    def _finish_unfinished(self, metas):
+        """Complete the Prepare* (and PrepareEpochFence) transactions among metas, each alone:
+        one whose markers cannot be written yet is left for the next timeout check, as
+        Kafka's marker channel retries it, and the others go on."""
+        for meta in metas:
+            if meta.state in PREPARING or meta.state == S.PREPARE_EPOCH_FENCE:
+                try:
+                    self._complete(meta)
+                except (LogClosedError, TimerClosedError):
+                    raise
+                except StreamlogError as exc:
+                    log.warning("transaction %r: finishing %s failed (%s); the next timeout "
+                                "check tries again", meta.transactional_id, meta.state.name, exc)
 
     # --- lifecycle ------------------------------------------------------------------------
 
