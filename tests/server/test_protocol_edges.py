@@ -982,3 +982,37 @@ def test_a_zstd_batch_before_produce_7_is_unsupported_compression_type(db, sock)
         codes.append(answer.responses[0].partition_responses[0].error_code)
     assert codes == [ErrorCode.unsupported_compression_type, ErrorCode.none]
     assert db.describe_topic("t").partitions[0].log_end_offset == 1
+
+
+def test_a_group_between_generations_is_described_without_its_old_protocol_or_assignments(
+        db, sock):
+    # Kafka's GroupMetadataManager.describeGroups: only a Stable group's protocol and its
+    # members' metadata and assignments (ClassicGroupMember.describeNoMetadata otherwise).
+    # SyncGroup v5 names the protocol type and name, which must be the group's
+    # (validateSyncGroup: INCONSISTENT_GROUP_PROTOCOL).
+    from kio.schema.describe_groups.v5.request import DescribeGroupsRequest
+    from kio.schema.join_group.v5.request import JoinGroupRequest, JoinGroupRequestProtocol
+    from kio.schema.sync_group.v5.request import SyncGroupRequest, SyncGroupRequestAssignment
+    joined = call(sock, JoinGroupRequest(
+        group_id="between", session_timeout=i32Timedelta.parse(datetime.timedelta(seconds=10)),
+        rebalance_timeout=SECONDS,
+        member_id="", group_instance_id="i-1", protocol_type="consumer",
+        protocols=(JoinGroupRequestProtocol(name="range", metadata=b"\x00\x07odd"),)))
+    assert joined.error_code == ErrorCode.none
+
+    def describe():
+        (group,) = call(sock, DescribeGroupsRequest(groups=("between",),
+                                                    include_authorized_operations=False)).groups
+        return group.group_state, group.protocol_data, \
+            [(bytes(m.member_metadata), bytes(m.member_assignment)) for m in group.members]
+    assert describe() == ("CompletingRebalance", "", [(b"", b"")])
+
+    def sync(protocol_name):
+        return call(sock, SyncGroupRequest(
+            group_id="between", generation_id=joined.generation_id, member_id=joined.member_id,
+            group_instance_id="i-1", protocol_type="consumer", protocol_name=protocol_name,
+            assignments=(SyncGroupRequestAssignment(member_id=joined.member_id,
+                                                    assignment=b"\x00\x09given"),)))
+    assert sync("roundrobin").error_code == ErrorCode.inconsistent_group_protocol
+    assert sync("range").error_code == ErrorCode.none
+    assert describe() == ("Stable", "range", [(b"\x00\x07odd", b"\x00\x09given")])

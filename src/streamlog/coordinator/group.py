@@ -125,8 +125,8 @@ class Group:
 
     def accepts(self, protocol_type, protocol_names):
         """Whether a member with these protocols may join (Kafka's consistency check)."""
-        if not protocol_names:
-            return False
+        if not protocol_names or not protocol_type:
+            return False   # Kafka's ClassicGroup.supportsProtocols refuses either empty
         if self.state == EMPTY and not self.members:
             return True
         if protocol_type != self.protocol_type:
@@ -154,7 +154,10 @@ class Group:
         return max(votes, key=votes.get)  # max keeps the first of equal counts
 
     def all_joined(self):
-        return all(m.join_waiter is not None for m in self.members.values())
+        """Every member rejoined, and no member id handed out (MEMBER_ID_REQUIRED) is still
+        to join with it (Kafka's ClassicGroup.hasAllMembersJoined)."""
+        return not self.pending_members and \
+            all(m.join_waiter is not None for m in self.members.values())
 
     def max_rebalance_timeout_ms(self):
         return max((m.rebalance_timeout_ms for m in self.members.values()), default=0)

@@ -293,7 +293,7 @@ class GroupCoordinator:
 
     def join_group(self, group_id, member_id, group_instance_id, client_id, session_timeout_ms,
                    rebalance_timeout_ms, protocol_type, protocols, notify,
-                   require_known_member_id=False):
+                   require_known_member_id=False, skip_assignment_known=True):
         """Join (or rejoin) the group; returns a Pending JoinResponse.
 
         protocols: [(name, metadata)] in the member's order of preference.
@@ -303,7 +303,9 @@ class GroupCoordinator:
         require_known_member_id: a dynamic member without a member id gets
         MemberIdRequiredError carrying a new id, and joins with it (Kafka's
         JoinGroup v4 on). An id handed out and not used within the session
-        timeout is forgotten.
+        timeout is forgotten; until then a rebalance waits for it too.
+        skip_assignment_known: the member reads JoinResponse.skip_assignment (Kafka's
+        JoinGroup v9 on), which changes the answer to a returning static member.
         """
         self._check_writable()
         self._validate_group_id(group_id)
@@ -332,7 +334,8 @@ class GroupCoordinator:
             if not member_id:
                 if group_instance_id is not None and group_instance_id in group.static_members:
                     self._rejoin_static(group, group_instance_id, client_id, session_timeout_ms,
-                                        rebalance_timeout_ms, protocols, notify, pending)
+                                        rebalance_timeout_ms, protocols, notify, pending,
+                                        skip_assignment_known)
                     return pending
                 new_id = f"{group_instance_id or client_id or 'consumer'}-{uuid.uuid4()}"
                 if require_known_member_id and group_instance_id is None:
@@ -367,8 +370,8 @@ class GroupCoordinator:
     def _forget_pending(self, group_id, member_id):
         with self._locked():
             group = self._groups.get(group_id)
-            if group is not None:
-                group.pending_members.pop(member_id, None)
+            if group is not None and group.pending_members.pop(member_id, None) is not None:
+                self._maybe_complete_join(group)   # the join no longer waits for it
 
     def rebalance(self, group_id, reason="requested"):
         """Start a rebalance of a group with members (Kafka does so on a member's new
@@ -398,13 +401,14 @@ class GroupCoordinator:
                                     if changed else f"leader {member.member_id} rejoined")
 
     def _rejoin_static(self, group, instance_id, client_id, session_timeout_ms,
-                       rebalance_timeout_ms, protocols, notify, pending):
+                       rebalance_timeout_ms, protocols, notify, pending, skip_assignment_known):
         """A static member restarted: the new member id replaces the old one (which is fenced).
 
         A Stable group whose chosen protocol stays the same does not rebalance:
         the member gets its previous assignment back (KIP-345).
         """
         old = group.members[group.static_members[instance_id]]
+        leader_before = group.leader
         new = Member(f"{instance_id}-{uuid.uuid4()}", instance_id, client_id, session_timeout_ms,
                      rebalance_timeout_ms, protocols, notify)
         for waiter in (old.join_waiter, old.sync_waiter):
@@ -416,8 +420,16 @@ class GroupCoordinator:
         group.replace(old, new)
         self._start_session(group, new)
         if group.state == STABLE and group.select_protocol() == group.protocol:
-            pending.set(JoinResponse(new.member_id, group.generation, group.protocol,
-                                     group.leader, [], skip_assignment=True))
+            # Kafka's updateStaticMemberThenRebalanceOrCompleteJoin: from JoinGroup v9 the
+            # leader is told to skip the assignment (and gets the members); before, the
+            # answer names the leader as it was, so a returning leader syncs as a follower
+            # and does not assign again.
+            if skip_assignment_known:
+                answer = self._join_response(group, new)
+                pending.set(answer._replace(skip_assignment=group.leader == new.member_id))
+            else:
+                pending.set(JoinResponse(new.member_id, group.generation, group.protocol,
+                                         leader_before, []))
         else:
             new.join_waiter = pending
             if group.state == PREPARING_REBALANCE:
@@ -506,9 +518,21 @@ class GroupCoordinator:
         group.rebalance_task = None
         group.initial_delay_until = None
         for member in [m for m in group.members.values() if m.join_waiter is None]:
-            log.info("group %s: member %s did not rejoin within the rebalance timeout; removed",
-                     group.group_id, member.member_id)
-            self._remove(group, member, REMOVED)
+            if member.group_instance_id is None:
+                log.info("group %s: member %s did not rejoin within the rebalance timeout; "
+                         "removed", group.group_id, member.member_id)
+                self._remove(group, member, REMOVED)
+            # A static member stays until its session times out (KIP-345; Kafka's
+            # completeClassicGroupJoin removes only the dynamic ones): a restart within
+            # session.timeout.ms keeps its place.
+        joined = [m for m in group.members.values() if m.join_waiter is not None]
+        if group.members and not joined:
+            # Only static members, none rejoined: Kafka waits another rebalance timeout,
+            # while their sessions run out.
+            log.info("group %s: no member rejoined; waiting for the static members",
+                     group.group_id)
+            self._arm_rebalance_timeout(group)
+            return
         group.generation += 1
         now = self._broker.clock_ms()
         if not group.members:
@@ -520,10 +544,10 @@ class GroupCoordinator:
             return
         group.protocol = group.select_protocol()
         group.subscribed = group.subscribed_topics()
-        if group.leader not in group.members:
-            group.leader = next(iter(group.members))
+        if group.leader not in [m.member_id for m in joined]:
+            group.leader = joined[0].member_id   # Kafka's maybeElectNewJoinedLeader
         group.transition(COMPLETING_REBALANCE)
-        for member in group.members.values():
+        for member in joined:
             member.join_waiter.set(self._join_response(group, member))
             member.join_waiter = None
             self._touch(member)
@@ -531,8 +555,11 @@ class GroupCoordinator:
 
     # --- sync ----------------------------------------------------------------------
 
-    def sync_group(self, group_id, member_id, generation, group_instance_id, assignments=None):
-        """The leader hands in {member_id: assignment}; every member gets a Pending assignment."""
+    def sync_group(self, group_id, member_id, generation, group_instance_id, assignments=None,
+                   protocol_type=None, protocol_name=None):
+        """The leader hands in {member_id: assignment}; every member gets a Pending assignment.
+        protocol_type, protocol_name: what the member believes the group uses (SyncGroup v5
+        on), checked as Kafka's validateSyncGroup does."""
         self._check_writable()
         pending = Pending()
         with self._locked():
@@ -540,6 +567,11 @@ class GroupCoordinator:
             group = self._group(group_id, member_id)
             member = self._member(group, member_id, group_instance_id)
             self._check_generation(group, generation)
+            for named, used in ((protocol_type, group.protocol_type),
+                                (protocol_name, group.protocol)):
+                if named is not None and used is not None and named != used:
+                    raise InconsistentGroupProtocolError(
+                        f"group {group_id!r} uses {used!r}, not {named!r}; join again")
             if group.state == PREPARING_REBALANCE:
                 raise RebalanceInProgressError(f"group {group_id!r} is rebalancing; join again")
             self._touch(member)

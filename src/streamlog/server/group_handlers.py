@@ -118,7 +118,8 @@ class GroupHandlers:
                 body.protocol_type, protocols, _ignore,
                 # JoinGroup v4 on: a new dynamic member joins twice, the second time with
                 # the id the first answer gave (KIP-394)
-                require_known_member_id=version >= 4)
+                require_known_member_id=version >= 4,
+                skip_assignment_known=version >= 9)
             answer = self._wait(pending, rebalance_ms, context)
         except errors.StreamlogError as exc:
             return build(cls, throttle_time=NO_THROTTLE, error_code=error_code(exc),
@@ -160,9 +161,10 @@ class GroupHandlers:
                 raise errors.RebalanceInProgressError(
                     f"the coordinator of group {body.group_id!r} is loading it; join "
                     "again") from None
-            pending = self.coordinator.sync_group(body.group_id, body.member_id,
-                                                  int(body.generation_id), instance,
-                                                  assignments)
+            pending = self.coordinator.sync_group(
+                body.group_id, body.member_id, int(body.generation_id), instance, assignments,
+                protocol_type=getattr(body, "protocol_type", None),
+                protocol_name=getattr(body, "protocol_name", None))
             timeout = self._rebalance_timeouts.get(body.group_id, 60_000)
             assignment = self._wait(pending, timeout, context)
             blob = _assignment_bytes(assignment)
@@ -343,15 +345,20 @@ class GroupHandlers:
             except errors.StreamlogError as exc:
                 described.append(_described(types, group_id, "", error_code(exc)))
                 continue
+            # Kafka's describeGroups: the protocol and the members' metadata and
+            # assignments only of a Stable group; a rebalancing one's would be the last
+            # generation's (ClassicGroupMember.describeNoMetadata).
+            stable = group.state == "Stable"
             members = tuple(build(
                 types.DescribedGroupMember, member_id=m.member_id,
                 group_instance_id=m.group_instance_id, client_id=m.client_id or "",
-                client_host="/" + context.host, member_metadata=_metadata_bytes(m.metadata),
-                member_assignment=_assignment_bytes(m.assignment))
+                client_host="/" + context.host,
+                member_metadata=_metadata_bytes(m.metadata) if stable else b"",
+                member_assignment=_assignment_bytes(m.assignment) if stable else b"")
                 for m in group.members)
             described.append(_described(types, group_id, group.state, ErrorCode.none,
-                                        group.protocol_type, group.protocol, members,
-                                        operations))
+                                        group.protocol_type, group.protocol if stable else None,
+                                        members, operations))
         return build(cls, throttle_time=NO_THROTTLE, groups=tuple(described))
 
     def list_groups(self, version, body, context):

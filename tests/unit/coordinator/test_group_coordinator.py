@@ -68,19 +68,20 @@ class Client:
             assert self.changed.wait_for(lambda: any(e == event for e, _ in self.events),
                                          GENEROUS_S), f"no {event} event: {self.events}"
 
-    def join(self, require_known_member_id=False):
+    def join(self, require_known_member_id=False, skip_assignment_known=True):
         return self.c.join_group(self.group, self.member_id, self.instance, "client",
                                  self.session_ms, self.rebalance_ms, "consumer", self.protocols,
-                                 self.notify, require_known_member_id=require_known_member_id)
+                                 self.notify, require_known_member_id=require_known_member_id,
+                                 skip_assignment_known=skip_assignment_known)
 
     def joined(self, pending):
         answer = result(pending)
         self.member_id, self.generation = answer.member_id, answer.generation
         return answer
 
-    def sync(self, assignments=None):
+    def sync(self, assignments=None, **protocol):
         return self.c.sync_group(self.group, self.member_id, self.generation, self.instance,
-                                 assignments)
+                                 assignments, **protocol)
 
     def heartbeat(self):
         self.c.heartbeat(self.group, self.member_id, self.generation, self.instance)
@@ -364,6 +365,8 @@ def test_a_member_that_does_not_rejoin_is_dropped_at_the_rebalance_timeout(coord
 
 def test_a_static_member_returning_while_stable_gets_its_assignment_without_rebalance(
         coordinator):
+    # Kafka's updateStaticMemberThenRebalanceOrCompleteJoin, JoinGroup v9 on: the same
+    # generation, no rebalance; only a returning leader is told to skip the assignment.
     a = Client(coordinator, instance="app-1")
     b = Client(coordinator, instance="app-2")
     form_group(a, b)
@@ -372,14 +375,93 @@ def test_a_static_member_returning_while_stable_gets_its_assignment_without_reba
 
     restarted = Client(coordinator, instance="app-2")
     answer = restarted.joined(restarted.join())
-    assert answer.skip_assignment and answer.generation == generation
-    assert answer.member_id != old_id
+    assert not answer.skip_assignment and answer.generation == generation
+    assert answer.member_id != old_id and answer.leader == a.member_id and answer.members == []
     assert result(restarted.sync()) == [TP1]
     assert state(coordinator) == STABLE
     assert not any(e == REBALANCE for e, _ in a.events)
     b.wait_for(FENCED)
     with pytest.raises(FencedInstanceIdError):
         b.heartbeat()
+
+    leader = Client(coordinator, instance="app-1")
+    answer = leader.joined(leader.join())
+    assert answer.skip_assignment and answer.leader == leader.member_id
+    assert [m[0] for m in answer.members] == [leader.member_id, restarted.member_id]
+    assert result(leader.sync()) == [TP0]
+    assert state(coordinator) == STABLE
+
+
+def test_a_returning_static_leader_before_join_group_v9_is_answered_as_a_follower(coordinator):
+    """Before v9 a member cannot be told to skip the assignment: Kafka names the leader as
+    it was before the replacement, so the returning leader syncs as a follower. Told it led
+    a group with no members, it assigned nothing and asked for a rebalance."""
+    a = Client(coordinator, instance="app-1")
+    b = Client(coordinator, instance="app-2")
+    form_group(a, b)
+    restarted = Client(coordinator, instance="app-1")
+    answer = restarted.joined(restarted.join(skip_assignment_known=False))
+    assert answer.leader == a.member_id != answer.member_id
+    assert not answer.skip_assignment and answer.members == []
+    assert result(restarted.sync()) == [TP0]
+    assert state(coordinator) == STABLE
+
+
+def test_a_static_member_that_misses_the_rebalance_keeps_its_place(coordinator):
+    """Kafka's completeClassicGroupJoin removes only the dynamic members that did not
+    rejoin: a static one stays until its session ends (KIP-345), and the leader assigns
+    to it too. It was removed at the rebalance timeout."""
+    a = Client(coordinator, instance="app-1", session_ms=60_000, rebalance_ms=100)
+    join_alone(a)
+    b = Client(coordinator, rebalance_ms=100)
+    answer = b.joined(b.join())   # a does not rejoin; the join completes at the timeout
+    assert answer.generation == 2 and answer.leader == b.member_id   # a joined leader
+    assert sorted(m[0] for m in answer.members) == sorted([a.member_id, b.member_id])
+    assert REMOVED not in [e for e, _ in a.events]
+    assert [m.group_instance_id for m in coordinator.describe_group("g").members] == \
+        ["app-1", None]
+
+
+def test_a_rebalance_waits_for_a_member_id_it_handed_out(coordinator):
+    """Kafka's hasAllMembersJoined counts the pending members (KIP-394): a rebalance
+    completed without the member that was told to join again with its new id, and that
+    join then started a second rebalance."""
+    a, b, c = Client(coordinator), Client(coordinator, session_ms=10_000), Client(coordinator)
+    join_alone(a)
+    with pytest.raises(MemberIdRequiredError) as required:
+        b.join(require_known_member_id=True)
+    b.member_id = required.value.member_id
+    c_pending = c.join()
+    a_pending = a.join()
+    assert state(coordinator) == PREPARING_REBALANCE and not a_pending.done()
+    b_pending = b.join(require_known_member_id=True)
+    answers = [x.joined(p) for x, p in ((a, a_pending), (b, b_pending), (c, c_pending))]
+    assert {answer.generation for answer in answers} == {2}
+    assert state(coordinator) == COMPLETING_REBALANCE
+
+
+def test_a_handed_out_member_id_that_expires_lets_the_rebalance_complete(coordinator):
+    a, b, c = Client(coordinator), Client(coordinator, session_ms=30), Client(coordinator)
+    join_alone(a)
+    with pytest.raises(MemberIdRequiredError):
+        b.join(require_known_member_id=True)
+    c_pending = c.join()
+    a_pending = a.join()
+    # Bounded waits: the join completes once b's id expires (its 30 ms session).
+    assert c.joined(c_pending).generation == 2 and a.joined(a_pending).generation == 2
+    assert len(coordinator.describe_group("g").members) == 2
+
+
+def test_sync_checks_the_protocol_type_and_name_it_is_given(coordinator):
+    # Kafka's validateSyncGroup (SyncGroup v5 on): INCONSISTENT_GROUP_PROTOCOL.
+    a = Client(coordinator)
+    a.joined(a.join())
+    with pytest.raises(InconsistentGroupProtocolError):
+        a.sync({a.member_id: [TP0]}, protocol_name="roundrobin")
+    with pytest.raises(InconsistentGroupProtocolError):
+        a.sync({a.member_id: [TP0]}, protocol_type="connect")
+    assert result(a.sync({a.member_id: [TP0]}, protocol_type="consumer",
+                         protocol_name="range")) == [TP0]
 
 
 def test_join_checks(coordinator):
@@ -391,6 +473,10 @@ def test_join_checks(coordinator):
     a.joined(a.join())
     with pytest.raises(InconsistentGroupProtocolError):
         Client(coordinator, protocols=[("roundrobin", SUB)]).join()
+    # Kafka's ClassicGroup.supportsProtocols: an empty protocol type, even on a new group.
+    with pytest.raises(InconsistentGroupProtocolError):
+        coordinator.join_group("new", "", None, "c", 10_000, 10_000, "", [("range", SUB)],
+                               lambda *_: None)
     with pytest.raises(UnknownMemberIdError):
         coordinator.join_group("other", "ghost", None, "c", 10_000, 10_000, "consumer",
                                [("range", [])], lambda *_: None)
