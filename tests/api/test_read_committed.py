@@ -87,6 +87,33 @@ def test_interleaved_transactions_give_kafkas_lso_and_aborted_ranges(db):
     assert db.describe_topic("t").partitions[0].last_stable_offset == 6
 
 
+def test_an_abort_marker_the_disk_refused_leaves_no_index_entry_behind(db, monkeypatch):
+    """The entry is written before its marker (so that a marker always has one); when the
+    marker's append failed, the entry stayed, and every retry of the marker was refused as
+    "not above the last one": the transaction could never end and the LSO stuck. Kafka
+    indexes after the log append (UnifiedLog.append), so a refused marker leaves none."""
+    broker = db._broker
+    log = broker.partition_log(TP)
+    txn = Txn(broker, A)
+    txn.send(b"a0", b"a1")
+    segment = log.active_segment
+    real = segment.append
+    refusals = []
+
+    def full_disk(*args):
+        if not refusals:
+            refusals.append(args)
+            raise KafkaStorageError("injected: no space left on device")
+        return real(*args)
+    monkeypatch.setattr(segment, "append", full_disk)
+    with pytest.raises(KafkaStorageError, match="no space"):
+        txn.end(commit=False)
+    assert log.txn_indexes.entries() == [] and log.last_stable_offset == 0
+    txn.end(commit=False)   # the coordinator's retry
+    assert log.txn_indexes.entries() == [AbortedTxn(A, 0, 2, 3)]
+    assert log.last_stable_offset == 3 and read(db, "read_committed") == []
+
+
 def test_time_lookups_under_read_committed_stop_at_the_lso(db):
     # Kafka's Partition.fetchOffsetForTimestamp bounds a lookup by time (and the largest
     # timestamp, -3) by the last fetchable offset, the LSO for read_committed, and

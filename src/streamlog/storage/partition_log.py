@@ -460,14 +460,24 @@ class PartitionLog:
             stable = self.producer_state.stable_offsets(producer_batches, completed) \
                 if completed else {}
             for txn in completed or ():
-                if self.replicated:
-                    self._unreplicated.append((txn.first_offset, txn.marker_offset))
                 if txn.aborted:
                     # Durable before its marker is (txn_index.py): a marker always has it.
                     self.txn_indexes.append(segment.base_offset, AbortedTxn(
                         txn.producer_id, txn.first_offset, txn.marker_offset,
                         stable[txn.marker_offset]))
-            segment.append(infos, pieces, first_offset)
+            try:
+                segment.append(infos, pieces, first_offset)
+            except BaseException:
+                # The markers were not written (a full disk refuses the append and the log
+                # goes on): their entries go too, or a retried marker would be refused as
+                # not above them and the transaction stay open (Kafka indexes only after
+                # the log append).
+                if any(txn.aborted for txn in completed or ()):
+                    self.txn_indexes.truncate_from(first_offset)
+                raise
+            if self.replicated:
+                self._unreplicated.extend((txn.first_offset, txn.marker_offset)
+                                          for txn in completed or ())
             self._next_offset = last_offset + 1
             if updated is not None:
                 self.producer_state.apply(updated, self._next_offset)
