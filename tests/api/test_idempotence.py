@@ -116,6 +116,18 @@ def test_a_repeated_batch_is_answered_with_its_offsets_and_not_written(db):
         broker.produce(TP, idempotent_batch(pid, 10))       # a gap
 
 
+def test_a_repeated_batch_on_a_log_append_time_topic_is_answered_its_append_time(db):
+    # UnifiedLog.append answers a duplicate with setLogAppendTime(duplicate.timestamp): the
+    # retry gets the time the first append stamped, as its first answer did (it got -1).
+    db.create_topic("stamped", config={"message.timestamp.type": "LogAppendTime"})
+    broker, tp = db._broker, TopicPartition("stamped", 0)
+    pid, _ = broker.init_producer_id()
+    first = broker.produce(tp, idempotent_batch(pid, 0))
+    again = broker.produce(tp, idempotent_batch(pid, 0))
+    assert first.log_append_time > 0
+    assert (again.first_offset, again.log_append_time) == (0, first.log_append_time)
+
+
 def test_producer_ids_are_never_handed_out_twice_across_opens(tmp_path):
     root = str(tmp_path / "db")
     seen = set()

@@ -449,9 +449,11 @@ class PartitionLog:
                 updated, duplicate, completed = self._check_producers(
                     producer_batches, origin, first_offset, verification)
                 if duplicate is not None:
+                    # Kafka answers the batch's time as its log append time too
+                    # (UnifiedLog.append: setLogAppendTime(duplicate.timestamp)).
                     return AppendInfo(duplicate.first_offset, duplicate.last_offset,
-                                      duplicate.timestamp, duplicate.last_offset, -1,
-                                      duplicate.offset_delta + 1, 1, 0)
+                                      duplicate.timestamp, duplicate.last_offset,
+                                      duplicate.timestamp, duplicate.offset_delta + 1, 1, 0)
             total = sum(i.size for i in infos)
             segment = self.active_segment
             if segment.should_roll(total, max_ts, last_offset, now_ms, self.config.segment_bytes,

@@ -548,8 +548,10 @@ def encode_snapshot(entries):
     count = 0
     for e in entries:
         last = e.batches[-1] if e.batches else BatchMetadata(NO_SEQUENCE, -1, 0, e.last_timestamp)
+        # The producer's last timestamp, a marker's too (Kafka's writeSnapshot): its
+        # expiry counts from it, not from its last data batch.
         body += _ENTRY.pack(e.producer_id, e.epoch, last.last_seq, last.last_offset,
-                            last.offset_delta, last.timestamp, e.coordinator_epoch,
+                            last.offset_delta, e.last_timestamp, e.coordinator_epoch,
                             e.txn_first_offset)
         count += 1
     struct.pack_into(">i", body, _CRC_FROM, count)

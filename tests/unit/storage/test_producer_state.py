@@ -223,6 +223,15 @@ def entries():
         st.integers(-1, 2**31 - 1), st.integers(-1, 2**62))
 
 
+def test_a_snapshot_keeps_the_producers_last_timestamp_a_markers_too():
+    # Kafka's ProducerStateManager.writeSnapshot stores entry.lastTimestamp, which a marker
+    # moves; the last data batch's stored instead made the producer expire early after a
+    # reopen (24 h after its data, though its marker came later).
+    entry = ProducerEntry(5, 2, [BatchMetadata(9, 100, 3, 1_000)], 7, 5_000, -1)
+    (decoded,) = decode_snapshot(encode_snapshot([entry]))
+    assert decoded.last_timestamp == 5_000
+
+
 @given(st.lists(entries(), max_size=20, unique_by=lambda e: e.producer_id))
 def test_snapshot_round_trip(items):
     assert decode_snapshot(encode_snapshot(items)) == items
