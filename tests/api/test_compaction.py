@@ -440,3 +440,62 @@ def test_a_database_default_cannot_take_compaction_off_a_compacted_topic(db_path
         streamlog.open(db_path, config=dict(SMALL, **{"cleanup.policy": "delete"}))
     with streamlog.open(db_path, config=SMALL) as db:
         assert read_from(db, 0) == kept
+
+
+def keys_read(db, isolation="read_committed"):
+    return sorted(key for _, key, _ in read_from(db, 0, isolation=isolation)
+                  if not key.startswith(b"pad"))
+
+
+def test_a_caught_up_view_forgets_an_aborted_transaction_the_cleaner_dropped(tmp_path):
+    """Kafka's cleaner drops an aborted transaction's entry once its data is gone and then
+    its marker after delete.retention.ms (CleanedTransactionMetadata). A read-only view
+    that had followed to the writer's roll kept the entry it had learnt: its
+    read_committed consumers held the producer inside that transaction for good (its
+    ABORT marker gone) and skipped the producer's later committed records."""
+    root = str(tmp_path / "db")
+    with streamlog.open(root, config={"log.cleaner.enable": False}) as db, \
+            streamlog.open(root, readonly=True) as view:
+        db.create_topic("table", config={"cleanup.policy": "compact", "delete.retention.ms": 0,
+                                         "min.cleanable.dirty.ratio": 0.01})
+        rounds = []
+
+        def compact():
+            db.compact("table")
+            rounds.append(produce(db, [(b"pad%d" % len(rounds), b"p")]))
+        p = db.producer(transactional_id="P")
+        p.init_transactions()
+        p.begin_transaction()
+        p.send("table", key=b"x", value=b"aborted", partition=0)
+        p.abort_transaction()
+        p.begin_transaction()
+        p.send("table", key=b"t", value=b"committed", partition=0)
+        p.commit_transaction()
+        for _ in range(3):   # the data goes, then the marker, each pass the view follows
+            compact()
+            assert keys_read(view) == [b"t"]
+        assert view._broker.partition_log(TP).txn_indexes.entries() == []
+        p.begin_transaction()
+        p.send("table", key=b"u", value=b"committed", partition=0)
+        p.commit_transaction()
+        assert keys_read(db) == keys_read(view) == [b"t", b"u"]
+
+
+def test_a_view_scans_a_cleaned_last_segment_from_its_start(tmp_path):
+    """The view kept the byte position its tail scan had reached by segment base: when the
+    cleaner put a merged file under the same base, the view scanned the new file from the
+    old position and raised CorruptRecordError on a sound log."""
+    root = str(tmp_path / "db")
+    with streamlog.open(root, config={"log.cleaner.enable": False}) as db, \
+            streamlog.open(root, readonly=True) as view:
+        db.create_topic("table", config={"cleanup.policy": "compact"})
+        produce(db, [(b"k%d" % i, b"v") for i in range(5)])
+        db.compact("table")
+        assert len(read_from(view, 0)) == 5
+        produce(db, [(b"k0", b"replaced")] + [(b"n%d" % i, b"w" * (7 + i)) for i in range(5)])
+        db.compact("table")
+        # The first read may still serve the old segment's records below its end (a view
+        # sees the log as of its last look), then refreshes; the next sees the new files.
+        first = read_from(view, 0)
+        assert [r[0] for r in first][-6:] == list(range(5, 11))
+        assert read_from(view, 0) == read_from(db, 0)

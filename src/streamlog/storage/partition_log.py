@@ -220,7 +220,7 @@ class PartitionLog:
         # itself) may be new names not yet durable.
         self._dir_dirty = not readonly
         self._closed = False
-        self._tail = (None, 0, 0)  # read-only: (segment base, position, next offset) scanned
+        self._tail = (None, 0, 0)  # read-only: (segment, position, next offset) scanned
         self.producer_state = ProducerState(directory, producer_id_expiration_ms)
         self.txn_indexes = TxnIndexes(directory)
         # Replication (start_replication): the high watermark is then the replica manager's
@@ -289,19 +289,24 @@ class PartitionLog:
                 yield batch
                 offset = batch.next_offset
 
-    def _follow_to(self, end):
+    def _follow_to(self, end, segments_left=False):
         """Read-only: follow() the writer's batches up to end; an ABORT marker seen adds the
-        entry the writer put in its .txnindex (this view need not list the file again)."""
+        entry the writer put in its .txnindex (this view need not list the file again).
+        segments_left: segments of this view left the directory since it last followed."""
         state = self.producer_state
         if self._bases and (state.map_end_offset < self._bases[0] or (
-                self.config.compact and state.map_end_offset < self._bases[-1])):
+                self.config.compact and (segments_left or
+                                         state.map_end_offset < self._bases[-1]))):
             # The writer's retention removed batches this view had not followed yet: a
             # transaction's start or its marker may be among them, and the open
             # transactions it knows are no longer right. So on a compacted log the writer
             # rolled past: its cleaner rewrites every segment below the active one, and
             # drops a marker once its transaction's data is gone and delete.retention.ms
             # has passed (Kafka's LogCleaner, CleanedTransactionMetadata.onControlBatchRead)
-            # -- the transaction would stay open in this view for good. It starts again
+            # -- the transaction would stay open in this view for good; and an aborted
+            # one it had learnt would stay aborted after the cleaner dropped its entry
+            # and marker, hiding that producer's later committed batches, even from a
+            # view that had followed to the roll already. It starts again
             # from the writer's newest snapshot (taken at that roll, above all the cleaner
             # rewrote) and .txnindex files, as a view opened now would. (Batches below a
             # log start that DeleteRecords moved are still read while on disk.)
@@ -1439,7 +1444,7 @@ class PartitionLog:
             segment.close()  # deleted by the writer's retention, or its cleaner
         self.log_start_offset = max(self.log_start_offset, self._writer_log_start(bool(gone)))
         self._next_offset = max(self._next_offset, next_offset)
-        self._follow_to(self._next_offset)
+        self._follow_to(self._next_offset, segments_left=bool(gone))
         self.high_watermark = self._next_offset
 
     def _listed_segments(self):
@@ -1520,9 +1525,10 @@ class PartitionLog:
                 break
         else:
             return segments[-1].base_offset
-        base, position, next_offset = self._tail
+        scanned, position, next_offset = self._tail
         with segment.pinned():
-            if base != segment.base_offset:
+            # The segment, not its base: the cleaner puts a new file under the same base.
+            if scanned is not segment:
                 position, next_offset = segment.tail_scan_start(), segment.base_offset
             try:
                 for header in segment.log.headers(position):
@@ -1530,7 +1536,7 @@ class PartitionLog:
                     next_offset = header.next_offset
             except IncompleteBatch as exc:
                 segment.check_partial_tail(exc)  # else the writer is still writing this batch
-        self._tail = (segment.base_offset, position, next_offset)
+        self._tail = (segment, position, next_offset)
         if segment is not segments[-1]:
             next_offset = max(next_offset, segments[-1].base_offset)
         return next_offset

@@ -78,24 +78,28 @@ class TxnIndexes:
     def __init__(self, directory):
         self.directory = directory
         self._by_segment = {}   # segment base offset -> [AbortedTxn] in that segment's file
+        self._files_read = {}   # read-only: segment base -> (inode, bytes) of its file read
         self._all = ()          # every entry, sorted by last offset (replaced, never mutated)
         self._last_offsets = ()
 
     def load(self, bases):
         """Read the .txnindex files of the segments at `bases` (those the listing named).
         Again later (a read-only view following the writer): a file read before is read
-        again only if it grew; the entries of segments no longer named are dropped."""
+        again only if it grew or is another file (the cleaner's, of the same length); the
+        entries of segments no longer named are dropped."""
         bases = set(bases)
         changed = False
         for base in list(self._by_segment):
             if base not in bases:
                 del self._by_segment[base]
+                self._files_read.pop(base, None)
                 changed = True
         for base in bases:
             path = files.txn_index_file(self.directory, base)
-            known = self._by_segment.get(base)
             try:
-                if known is not None and os.stat(path).st_size == len(known) * _ENTRY.size:
+                stat = os.stat(path)
+                if base in self._by_segment and self._files_read.get(base) == \
+                        (stat.st_ino, stat.st_size):
                     continue
                 data = read_whole(path)
             except FileNotFoundError:
@@ -105,6 +109,7 @@ class TxnIndexes:
             # A writer's entry being appended shows as a partial one: leave it for next time.
             data = data[:len(data) - len(data) % _ENTRY.size]
             self._by_segment[base] = decode_entries(data, path)
+            self._files_read[base] = (stat.st_ino, len(data))
             changed = True
         if changed or not bases:
             self._rebuild()

@@ -65,6 +65,21 @@ def test_the_files_survive_a_reload(index, tmp_path):
     assert again.entries() == index.entries()
 
 
+def test_a_reload_reads_a_file_the_cleaner_replaced_with_one_of_the_same_length(index,
+                                                                                 tmp_path):
+    """A view read a file again only when its length changed; the cleaner's new file of
+    segment 0 with as many entries, other ones, was taken for the one read before."""
+    view = TxnIndexes(str(tmp_path))
+    view.load([0, 100])
+    path = files.txn_index_file(str(tmp_path), 0)
+    cleaned = [AbortedTxn(7, 30, 40, 41), AbortedTxn(8, 45, 50, 51)]
+    with open(path + ".cleaned", "wb") as f:
+        f.write(b"".join(encode_entry(t) for t in cleaned))
+    os.replace(path + ".cleaned", path)
+    view.load([0, 100])
+    assert [t.producer_id for t in view.entries()] == [7, 8, 3, 4]
+
+
 def test_last_offsets_must_increase(index):
     with pytest.raises(KafkaStorageError, match="not above"):
         index.append(100, AbortedTxn(9, 0, 130, 131))
