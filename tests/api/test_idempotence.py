@@ -138,13 +138,22 @@ def test_producer_ids_are_never_handed_out_twice_across_opens(tmp_path):
     assert len(seen) == 9
 
 
-def test_a_clean_reopen_keeps_the_window(tmp_path):
-    root = str(tmp_path / "db")
+def write_and_close(root, roll=False):
+    """A database at root whose t-0 holds one producer's batches of sequences 0, 2 and 4
+    (each in a segment of its own with roll); the producer id."""
     with streamlog.open(root) as db:
         db.create_topic("t", partitions=1)
         pid, _ = db._broker.init_producer_id()
         for seq in (0, 2, 4):
             db._broker.produce(TP, idempotent_batch(pid, seq))
+            if roll:
+                db._broker.partition_log(TP).roll()
+    return pid
+
+
+def test_a_clean_reopen_keeps_the_window(tmp_path):
+    root = str(tmp_path / "db")
+    pid = write_and_close(root)
     with streamlog.open(root) as db:
         broker = db._broker
         # Only the last batch of each producer is in a snapshot (as in Kafka).
@@ -152,6 +161,29 @@ def test_a_clean_reopen_keeps_the_window(tmp_path):
         with pytest.raises(OutOfOrderSequenceError):
             broker.produce(TP, idempotent_batch(pid, 2))
         assert broker.produce(TP, idempotent_batch(pid, 6)).first_offset == 6
+
+
+def test_an_open_removes_the_snapshots_of_segments_no_longer_there(tmp_path):
+    """Kafka's LogLoader removes stray snapshots (ProducerStateManager
+    .removeStraySnapshots): those at no segment's base, but the newest when it lies above
+    every base. A cleaner swap cut short after its commit point left the snapshots of the
+    segments it had merged away for good."""
+    root = str(tmp_path / "db")
+    pid = write_and_close(root, roll=True)
+    with streamlog.open(root) as db:
+        db._broker.produce(TP, idempotent_batch(pid, 6))
+    directory = os.path.join(root, "t-0")
+    listed = files.list_directory(directory)
+    # A snapshot at each roll, and the close's at the log end (8).
+    assert listed.bases == [0, 2, 4, 6] and listed.snapshot_offsets == [0, 2, 4, 6, 8]
+    with open(files.snapshot_file(directory, 6), "rb") as f:
+        snapshot = f.read()
+    for offset in (3, 5, 7):   # at no base: 7 is above every base, but not the newest
+        with open(files.snapshot_file(directory, offset), "wb") as f:
+            f.write(snapshot)
+    with streamlog.open(root) as db:
+        assert files.list_directory(directory).snapshot_offsets == [0, 2, 4, 6, 8]
+        assert db._broker.produce(TP, idempotent_batch(pid, 6)).first_offset == 6   # a retry
 
 
 CRASHING_WRITER = """

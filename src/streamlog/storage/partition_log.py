@@ -340,6 +340,7 @@ class PartitionLog:
         means no producer ever wrote here (producer_state's module doc), unless snapshots
         there were could not be read: then the whole log is read again, as Kafka does."""
         state = self.producer_state
+        snapshot_offsets = state.remove_stray_snapshots(snapshot_offsets, self._bases)
         start = state.load(snapshot_offsets, self._next_offset, self.clock_ms(),
                            self.log_start_offset)
         if start is None:

@@ -464,6 +464,21 @@ class ProducerState:
         for old in [o for o in self.snapshot_offsets if o < offset and o != keep]:
             self._delete_snapshot(old)
 
+    def remove_stray_snapshots(self, snapshot_offsets, segment_bases):
+        """At a writer's open: the snapshots left at no segment's base go, but the newest
+        of them when it lies above every base (a clean close's, at the log end), as
+        Kafka's LogLoader does (ProducerStateManager.removeStraySnapshots). A cleaner swap
+        cut short by a crash leaves its merged-away segments' snapshots behind. Returns
+        the offsets kept."""
+        bases = set(segment_bases)
+        stray = sorted(o for o in snapshot_offsets if o not in bases)
+        if stray and bases and stray[-1] > max(bases):
+            stray.pop()   # the newest, above every base: kept
+        self.snapshot_offsets = sorted(snapshot_offsets)
+        for offset in stray:
+            self._delete_snapshot(offset)
+        return list(self.snapshot_offsets)
+
     def delete_snapshots_at(self, offsets):
         """Segments at these bases left the log, merged into others by the cleaner: their
         snapshots go (Kafka's UnifiedLog.deleteProducerSnapshots). A rebuild starts at the
