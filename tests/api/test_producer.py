@@ -172,6 +172,25 @@ def test_acks_all_completes_only_after_the_fdatasync_of_its_segment(db, monkeypa
     assert (log_file, False) in synced, synced
 
 
+def test_an_acks_all_batch_appended_as_the_database_closes_fails_and_holds_nothing(
+        db, monkeypatch):
+    """The wait for the batch's fsync could not be set up (the database closed between the
+    append and it): the batch was never finished, and flush() and close() waited for it
+    for good. It fails with that error now."""
+    db.create_topic("t")
+    producer = db.producer(acks="all")
+
+    def closing(*_):
+        raise streamlog.errors.LogClosedError("injected: the database is closing")
+    monkeypatch.setattr(db._broker, "when_durable", closing)
+    future = producer.send("t", value=b"appended, never fsynced")
+    assert isinstance(future.exception(timeout=GENEROUS_S), streamlog.errors.LogClosedError)
+    with pytest.raises(streamlog.errors.LogClosedError):
+        producer.flush(timeout=GENEROUS_S)
+    monkeypatch.undo()
+    assert producer.send("t", value=b"next").result(timeout=GENEROUS_S).offset == 1
+
+
 def test_acks_all_group_commit_shares_fsyncs_across_threads(db):
     db.create_topic("t", partitions=2)
     producer = db.producer(acks="all", linger_ms=0)

@@ -703,8 +703,14 @@ class Producer:
             state.next_sequence = (sequence + batch.count) & INT32_MAX  # wraps to 0 past it
         if self._acks == "all":
             first, append_time = info.first_offset, info.log_append_time
-            self._broker.when_durable(batch.tp, info.last_offset + 1,
-                                      lambda err: self._finish(batch, first, append_time, err))
+            try:
+                self._broker.when_durable(
+                    batch.tp, info.last_offset + 1,
+                    lambda err: self._finish(batch, first, append_time, err))
+            except Exception as exc:
+                # The database closed between the append and this: no fsync will come, and
+                # a batch never finished would hold flush() and close() for good.
+                appended.append((batch, -1, -1, exc))
         else:
             appended.append((batch, info.first_offset, info.log_append_time))
 
