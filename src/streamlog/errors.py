@@ -319,6 +319,18 @@ class WakeupError(StreamlogError):
     """consumer.wakeup() was called: a blocking call returned early on purpose."""
 
 
+class RecordDeserializationError(StreamlogError):
+    """A key or value deserializer raised for a record (Kafka's
+    RecordDeserializationException). The consumer's position stays at that record, so each
+    poll() raises this again until the record is sought past: seek(tp, offset + 1). The
+    deserializer's exception is the __cause__."""
+
+    def __init__(self, message, topic_partition, offset):
+        super().__init__(message)
+        self.topic_partition = topic_partition
+        self.offset = offset
+
+
 class IllegalStateError(StreamlogError):
     """A client call in a state that does not allow it (e.g. poll with no assignment)."""
 

@@ -284,6 +284,84 @@ def test_deserializers(db):
     assert [(r.key, r.value) for r in consumer.poll(timeout=5)] == [("k0", b"V0"), ("k1", b"V1")]
 
 
+def positions_polled(consumer, tp, polls):
+    """Per poll: the offsets it returned, or the error it raised; and the position after."""
+    out = []
+    for _ in range(polls):
+        try:
+            got = [r.offset for r in consumer.poll(timeout=1)]
+        except streamlog.StreamlogError as exc:
+            got = type(exc)
+        out.append((got, consumer.position(tp)))
+    return out
+
+
+def test_a_record_the_deserializer_refuses_stops_the_position_there(db):
+    """Kafka's CompletedFetch raises RecordDeserializationException at the record and leaves
+    the position there; FetchCollector returns the records taken before it first. The
+    exception used to drop the records of that poll (positions already past them) and the
+    whole batch, so the next poll went on after the batch: offsets 0-6, 8 and 9 unseen."""
+    db.create_topic("d")
+    producer = db.producer()
+    for values in ([b"%d" % i for i in range(5)], [b"5", b"6", b"bad", b"8", b"9"]):
+        producer.send_batch("d", values, partition=0)
+    producer.flush()
+
+    def deserialize(value):
+        if value == b"bad":
+            raise ValueError("not a number")
+        return int(value)
+    tp = TopicPartition("d", 0)
+    consumer = db.consumer(auto_offset_reset="earliest", value_deserializer=deserialize)
+    consumer.assign([tp])
+    assert positions_polled(consumer, tp, 3) == [
+        (list(range(7)), 7), (streamlog.RecordDeserializationError, 7),
+        (streamlog.RecordDeserializationError, 7)]
+    try:
+        consumer.poll(timeout=1)
+    except streamlog.RecordDeserializationError as exc:
+        assert (exc.topic_partition, exc.offset) == (tp, 7)
+        assert isinstance(exc.__cause__, ValueError)
+    consumer.seek(tp, 8)
+    assert [r.value for r in consumer.poll(timeout=1)] == [8, 9]
+
+
+def test_a_batch_that_fails_its_crc_is_raised_at_its_offset_until_sought_past(tmp_path):
+    root = str(tmp_path / "db")
+    with streamlog.open(root) as db:
+        db.create_topic("t")
+        producer = db.producer()
+        for b in range(3):
+            producer.send_batch("t", [b"batch%d-record%d-" % (b, i) for i in range(3)],
+                                partition=0)
+    log_file = os.path.join(root, "t-0", "00000000000000000000.log")
+    with open(log_file, "r+b") as f:
+        data = f.read()
+        f.seek(data.index(b"batch1-record1-") + 3)
+        f.write(b"X")                   # the second batch's CRC no longer holds
+    with streamlog.open(root) as db:
+        consumer = db.consumer(auto_offset_reset="earliest")
+        consumer.assign([TP0])
+        assert positions_polled(consumer, TP0, 3) == [
+            ([0, 1, 2], 3), (streamlog.CorruptRecordError, 3),
+            (streamlog.CorruptRecordError, 3)]
+        consumer.seek(TP0, 6)
+        assert [r.offset for r in consumer.poll(timeout=1)] == [6, 7, 8]
+
+
+def test_poll_batch_after_a_partial_poll_keeps_to_max_records_and_gives_raw_bytes(db):
+    """The records a poll() left of a batch were handed to poll_batch() whole, past its
+    max_records, and as already-deserialized values it could not put in columns."""
+    fill(db, 10)
+    consumer = db.consumer(auto_offset_reset="earliest", value_deserializer=bytes.upper)
+    consumer.assign([TP0])
+    assert [r.value for r in consumer.poll(timeout=5, max_records=1)] == [b"V0"]
+    (chunk,) = consumer.poll_batch(timeout=5, max_records=2)
+    assert chunk.offsets.tolist() == [1, 2] and list(chunk.values()) == [b"v1", b"v2"]
+    assert consumer.position(TP0) == 3
+    assert [r.value for r in consumer.poll(timeout=5, max_records=1)] == [b"V3"]
+
+
 def test_unassigned_or_unknown_partitions_are_errors(db):
     fill(db, 1)
     consumer = db.consumer()

@@ -39,9 +39,9 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..errors import (IllegalStateError, InvalidGroupIdError, KafkaTimeoutError,
-                      NoOffsetForPartitionError, OffsetOutOfRangeError,
-                      UnknownTopicOrPartitionError, WakeupError)
+from ..errors import (CorruptRecordError, IllegalStateError, InvalidGroupIdError,
+                      KafkaTimeoutError, NoOffsetForPartitionError, OffsetOutOfRangeError,
+                      RecordDeserializationError, UnknownTopicOrPartitionError, WakeupError)
 from ..parsing import LONG_MAX
 from ..storage import codec
 from ..storage.record_batch import CONTROL_ABORT, NO_PARTITION_LEADER_EPOCH
@@ -65,13 +65,14 @@ class OffsetAndTimestamp(NamedTuple):
 class _Buffered:
     """Fetched, not yet returned data of one partition."""
 
-    __slots__ = ("batches", "records", "index", "batch_end", "aborted", "aborting")
+    __slots__ = ("batches", "records", "batch", "index", "batch_end", "aborted", "aborting")
 
     def __init__(self, batches, aborted=None):
         self.batches = deque(batches)
         self.records = None  # decoded Records of the current batch
+        self.batch = None    # the batch they are of
         self.index = 0
-        self.batch_end = 0   # next offset after the current batch
+        self.batch_end = 0   # where the position goes once they are all returned
         # read_committed (Kafka's CompletedFetch): the fetch's aborted transactions, a heap
         # by first offset, and the producers whose aborted transaction is being read past.
         self.aborted = None
@@ -458,10 +459,12 @@ class Consumer:
                           columns=False)
 
     def poll_batch(self, timeout=None, max_records=None, include_headers=False):
-        """Like poll(), but a list of RecordColumns (one per partition with data).
+        """Like poll(), but a list of RecordColumns (one per partition with data), of raw
+        keys and values (no deserializers).
 
-        include_headers: also decode every record's headers into the columns'
-        `headers` (per-record Python work, so only when asked).
+        max_records: at most this many (None: all that was fetched; max_poll_records
+        bounds poll() only). include_headers: also decode every record's headers into
+        the columns' `headers` (per-record Python work, so only when asked).
         """
         return self._poll(timeout, max_records, columns=True, headers=include_headers)
 
@@ -567,13 +570,21 @@ class Consumer:
             buffered = self._buffers.get(tp)
             if buffered is None or tp in self._paused:
                 continue
-            if columns:
-                chunk = self._take_columns(tp, buffered, wanted - got, headers)
-                if chunk is not None:
-                    out.append(chunk)
-                    got += len(chunk)
-            else:
-                got += self._take_records(tp, buffered, wanted - got, out)
+            try:
+                if columns:
+                    chunk = self._take_columns(tp, buffered, wanted - got, headers)
+                    if chunk is not None:
+                        out.append(chunk)
+                        got += len(chunk)
+                else:
+                    got += self._take_records(tp, buffered, wanted - got, out)
+            except (CorruptRecordError, RecordDeserializationError):
+                # Kafka's FetchCollector: the records taken so far are returned (their
+                # positions have moved past them); the bad batch stays buffered at the
+                # position, so the next poll raises this again, until a seek past it.
+                if out:
+                    break
+                raise
             if buffered.empty():
                 del self._buffers[tp]
             if got >= wanted:
@@ -609,9 +620,22 @@ class Consumer:
                 batch = self._next_batch(tp, buffered)
                 if batch is None:
                     break
-                buffered.records = self._decode(tp, batch)
+                try:
+                    buffered.records = self._decode(tp, batch)
+                    buffered.batch_end = batch.next_offset
+                except RecordDeserializationError as exc:
+                    if not exc.decoded:
+                        buffered.batches.appendleft(batch)
+                        raise
+                    # The records before the one that failed go out first; the position
+                    # then stops at it, and the batch is met again from there.
+                    buffered.records, buffered.batch_end = exc.decoded, exc.offset
+                    buffered.batches.appendleft(batch)
+                except CorruptRecordError:
+                    buffered.batches.appendleft(batch)
+                    raise
+                buffered.batch = batch
                 buffered.index = 0
-                buffered.batch_end = batch.next_offset
                 continue
             records = buffered.records
             end = min(len(records), buffered.index + int(min(wanted - taken, len(records))))
@@ -636,24 +660,35 @@ class Consumer:
         """
         records, _ = batch.tuples(self._verify, tp.topic, tp.partition, self._positions[tp],
                                   Record)
-        return self._deserialize(records)
+        return self._deserialize(tp, records)
 
-    def _deserialize(self, records):
+    def _deserialize(self, tp, records):
+        """records with their keys and values deserialized; RecordDeserializationError for
+        the first that fails, carrying the ones before it (`decoded`)."""
         kd, vd = self._key_deserializer, self._value_deserializer
         if kd is None and vd is None:
             return records
-        return [r._replace(key=kd(r.key) if kd is not None and r.key is not None else r.key,
-                           value=vd(r.value) if vd is not None and r.value is not None
-                           else r.value) for r in records]
+        out = []
+        for r in records:
+            try:
+                out.append(r._replace(
+                    key=kd(r.key) if kd is not None and r.key is not None else r.key,
+                    value=vd(r.value) if vd is not None and r.value is not None else r.value))
+            except Exception as exc:
+                error = RecordDeserializationError(
+                    f"cannot deserialize the record of {tp} at offset {r.offset} ({exc!r}); "
+                    f"seek past it to go on: seek({tp}, {r.offset + 1})", tp, r.offset)
+                error.decoded = out
+                raise error from exc
+        return out
 
     def _take_columns(self, tp, buffered, wanted, headers=False):
         """Every buffered batch of tp (up to `wanted` records) as one RecordColumns."""
-        if buffered.records is not None:  # left over from poll(): hand it over as columns
-            rest = buffered.records[buffered.index:]
-            buffered.records = None
-            if rest:
-                self._positions[tp] = max(rest[-1].offset + 1, buffered.batch_end)
-                return _columns_from_records(tp, rest, headers)
+        if buffered.records is not None:
+            # Left over from poll(), decoded (and deserialized): its batch is read again as
+            # columns, from the position poll() left.
+            buffered.batches.appendleft(buffered.batch)
+            buffered.records = buffered.batch = None
         pieces = []
         count = 0
         timestamp_type = 0
@@ -661,7 +696,11 @@ class Consumer:
             batch = self._next_batch(tp, buffered)
             if batch is None:
                 break
-            recs = batch.records(self._verify)
+            try:
+                recs = batch.records(self._verify)
+            except CorruptRecordError:
+                buffered.batches.appendleft(batch)   # met again by the next poll
+                raise
             offsets = recs.offsets
             keep = offsets >= self._positions[tp]
             if not keep.all():
@@ -778,18 +817,4 @@ def _binary(pieces):
     """(data, offsets, nulls) of one column from each batch's (buf, pos, lens)."""
     data, offsets = codec.gather_many(pieces)
     return data, offsets, np.concatenate([lens for _, _, lens in pieces]) < 0
-
-
-def _columns_from_records(tp, records, with_headers):
-    def column(items):
-        lens = np.array([-1 if x is None else len(x) for x in items], dtype=np.int32)
-        data = np.frombuffer(b"".join(x for x in items if x is not None), dtype=np.uint8)
-        offsets = np.zeros(len(items) + 1, dtype=np.int32)
-        np.cumsum(np.maximum(lens, 0), out=offsets[1:])
-        return data, offsets, lens < 0
-    return RecordColumns(tp.topic, tp.partition, records[0].timestamp_type,
-                         np.array([r.offset for r in records], dtype=np.int64),
-                         np.array([r.timestamp for r in records], dtype=np.int64),
-                         column([r.key for r in records]), column([r.value for r in records]),
-                         [r.headers or None for r in records] if with_headers else None)
 
