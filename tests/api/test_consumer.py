@@ -362,6 +362,20 @@ def test_poll_batch_after_a_partial_poll_keeps_to_max_records_and_gives_raw_byte
     assert [r.value for r in consumer.poll(timeout=5, max_records=1)] == [b"V3"]
 
 
+@pytest.mark.parametrize("forever", [float("inf"), 1e12])
+def test_a_timeout_past_what_a_thread_can_wait_means_no_bound(db, forever):
+    """Kafka takes Long.MAX_VALUE ms for ever; poll(inf) and result(1e12) ended in an
+    OverflowError from deep inside (math.ceil, lock.acquire)."""
+    db.create_topic("forever")
+    producer = db.producer()
+    assert producer.send("forever", value=b"v").result(timeout=forever).offset == 0
+    producer.flush(timeout=forever)
+    consumer = db.consumer(auto_offset_reset="earliest")
+    consumer.assign([TopicPartition("forever", 0)])
+    assert [r.value for r in consumer.poll(timeout=forever)] == [b"v"]
+    producer.close(timeout=forever)
+
+
 def test_unassigned_or_unknown_partitions_are_errors(db):
     fill(db, 1)
     consumer = db.consumer()

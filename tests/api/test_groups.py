@@ -552,6 +552,57 @@ def test_an_eager_member_gives_up_every_partition_when_another_joins(db):
     keeper.close()
 
 
+def test_subscribing_again_to_the_same_topics_rebalances_nothing(db):
+    """Kafka rejoins only when the subscription changed (ConsumerCoordinator
+    .rejoinNeededOrPending). A second subscribe() to the same topics started a rebalance:
+    an eager member revoked every partition and read them again from the start."""
+    fill(db, 8)
+    consumer = db.consumer(group_id="g", auto_offset_reset="earliest",
+                           enable_auto_commit=False, partition_assignment_strategy="range")
+    listener = RebalanceLog()
+    consumer.subscribe(["t"], listener=listener)
+    first = poll_until(consumer, lambda r: len(r) >= 8, "the eight records")
+    generation = consumer.group_metadata().generation_id
+    consumer.subscribe(["t"], listener=listener)
+    fill(db, 4, start=8)
+    more = poll_until(consumer, lambda r: len(r) >= 4, "the four new records")
+    assert values(first + more) == list(range(12))
+    assert consumer.group_metadata().generation_id == generation
+    assert listener.calls == [("assigned", partitions_of(db, "t"))]
+    consumer.close()
+
+
+def test_an_eager_member_without_partitions_is_told_of_the_revocation_too(db):
+    """ConsumerRebalanceListener: "With eager rebalancing, onPartitionsRevoked will always
+    be called at the start of a rebalance" (ConsumerCoordinator.onJoinPrepare calls it with
+    an empty set). A member that owned nothing was not called."""
+    fill(db, 1, partitions=1)
+    settings = dict(group_id="g", partition_assignment_strategy="range", **FAST)
+    consumers = [db.consumer(**settings) for _ in range(3)]
+    listeners = [RebalanceLog() for _ in range(3)]
+
+    def settled(members):
+        """Every member of the group's generation has its assignment."""
+        try:
+            group = db.describe_group("g")
+        except streamlog.GroupIdNotFoundError:
+            return False
+        return group.state == "Stable" and len(group.members) == members and all(
+            listener.calls and listener.calls[-1][0] == "assigned"
+            for listener in listeners[:members])
+    for consumer, listener in zip(consumers[:2], listeners, strict=False):
+        consumer.subscribe(["t"], listener=listener)
+    poll_each(consumers[:2], lambda _: settled(2), "the first generation")
+    idle = next(listener for consumer, listener in zip(consumers[:2], listeners, strict=False)
+                if not consumer.assignment())
+    idle.calls.clear()
+    consumers[2].subscribe(["t"], listener=listeners[2])
+    poll_each(consumers, lambda _: settled(3), "the next generation")
+    assert idle.calls[0] == ("revoked", [])
+    for consumer in consumers:
+        consumer.close()
+
+
 def test_growth_of_a_subscribed_topic_rebalances_the_group_and_assigns_the_new_partitions(db):
     """Kafka's leader notices the partition count change (explicit topics, two members)."""
     fill(db, 8)

@@ -469,7 +469,7 @@ class Consumer:
         return self._poll(timeout, max_records, columns=True, headers=include_headers)
 
     def _poll(self, timeout, max_records, columns, headers=False):
-        check_timeout(timeout, "poll")
+        timeout = check_timeout(timeout, "poll")
         if max_records is not None and (isinstance(max_records, bool) or
                                         not isinstance(max_records, int) or max_records < 1):
             raise ValueError(f"max_records must be a positive int, got {max_records!r}")

@@ -251,8 +251,7 @@ class Database:
         # (and kio imports hypothesis where installed, which pytest plugins must not do early).
         from ..server import KafkaServer
         server = KafkaServer(self._broker, host, port)
-        with self._lock:
-            self._children.append(server)
+        self._adopt(server)
         return server
 
     # --- consumer groups -------------------------------------------------------------------
@@ -311,19 +310,24 @@ class Database:
         if self.readonly:
             raise ReadOnlyError("a read-only database cannot make producers; open it for writing")
         producer = Producer(self._broker, config, **settings)
-        with self._lock:
-            self._children.append(producer)
+        self._adopt(producer)
         return producer
 
     def consumer(self, config=None, **settings):
         """A Consumer (see client.consumer for settings; Kafka names accepted in config)."""
         self._check()
         consumer = Consumer(self._broker, config, **settings)
-        with self._lock:
-            self._children.append(consumer)
+        self._adopt(consumer)
         return consumer
 
     # --- lifecycle ---------------------------------------------------------------------
+
+    def _adopt(self, child):
+        """Keep child (a producer, consumer or server) to close with the handle; those closed
+        already are let go, or a long-lived handle would keep every client it ever made."""
+        with self._lock:
+            self._children = [c for c in self._children if not c.closed]
+            self._children.append(child)
 
     def close(self):
         """Close the producers (flushing them) and consumers made here, then the handle."""

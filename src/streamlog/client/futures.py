@@ -70,7 +70,9 @@ class BatchResult:
             if self._waiters is None:
                 self._waiters = []
             self._waiters.append(lock)
-        if not lock.acquire(timeout=-1 if timeout is None else max(timeout, 0)):
+        # Past what a thread can wait (inf, centuries): no bound, not an OverflowError.
+        forever = timeout is None or timeout >= threading.TIMEOUT_MAX
+        if not lock.acquire(timeout=-1 if forever else max(timeout, 0)):
             with _waiters_lock:
                 if self._waiters is not None and lock in self._waiters:
                     self._waiters.remove(lock)

@@ -128,9 +128,13 @@ class GroupMembership:
     def subscribe(self, topics, pattern, listener):
         self._listener = listener
         self._pattern = pattern
-        self._topics = self._match(pattern) if pattern is not None else sorted(set(topics))
+        topics = self._match(pattern) if pattern is not None else sorted(set(topics))
+        # The same topics again need no rebalance (Kafka's rejoinNeededOrPending compares
+        # the joined subscription): an eager one would revoke and re-read them all.
+        if topics != self._topics:
+            self._rejoin = True
+        self._topics = topics
         self._metadata_version = self._broker.metadata.version
-        self._rejoin = True
 
     def subscription(self):
         return set(self._topics or ())
@@ -291,7 +295,10 @@ class GroupMembership:
         if self._auto_commit:
             self._commit_quietly("before rebalancing")
         if self.protocol == EAGER:
-            self._revoke_all("the group is rebalancing (eager protocol)")
+            # Called even with nothing to revoke, as Kafka's onJoinPrepare does: "with eager
+            # rebalancing, onPartitionsRevoked will always be called at the start of a
+            # rebalance" (ConsumerRebalanceListener).
+            self._revoke(sorted(self._owner.assignment()), even_none=True)
             return
         gone = [tp for tp in self._owner.assignment() if tp.topic not in self._topics]
         if gone:
@@ -394,8 +401,8 @@ class GroupMembership:
         log.debug("group %s: revoking every partition: %s", self.group_id, why)
         self._revoke(sorted(self._owner.assignment()), lost)
 
-    def _revoke(self, partitions, lost=False):
-        if not partitions:
+    def _revoke(self, partitions, lost=False, even_none=False):
+        if not partitions and not even_none:
             return
         errors = []
         self._call("on_partitions_lost" if lost else "on_partitions_revoked", partitions, errors)

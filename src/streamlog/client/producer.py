@@ -895,7 +895,7 @@ class Producer:
         that thread is the database's one flusher thread, which completes every such
         producer's batches: there it is refused from any producer's callback.
         """
-        check_timeout(timeout, "flush()")
+        timeout = check_timeout(timeout, "flush()")
         self._refuse_inside_callback("flush()")
         self._flush(timeout)
 
@@ -945,7 +945,7 @@ class Producer:
         """Flush, then refuse further sends (ProducerClosedError). An open transaction is
         aborted first, unless timeout is 0 (Kafka's forced close). Records not acknowledged
         within timeout are not waited for, and that is no error (Kafka's close)."""
-        check_timeout(timeout, "close()")
+        timeout = check_timeout(timeout, "close()")
         if self._closed:
             return
         if self._inside_callback():

@@ -11,6 +11,7 @@ memoryview) or None. A str is refused everywhere alike (a serializer turns other
 bytes); header keys are str, as in Kafka (Header.key() is a String).
 """
 import numbers
+import threading
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -31,15 +32,18 @@ def check_payload(what, data):
 
 
 def check_timeout(timeout, call):
-    """None (no bound), or a number of seconds >= 0: Kafka's poll(Duration) and
-    close(Duration) refuse a negative timeout (IllegalArgumentException)."""
+    """The timeout to use: None (no bound), or a number of seconds >= 0: Kafka's
+    poll(Duration) and close(Duration) refuse a negative timeout
+    (IllegalArgumentException). One past what a thread can wait (centuries, or inf) is
+    None, as Kafka takes Long.MAX_VALUE ms for ever."""
     if timeout is None:
-        return
+        return None
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
         raise TypeError(f"{call} timeout must be a number of seconds (or None), not "
                         f"{type(timeout).__name__} {timeout!r}")
     if not timeout >= 0:  # also refuses NaN
         raise ValueError(f"{call} timeout must be >= 0 seconds, got {timeout}")
+    return None if timeout >= threading.TIMEOUT_MAX else timeout
 
 
 def check_timestamp(timestamp_ms, what="timestamp_ms", nullable=True):
