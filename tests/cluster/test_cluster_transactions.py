@@ -89,6 +89,25 @@ def test_transactions_commit_abort_and_survive_their_coordinators_death(cluster)
     producer.flush(10)
 
 
+def test_a_marker_moves_the_high_watermark_as_a_leaders_append_does(cluster):
+    """Kafka appends a marker through Partition.appendRecordsToLeader, which ends with
+    maybeIncrementLeaderHW. The marker was written beside that path: on a partition with
+    no follower nothing moved the high watermark past it, the commit waited out the
+    marker's 30 s, and read_committed readers saw nothing (HW 1 of LEO 2, LSO 0)."""
+    cluster.create_topic("alone", 1, 1)
+    producer = confluent_kafka.Producer({"bootstrap.servers": cluster.bootstrap_servers,
+                                         "transactional.id": "alone-tx"})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    producer.produce("alone", value=b"x", partition=0)
+    producer.flush(30)
+    producer.commit_transaction(60)
+    leader = cluster.broker(cluster.partition_state("alone", 0).leader)
+    log = leader.partition_log(TopicPartition("alone", 0))
+    assert (log.log_end_offset, log.high_watermark, log.last_stable_offset) == (2, 2, 2)
+    assert committed_values(cluster.bootstrap_servers, "alone", 1) == [b"x"]
+
+
 def test_a_new_instance_fences_the_old_one_across_a_coordinator_change(cluster):
     cluster.create_topic("out", 3, 3)
     config = {"bootstrap.servers": cluster.bootstrap_servers, "transactional.id": "t2",

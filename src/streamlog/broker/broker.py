@@ -641,6 +641,10 @@ class Broker:
                 self.replicas.leader_replica(tp)
             out[tp] = self.partition_log(tp).write_txn_marker(producer_id, epoch,
                                                               coordinator_epoch, commit)
+            if self.replicas is not None:
+                # As a leader's append: the high watermark moves when the ISR holds the
+                # marker (at once with no follower), and waiting followers fetch it now.
+                self.replicas.appended_here(tp)
             self.fetch_purgatory.check_and_complete(tp)
         return out
 

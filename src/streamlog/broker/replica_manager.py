@@ -431,11 +431,20 @@ class ReplicaManager:
             # not in it yet.
             self._check_enough_replicas(replica, NotEnoughReplicasError, replica.state.isr)
         info = replica.log.append(data, origin=origin, verification=verification)
+        self._appended_here(replica)
+        return info
+
+    def appended_here(self, tp):
+        """The leader wrote to tp by other means than append() (a transaction marker):
+        the high watermark may move, and waiting follower fetches take the new batch, as
+        Partition.appendRecordsToLeader ends (maybeIncrementLeaderHW)."""
+        self._appended_here(self.leader_replica(tp))
+
+    def _appended_here(self, replica):
         with self._lock:
             self._maybe_advance_high_watermark(replica)
         with self._appended:
             self._appended.notify_all()
-        return info
 
     @staticmethod
     def _check_enough_replicas(replica, error, isr):

@@ -70,7 +70,7 @@ class _Buffered:
     def __init__(self, batches, aborted=None):
         self.batches = deque(batches)
         self.records = None  # decoded Records of the current batch
-        self.batch = None    # the batch they are of
+        self.batch = None    # the batch they are of (None: it is queued in batches again)
         self.index = 0
         self.batch_end = 0   # where the position goes once they are all returned
         # read_committed (Kafka's CompletedFetch): the fetch's aborted transactions, a heap
@@ -621,21 +621,19 @@ class Consumer:
                 if batch is None:
                     break
                 try:
-                    buffered.records = self._decode(tp, batch)
-                    buffered.batch_end = batch.next_offset
+                    records, end, decoded_from = self._decode(tp, batch), batch.next_offset, batch
                 except RecordDeserializationError as exc:
+                    buffered.batches.appendleft(batch)   # met again from the failing record
                     if not exc.decoded:
-                        buffered.batches.appendleft(batch)
                         raise
                     # The records before the one that failed go out first; the position
-                    # then stops at it, and the batch is met again from there.
-                    buffered.records, buffered.batch_end = exc.decoded, exc.offset
-                    buffered.batches.appendleft(batch)
+                    # then stops at it (the batch is queued again already).
+                    records, end, decoded_from = exc.decoded, exc.offset, None
                 except CorruptRecordError:
                     buffered.batches.appendleft(batch)
                     raise
-                buffered.batch = batch
-                buffered.index = 0
+                buffered.records, buffered.batch_end = records, end
+                buffered.batch, buffered.index = decoded_from, 0
                 continue
             records = buffered.records
             end = min(len(records), buffered.index + int(min(wanted - taken, len(records))))
@@ -687,7 +685,8 @@ class Consumer:
         if buffered.records is not None:
             # Left over from poll(), decoded (and deserialized): its batch is read again as
             # columns, from the position poll() left.
-            buffered.batches.appendleft(buffered.batch)
+            if buffered.batch is not None:
+                buffered.batches.appendleft(buffered.batch)
             buffered.records = buffered.batch = None
         pieces = []
         count = 0

@@ -440,10 +440,13 @@ class TransactionCoordinator:
         TransactionStateManager loading a partition, then resending markers)."""
         with self._lock:
             self._check_open()
-            self._finish_unfinished([
-                self._log.transactions[transactional_id]
-                for transactional_id in self._log.reload_partition(partition,
-                                                                   coordinator_epoch)])
+            loaded = [self._log.transactions[transactional_id]
+                      for transactional_id in self._log.reload_partition(partition,
+                                                                         coordinator_epoch)]
+            try:
+                self._finish_unfinished(loaded)
+            except (LogClosedError, TimerClosedError):
+                pass   # this broker is stopping: the next leader finishes them
 
     def resign(self, partition):
         """This broker no longer leads `partition` of __transaction_state but stays up (a
