@@ -20,7 +20,7 @@ from streamlog.server.error_codes import failure
 from streamlog.storage.record_batch import build_batch
 from streamlog.structs import TopicPartition
 
-from support import wait_until
+from support import producer_in_a_transaction, wait_until
 from support.cluster_steps import led_by_another_than_preferred
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
@@ -95,12 +95,8 @@ def test_a_marker_moves_the_high_watermark_as_a_leaders_append_does(cluster):
     no follower nothing moved the high watermark past it, the commit waited out the
     marker's 30 s, and read_committed readers saw nothing (HW 1 of LEO 2, LSO 0)."""
     cluster.create_topic("alone", 1, 1)
-    producer = confluent_kafka.Producer({"bootstrap.servers": cluster.bootstrap_servers,
-                                         "transactional.id": "alone-tx"})
-    producer.init_transactions(30)
-    producer.begin_transaction()
-    producer.produce("alone", value=b"x", partition=0)
-    producer.flush(30)
+    producer = producer_in_a_transaction(cluster.bootstrap_servers, "alone-tx", "alone", b"x",
+                                         30)
     producer.commit_transaction(60)
     leader = cluster.broker(cluster.partition_state("alone", 0).leader)
     log = leader.partition_log(TopicPartition("alone", 0))
@@ -331,12 +327,7 @@ def test_the_transaction_admin_apis_answer_from_each_ids_coordinator_and_each_re
     # (Partition.activeProducerState, ReplicaManager.getPartitionOrError).
     kafka = pytest.importorskip("kafka")
     cluster.create_topic("out", 3, 2)
-    producer = confluent_kafka.Producer({"bootstrap.servers": cluster.bootstrap_servers,
-                                         "transactional.id": "admin-tx"})
-    producer.init_transactions(30)
-    producer.begin_transaction()
-    producer.produce("out", value=b"x", partition=0)
-    producer.flush(30)
+    producer = producer_in_a_transaction(cluster.bootstrap_servers, "admin-tx", "out", b"x", 30)
     admin = kafka.KafkaAdminClient(bootstrap_servers=cluster.bootstrap_servers)
     try:
         listed = admin.list_transactions()

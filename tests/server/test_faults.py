@@ -18,7 +18,7 @@ from streamlog import TopicPartition
 from streamlog.server import network
 from streamlog.testing import records
 
-from support import wait_until
+from support import producer_in_a_transaction, wait_until
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
 
@@ -167,12 +167,7 @@ def test_a_forced_rebalance_reassigns_the_group(db, server):
 
 
 def test_fencing_a_transactional_id_fences_its_producer(db, server):
-    producer = confluent_kafka.Producer({"bootstrap.servers": server.bootstrap_servers,
-                                         "transactional.id": "tx"})
-    producer.init_transactions(10)
-    producer.begin_transaction()
-    producer.produce("t", value=b"doomed", partition=0)
-    producer.flush(10)
+    producer = producer_in_a_transaction(server.bootstrap_servers, "tx", "t", b"doomed", 10)
     server.faults.fence("tx")   # as a new instance's init_transactions() would
     with pytest.raises(confluent_kafka.KafkaException) as fenced:
         producer.commit_transaction(10)

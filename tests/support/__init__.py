@@ -128,3 +128,16 @@ def last_values(writes):
     for offset, key, value in writes:
         out[key] = (offset, value)
     return out
+
+
+def producer_in_a_transaction(bootstrap, transactional_id, topic, value, timeout_s):
+    """A confluent-kafka producer of transactional_id whose transaction is begun, with value
+    sent to partition 0 of topic and flushed; not ended."""
+    import confluent_kafka
+    producer = confluent_kafka.Producer({"bootstrap.servers": bootstrap,
+                                         "transactional.id": transactional_id})
+    producer.init_transactions(timeout_s)
+    producer.begin_transaction()
+    producer.produce(topic, value=value, partition=0)
+    producer.flush(timeout_s)
+    return producer

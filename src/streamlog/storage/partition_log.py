@@ -1084,8 +1084,9 @@ class PartitionLog:
         start = self.log_start_offset
         end = self._next_offset
         for i, segment in enumerate(segments):
-            if segment.largest_timestamp >= timestamp or (self.readonly and
-                                                          i == len(segments) - 1):
+            # A view counts the batches its segment's time index lacks too (the writer's
+            # active one: LogSegment._with_unindexed_timestamps), reloaded by refresh().
+            if segment.largest_timestamp >= timestamp:
                 upper = segments[i + 1].base_offset if i + 1 < len(segments) else end
                 found = segment.find_offset_by_timestamp(timestamp, start, upper,
                                                          sealed=i + 1 < len(segments))

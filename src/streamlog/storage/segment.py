@@ -270,9 +270,7 @@ class LogSegment:
         written after the time index's last entry. The writer's active segment holds its
         largest timestamp in memory; its time index has it only at the next index interval,
         or in the final entry at seal. Kafka's recovery takes a batch's last offset too."""
-        index_offset, position = self.offset_index.lookup(offset)
-        if position and not self._index_entry_matches(position, index_offset):
-            position = 0   # the snapshot no longer matches the file
+        _, position = self._entry_or_start(self.offset_index.lookup(offset))
         try:
             for header in self.log.headers(position):
                 if header.max_timestamp > largest:
@@ -339,10 +337,7 @@ class LogSegment:
         """Where a scan for the segment's end may start: the last index entry's position if a
         batch really starts there, else 0. An index never decides what a reader sees: a
         read-only view's index may be garbled, swapped, or point past a torn tail."""
-        last, position = self.offset_index.last_entry()
-        if position and not self._index_entry_matches(position, last):
-            return 0
-        return position
+        return self._entry_or_start(self.offset_index.last_entry())[1]
 
     def check_partial_tail(self, exc):
         """A read-only view met a file ending inside a batch (IncompleteBatch exc): fine for a
@@ -488,8 +483,8 @@ class LogSegment:
             # Appended one after the other here: the previous batch ends just below this one.
             return position, (base - 1 if i else None)
         index_offset, position = self.offset_index.lookup(offset)
-        if self.readonly and position and not self._index_entry_matches(position, index_offset):
-            index_offset, position = self.base_offset, 0  # the snapshot no longer matches
+        if self.readonly:   # the view's snapshot of the index may no longer match the file
+            index_offset, position = self._entry_or_start((index_offset, position))
         expect_last = index_offset if position else None
         prev_last = None if position else self.base_offset - 1
         try:
@@ -540,6 +535,15 @@ class LogSegment:
     def batch_offsets(self):
         """(base offset, last offset) of each batch, in file order, from the headers alone."""
         return [(header.base_offset, header.last_offset) for header in self.log.headers()]
+
+    def _entry_or_start(self, entry):
+        """An offset-index entry (offset, position) when a batch of this file is there to
+        match it, else the segment's start (base offset, 0): a scan from there is right
+        whatever the index holds."""
+        offset, position = entry
+        if position and not self._index_entry_matches(position, offset):
+            return self.base_offset, 0
+        return offset, position
 
     def _index_entry_matches(self, position, last_offset):
         """Whether an index entry (last_offset, position) is of this file: a batch of this
