@@ -21,6 +21,7 @@ from streamlog.storage.record_batch import LOG_APPEND_TIME
 from streamlog.structs import TopicPartition
 
 from support import GENEROUS_S, wait_until
+from support.cluster_steps import lose_the_isr_but_one, values
 
 LAG_MS = 300   # replica.lag.time.max.ms for these tests (Kafka's default is 30 s)
 
@@ -29,10 +30,6 @@ LAG_MS = 300   # replica.lag.time.max.ms for these tests (Kafka's default is 30 
 def cluster(tmp_path):
     with Cluster(3, path=str(tmp_path / "cluster"), replica_lag_time_max_ms=LAG_MS) as c:
         yield c
-
-
-def values(prefix, n):
-    return [b"%s-%d" % (prefix, i) for i in range(n)]
 
 
 def test_a_lagging_follower_leaves_the_isr_and_rejoins_once_caught_up(cluster):
@@ -224,21 +221,9 @@ def test_acks_1_loses_what_the_leader_acknowledged_before_followers_copied_it(cl
     assert kept == values(b"safe", 5)   # the five acks=1 records are lost
 
 
-def _lose_the_isr_but_one(cluster, topic):
-    """The follower falls out of the ISR, then the leader acknowledges records it lacks."""
-    leader = cluster.leader(topic, 0)
-    follower = next(r for r in cluster.partition_state(topic, 0).replicas if r != leader)
-    cluster.produce(topic, 0, values(b"both", 3))
-    cluster.isolate(follower)
-    wait_until(lambda: cluster.partition_state(topic, 0).isr == (leader,),
-               "the follower to leave the ISR")
-    cluster.produce(topic, 0, values(b"leader-only", 3))   # acks=all: the ISR is the leader
-    return leader, follower
-
-
 def test_clean_election_refuses_an_out_of_sync_replica(cluster):
     cluster.create_topic("t", 1, 2)
-    leader, follower = _lose_the_isr_but_one(cluster, "t")
+    leader, follower = lose_the_isr_but_one(cluster, "t")
     cluster.heal(follower)
     cluster.stop(leader)   # a clean stop: its log is whole when it returns
     state = cluster.partition_state("t", 0)
@@ -254,7 +239,7 @@ def test_clean_election_refuses_an_out_of_sync_replica(cluster):
 
 def test_unclean_election_elects_an_out_of_sync_replica_and_loses_data(cluster):
     cluster.create_topic("t", 1, 2, config={"unclean.leader.election.enable": "true"})
-    leader, follower = _lose_the_isr_but_one(cluster, "t")
+    leader, follower = lose_the_isr_but_one(cluster, "t")
     cluster.heal(follower)
     cluster.kill(leader)
     state = cluster.partition_state("t", 0)

@@ -1,4 +1,22 @@
 """Cluster steps that several cluster tests take."""
+from . import wait_until
+
+
+def values(prefix, n):
+    return [b"%s-%d" % (prefix, i) for i in range(n)]
+
+
+def lose_the_isr_but_one(cluster, topic):
+    """The follower of a partition 0 replicated twice falls out of the ISR, then the leader
+    acknowledges records it lacks ("leader-only"). (leader, follower)."""
+    leader = cluster.leader(topic, 0)
+    follower = next(r for r in cluster.partition_state(topic, 0).replicas if r != leader)
+    cluster.produce(topic, 0, values(b"both", 3))
+    cluster.isolate(follower)
+    wait_until(lambda: cluster.partition_state(topic, 0).isr == (leader,),
+               "the follower to leave the ISR")
+    cluster.produce(topic, 0, values(b"leader-only", 3))   # acks=all: the ISR is the leader
+    return leader, follower
 
 
 def led_by_another_than_preferred(cluster, key, key_type):

@@ -462,7 +462,7 @@ class Broker:
         """Set topic config overrides; `remove`: configs taken back to their defaults."""
         self._check_writable()
         with self._lock:
-            self._check_compaction_kept(name, overrides, remove)
+            self.check_config_change(name, overrides, remove)
             info = self.metadata.alter_config(name, overrides, remove)
             for p in range(info.partitions):
                 tp = TopicPartition(name, p)
@@ -472,8 +472,10 @@ class Broker:
                     self._write_topic_config(tp, info)
             return info
 
-    def _check_compaction_kept(self, name, overrides, remove=()):
-        """Refuse to take compaction off a topic the cleaner has compacted: its logs hold
+    def check_config_change(self, name, overrides, remove=()):
+        """What this broker's logs allow of a config change (a cluster's controller asks
+        every live broker before it records one): it refuses to take compaction off a
+        topic the cleaner has compacted: its logs hold
         offset gaps, which a log that is not compacted reads as damage (storage/segment.py
         invariant 1). Kafka allows the change; here it waits until density is known per log
         rather than per policy."""
@@ -481,7 +483,7 @@ class Broker:
         if not current.config.compact:
             return
         changed = self.config.topic_defaults.with_overrides(
-            overrides_after(current, overrides, remove))
+            overrides_after(current.overrides, overrides, remove))
         if changed.compact:
             return
         self._refuse_uncompacting(current, "keep compact in cleanup.policy (compact,delete "

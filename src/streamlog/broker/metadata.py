@@ -310,7 +310,7 @@ class TopicRegistry:
         defaults (Kafka's DELETE of an IncrementalAlterConfigs)."""
         with self._lock:
             info = self.get(name)
-            merged = overrides_after(info, overrides, remove)
+            merged = overrides_after(info.overrides, overrides, remove)
             self._default.with_overrides(merged)  # validate before writing
             return self._write(name, {**_doc(info), "config": merged})
 
@@ -379,10 +379,11 @@ def normalized_overrides(overrides):
     return {_dotted(key): full[_dotted(key)] for key in overrides}
 
 
-def overrides_after(info, overrides, remove=()):
-    """The topic's overrides once `overrides` are set and the configs named in `remove`
-    (either spelling) are back to their defaults; checked as normalized_overrides."""
-    merged = dict(info.overrides)
+def overrides_after(current, overrides, remove=()):
+    """The overrides `current` (a topic's) become once `overrides` are set and the configs
+    named in `remove` (either spelling) are back to their defaults; checked as
+    normalized_overrides."""
+    merged = dict(current)
     for key in remove:
         merged.pop(_dotted(key), None)
     merged.update(normalized_overrides(overrides))

@@ -34,6 +34,7 @@ import time
 from typing import NamedTuple
 
 from ..broker.broker import Broker
+from ..broker.metadata import normalized_overrides
 from ..coordinator import GROUP_COORDINATOR, TRANSACTION_COORDINATOR
 from ..coordinator.group_coordinator import find_coordinator
 from ..coordinator.offsets import OFFSETS_TOPIC, OFFSETS_TOPIC_CONFIG, cached_partition_for
@@ -170,6 +171,9 @@ class ClusterView:
     def delete_topic(self, name):
         return self._cluster.delete_topic(name)
 
+    def alter_topic_config(self, name, overrides, remove=()):
+        return self._cluster.alter_topic_config(name, overrides, remove)
+
     def create_partitions(self, name, total, assignment=None):
         return self._cluster.create_partitions(name, total, assignment)
 
@@ -207,7 +211,8 @@ class Cluster:
         self._slow_changed = threading.Condition(self._lock)
         self._fetchers = {}
         self._closed = False
-        self.controller = Controller(os.path.join(self.path, "controller"), range(brokers))
+        self.controller = Controller(os.path.join(self.path, "controller"), range(brokers),
+                                     Broker.config_from(self.config).topic_defaults)
         self._slots = {i: _Slot(i, os.path.join(self.path, f"broker-{i}"))
                        for i in range(brokers)}
         for i, slot in self._slots.items():
@@ -280,15 +285,33 @@ class Cluster:
         for name, topic in sorted(topics.items()):
             self._create_local(broker, name, topic)
 
-    @staticmethod
-    def _create_local(broker, name, topic):
-        """The controller's topic record made real on one broker: created, or grown."""
+    @classmethod
+    def _create_local(cls, broker, name, topic):
+        """The controller's topic record made real on one broker: created, or grown, with
+        the record's config."""
         info = broker.topics().get(name)
         if info is None:
             broker.create_topic(name, topic["partitions"], topic["config"],
                                 internal=topic.get("internal", False), topic_id=topic["id"])
-        elif info.partitions < topic["partitions"]:
+            return
+        if info.partitions < topic["partitions"]:
             broker.create_partitions(name, topic["partitions"])
+        cls._apply_config(broker, name, normalized_overrides(topic["config"]))
+
+    @staticmethod
+    def _apply_config(broker, name, overrides):
+        """Make `overrides` a broker's whole set for the topic. A broker that cannot take
+        them (its disk, or its compacted logs when it was down as compaction was taken off)
+        keeps its own, logged: the controller's record stays the topic's config."""
+        current = broker.topic(name).overrides
+        if current == overrides:
+            return
+        try:
+            broker.alter_topic_config(name, overrides,
+                                      [key for key in current if key not in overrides])
+        except Exception:
+            log.exception("broker %s could not take the config %s of topic %r", broker.root,
+                          overrides, name)
 
     def _start_fetcher(self, follower_id, leader_id):
         key = (follower_id, leader_id)
@@ -511,6 +534,16 @@ class Cluster:
         """The replication factor of a new topic: `asked`, or (None, -1) the default,
         min(3, brokers)."""
         return min(3, len(self._slots)) if asked in (None, -1) else asked
+
+    def alter_topic_config(self, name, overrides, remove=()):
+        """Set a topic's config overrides (remove: configs taken back to their defaults) on
+        every broker, through the controller (one down now takes them when it restarts).
+        Returns the topic's overrides."""
+        return self.controller.alter_topic_config(
+            name, overrides, remove,
+            check_local=self._on_live_broker(
+                lambda broker, *change: broker.check_config_change(*change)),
+            alter_local=self._on_live_broker(self._apply_config))
 
     def delete_topic(self, name):
         """Delete a topic on every broker (one down now deletes it when it restarts)."""

@@ -44,7 +44,7 @@ import uuid
 import msgpack
 
 from ..broker.lock import DirectoryLock
-from ..broker.metadata import check_name_free
+from ..broker.metadata import check_name_free, normalized_overrides, overrides_after
 from ..broker.replica_manager import NO_LEADER, PartitionState
 from ..errors import (DatabaseLockedError, ElectionNotNeededError,
                       EligibleLeadersNotAvailableError, InvalidPartitionsError,
@@ -82,10 +82,15 @@ def assign_replicas(partitions, replication_factor, broker_ids, first_partition=
 
 
 class Controller:
-    def __init__(self, directory, broker_ids):
+    def __init__(self, directory, broker_ids, topic_defaults=None):
+        """topic_defaults: the cluster-wide topic configs (LogConfig) under each topic's
+        overrides, the brokers' own."""
         self.broker_ids = tuple(broker_ids)
+        self.topic_defaults = topic_defaults or LogConfig()
         self.partitions = {}     # TopicPartition -> PartitionState
-        self.topics = {}         # name -> {"partitions": n, "replication_factor": r, "config": {}}
+        # name -> {"partitions": n, "replication_factor": r, "config": {overrides}, "id",
+        # "internal"}
+        self.topics = {}
         # The ids of the topics a tombstone in the log deleted: the proof a restarting broker
         # needs before it deletes a topic of its own that the controller does not have.
         self.deleted_topic_ids = set()
@@ -303,7 +308,8 @@ class Controller:
         return state
 
     def _config(self, topic):
-        return LogConfig.from_dict(self.topics.get(topic, {}).get("config", {}), check=False)
+        return self.topic_defaults.with_overrides(self.topics.get(topic, {}).get("config", {}),
+                                                  check=False)
 
     # --- requests from brokers ------------------------------------------------------
 
@@ -380,8 +386,8 @@ class Controller:
             if partitions < 1:
                 raise InvalidRequestError(f"a topic needs at least one partition, not "
                                           f"{partitions}")
-            config = dict(config or {})
-            LogConfig.from_dict(config)   # a bad config is refused before anything is written
+            config = normalized_overrides(config or {})
+            self.topic_defaults.with_overrides(config)   # refused before anything is written
             if assignment is None:
                 assignment = assign_replicas(partitions, replication_factor, self.broker_ids)
             topic = {"partitions": partitions, "replication_factor": replication_factor,
@@ -402,6 +408,32 @@ class Controller:
         self._write([(f"topic:{name}".encode(), topic)])
         self._change(states)
         return states
+
+    def alter_topic_config(self, name, overrides, remove=(), check_local=None,
+                           alter_local=None):
+        """Change a topic's config overrides as Kafka's ConfigurationControlManager does: one
+        record of this log, whatever broker was asked, which every broker then applies and
+        elections read (an override that stayed on the asked broker alone would let this
+        controller elect by a config no longer the topic's). check_local(broker id, name,
+        overrides, remove) lets each live broker refuse first (what its logs allow); then
+        the record is written and alter_local(broker id, name, new overrides) applies it on
+        each live broker; a broker down now takes it when it returns. Returns the new
+        overrides."""
+        with self._lock:
+            topic = self.topics.get(name)
+            if topic is None:
+                raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist", name)
+            merged = overrides_after(normalized_overrides(topic["config"]), overrides, remove)
+            self.topic_defaults.with_overrides(merged)   # refused before anything is written
+            live = sorted(self.alive)
+            for broker_id in live:
+                if check_local is not None:
+                    check_local(broker_id, name, overrides, remove)
+            self._write([(f"topic:{name}".encode(), dict(topic, config=merged))])
+            for broker_id in live:
+                if alter_local is not None:
+                    alter_local(broker_id, name, merged)
+            return merged
 
     def delete_topic(self, name, delete_local=None):
         """Delete a topic: delete_local(broker id, name) on each live broker first, then

@@ -964,10 +964,12 @@ class Handlers:
                 overrides, remove = change(current, resource.configs)
                 if body.validate_only or info is None:
                     self.broker.config.topic_defaults.with_overrides(
-                        overrides_after(current, overrides, remove))
+                        overrides_after(current.overrides, overrides, remove))
                     self.broker.topic(resource.resource_name)   # unknown: refused now
                 else:
-                    self.broker.alter_topic_config(resource.resource_name, overrides, remove)
+                    # In a cluster the controller records it for every broker.
+                    owner = self.broker if self._view is None else self._view
+                    owner.alter_topic_config(resource.resource_name, overrides, remove)
             except errors.StreamlogError as exc_:
                 exc = exc_
             responses.append(build(types.AlterConfigsResourceResponse,
