@@ -3,6 +3,8 @@ partition of __transaction_state (replicated); markers go to each partition's le
 are replicated before the transaction completes; a coordinator's death hands the id's
 state to the next leader, and the producer goes on (Kafka's TransactionStateManager and
 TransactionMarkerChannelManager)."""
+import datetime
+import socket
 import threading
 
 import pytest
@@ -419,3 +421,50 @@ def test_a_coordinator_that_loses_its_partition_alive_unloads_it_and_is_fenced(t
             leader.write_txn_markers_here([(tps[0], pid, epoch, old_coordinator_epoch, False)])
         assert sorted(committed_values(cluster.bootstrap_servers, "out", 3)) == \
             [b"e0", b"e1", b"e2"]
+
+
+def test_a_state_record_needs_transaction_state_log_min_isr_replicas(tmp_path):
+    # Kafka makes __transaction_state with min.insync.replicas = transaction.state.log.min.isr
+    # (default 2) and unclean elections off (TransactionStateManager.transactionTopicConfigs),
+    # and appends its records with acks=-1 (TransactionLog.EnforcedRequiredAcks); a
+    # NOT_ENOUGH_REPLICAS is answered COORDINATOR_NOT_AVAILABLE (TransactionStateManager
+    # .appendTransactionToLog). A coordinator left alone in the ISR takes no transition: one
+    # it took could die with it, a commit's markers half written.
+    from kio.schema.errors import ErrorCode
+    from kio.schema.init_producer_id.v4.request import InitProducerIdRequest
+    from kio.static.primitive import i16, i32Timedelta, i64
+
+    from support.wire import call
+    with Cluster(3, path=str(tmp_path / "c"), replica_lag_time_max_ms=300) as cluster:
+        tp = cluster.coordinator_partition("lonely-tx", TRANSACTION)
+        config = cluster.broker(0).topic(TRANSACTION_STATE_TOPIC).config
+        assert (config.min_insync_replicas, config.unclean_leader_election_enable) == (2, False)
+        cluster.wait_in_sync(tp.topic, [tp.partition])
+        coordinator = cluster.leader(tp.topic, tp.partition)
+
+        def init_producer_id():
+            slot = cluster._slots[coordinator]
+            with socket.create_connection((cluster.host, slot.port)) as sock:
+                return call(sock, InitProducerIdRequest(
+                    transactional_id="lonely-tx",
+                    transaction_timeout=i32Timedelta.parse(datetime.timedelta(seconds=60)),
+                    producer_id=i64(-1), producer_epoch=i16(-1))).error_code
+        for broker_id in cluster.broker_ids:
+            if broker_id != coordinator:
+                cluster.isolate(broker_id)
+        wait_until(lambda: cluster.partition_state(tp.topic, tp.partition).isr ==
+                   (coordinator,), "the coordinator alone in its partition's ISR")
+        end = cluster.broker(coordinator).partition_log(tp).log_end_offset
+        assert init_producer_id() == ErrorCode.coordinator_not_available
+        assert cluster.broker(coordinator).partition_log(tp).log_end_offset == end
+        cluster.heal()
+        cluster.wait_in_sync(tp.topic, [tp.partition])
+        assert init_producer_id() == ErrorCode.none
+
+
+def test_the_transaction_state_log_min_isr_is_a_broker_setting(tmp_path):
+    with Cluster(3, path=str(tmp_path / "c"),
+                 config={"transaction.state.log.min.isr": 3}) as cluster:
+        cluster.coordinator_partition("any-tx", TRANSACTION)
+        config = cluster.broker(1).topic(TRANSACTION_STATE_TOPIC).config
+        assert config.min_insync_replicas == 3

@@ -30,6 +30,7 @@ _BROKER_KEYS = {
     "producer.id.expiration.ms": ("producer_id_expiration_ms", int),
     "producer.id.expiration.check.interval.ms": ("producer_id_expiration_check_interval_ms", int),
     "transaction.state.log.num.partitions": ("transaction_state_log_num_partitions", int),
+    "transaction.state.log.min.isr": ("transaction_state_log_min_isr", int),
     "transaction.max.timeout.ms": ("transaction_max_timeout_ms", int),
     "transaction.abort.timed.out.transaction.cleanup.interval.ms": (
         "transaction_abort_timed_out_transaction_cleanup_interval_ms", int),
@@ -65,9 +66,11 @@ class BrokerConfig:
     # that is checked (Kafka's defaults).
     producer_id_expiration_ms: int = 86_400_000
     producer_id_expiration_check_interval_ms: int = 600_000
-    # Transactions (Kafka's defaults): __transaction_state's partitions, the longest
-    # transaction.timeout.ms a producer may ask for, how often timed-out ones are aborted.
+    # Transactions (Kafka's defaults): __transaction_state's partitions and the replicas
+    # a record of it needs (its min.insync.replicas), the longest transaction.timeout.ms
+    # a producer may ask for, how often timed-out ones are aborted.
     transaction_state_log_num_partitions: int = 50
+    transaction_state_log_min_isr: int = 2
     transaction_max_timeout_ms: int = 900_000
     transaction_abort_timed_out_transaction_cleanup_interval_ms: int = 10_000
     # Compaction (Kafka's defaults): the cleaner thread, its offset map's memory, and how
@@ -127,7 +130,8 @@ class BrokerConfig:
                      "offsets_topic_num_partitions", "offsets_retention_minutes",
                      "offsets_retention_check_interval_ms", "producer_id_expiration_ms",
                      "producer_id_expiration_check_interval_ms",
-                     "transaction_state_log_num_partitions", "transaction_max_timeout_ms",
+                     "transaction_state_log_num_partitions", "transaction_state_log_min_isr",
+                     "transaction_max_timeout_ms",
                      "transaction_abort_timed_out_transaction_cleanup_interval_ms",
                      "log_cleaner_backoff_ms"):
             if getattr(config, attr) < 1:

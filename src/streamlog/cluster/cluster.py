@@ -39,7 +39,7 @@ from ..coordinator import GROUP_COORDINATOR, TRANSACTION_COORDINATOR
 from ..coordinator.group_coordinator import find_coordinator
 from ..coordinator.offsets import OFFSETS_TOPIC, OFFSETS_TOPIC_CONFIG, cached_partition_for
 from ..coordinator.transaction_coordinator import find_transaction_coordinator
-from ..coordinator.transaction_log import TRANSACTION_STATE_CONFIG, TRANSACTION_STATE_TOPIC
+from ..coordinator.transaction_log import TRANSACTION_STATE_TOPIC, transaction_state_config
 from ..broker.replica_manager import DEFAULT_REPLICA_LAG_TIME_MAX_MS, NO_LEADER, ReplicaManager
 from ..errors import (CoordinatorNotAvailableError, InvalidRequestError, LeaderNotAvailableError,
                       NotCoordinatorError, NotLeaderOrFollowerError, RequestTimedOutError,
@@ -498,7 +498,7 @@ class Cluster:
             topic, config = OFFSETS_TOPIC, OFFSETS_TOPIC_CONFIG
             partitions = self._broker_config().offsets_topic_num_partitions
         elif key_type == TRANSACTION_COORDINATOR:
-            topic, config = TRANSACTION_STATE_TOPIC, TRANSACTION_STATE_CONFIG
+            topic, config = TRANSACTION_STATE_TOPIC, transaction_state_config(self._broker_config())
             partitions = self._broker_config().transaction_state_log_num_partitions
         else:
             raise InvalidRequestError(f"coordinator key type {key_type} is not served")

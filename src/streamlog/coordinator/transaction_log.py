@@ -18,7 +18,9 @@ Thread-safety: the transaction coordinator calls this under its own lock.
 """
 import struct
 
-from ..errors import CorruptRecordError, NotCoordinatorError, NotLeaderOrFollowerError
+from ..errors import (CoordinatorNotAvailableError, CorruptRecordError, NotCoordinatorError,
+                      NotEnoughReplicasAfterAppendError, NotEnoughReplicasError,
+                      NotLeaderOrFollowerError, RequestTimedOutError)
 from ..storage.keyed_log import encode_changes, replay
 from ..storage.producer_state import COORDINATOR
 from ..structs import TopicPartition
@@ -26,7 +28,18 @@ from .offsets import cached_partition_for, partition_for
 from .transaction import TransactionMetadata, TxnState
 
 TRANSACTION_STATE_TOPIC = "__transaction_state"
-TRANSACTION_STATE_CONFIG = {"cleanup.policy": "compact", "segment.bytes": 104857600}
+
+
+def transaction_state_config(broker_config):
+    """__transaction_state's topic config, as Kafka's TransactionStateManager
+    .transactionTopicConfigs makes it: compacted, 100 MiB segments, records stored
+    uncompressed, never an unclean election, and min.insync.replicas from the brokers'
+    transaction.state.log.min.isr (default 2: in a cluster a state record is taken only
+    once two replicas hold it; a topic of fewer replicas counts them all)."""
+    return {"cleanup.policy": "compact", "segment.bytes": 104857600,
+            "compression.type": "uncompressed", "unclean.leader.election.enable": False,
+            "min.insync.replicas": broker_config.transaction_state_log_min_isr}
+
 # In a cluster, how long a state record waits for its replicas (Kafka's
 # transaction.state.log's appends wait up to request.timeout.ms).
 WRITE_TIMEOUT_S = 30.0
@@ -141,7 +154,8 @@ class TransactionLog:
             # request reaches this broker; a database on its own makes it here.
             info = self._broker.topics().get(TRANSACTION_STATE_TOPIC) or \
                 self._broker.create_topic(TRANSACTION_STATE_TOPIC, self._wanted_partitions,
-                                          TRANSACTION_STATE_CONFIG, internal=True)
+                                          transaction_state_config(self._broker.config),
+                                          internal=True)
             self.partitions = info.partitions
         return TopicPartition(TRANSACTION_STATE_TOPIC,
                               cached_partition_for(transactional_id, self.partitions))
@@ -153,18 +167,23 @@ class TransactionLog:
         before it (markers written twice end nothing the second time)."""
         tp = self.partition_of(meta.transactional_id)
         replicas = self._broker.replicas
+        replicated = replicas is not None and replicas.manages(tp)
         try:
+            # In a cluster a record is safe once min.insync.replicas hold it (Kafka's
+            # coordinator appends with acks=all); the next leader loads it.
             info = self._broker.produce(tp, encode_changes(
                 [(encode_key(meta.transactional_id), encode_value(meta))], now_ms),
-                origin=COORDINATOR)
-            if replicas is not None and replicas.manages(tp):
-                # In a cluster a record is safe once the in-sync replicas hold it (Kafka's
-                # coordinator appends with acks=all); the next leader loads it.
+                origin=COORDINATOR, acks=-1 if replicated else 1)
+            if replicated:
                 replicas.wait_replicated(tp, info.last_offset + 1, WRITE_TIMEOUT_S)
             elif durable:
                 self._broker.partition_log(tp).flush()
         except NotLeaderOrFollowerError as exc:
             raise NotCoordinatorError(str(exc)) from None
+        except (NotEnoughReplicasError, NotEnoughReplicasAfterAppendError,
+                RequestTimedOutError) as exc:
+            # The client retries (TransactionStateManager.appendTransactionToLog's mapping).
+            raise CoordinatorNotAvailableError(str(exc)) from None
         self.transactions[meta.transactional_id] = meta
 
     def leads(self, transactional_id):

@@ -157,6 +157,9 @@ _CATALOG = {
                                                       "removed."),
     "transaction.state.log.num.partitions": (INT, "Partitions of the internal topic of "
                                                   "transaction states."),
+    "transaction.state.log.min.isr": (INT, "The min.insync.replicas of the internal topic of "
+                                           "transaction states: the replicas a state record "
+                                           "needs."),
     "transaction.max.timeout.ms": (INT, "Longest transaction timeout a producer may ask "
                                         "for."),
     "transaction.abort.timed.out.transaction.cleanup.interval.ms": (
