@@ -449,15 +449,15 @@ def test_a_state_record_needs_transaction_state_log_min_isr_replicas(tmp_path):
                     transactional_id="lonely-tx",
                     transaction_timeout=i32Timedelta.parse(datetime.timedelta(seconds=60)),
                     producer_id=i64(-1), producer_epoch=i16(-1))).error_code
-        for broker_id in cluster.broker_ids:
-            if broker_id != coordinator:
-                cluster.isolate(broker_id)
-        wait_until(lambda: cluster.partition_state(tp.topic, tp.partition).isr ==
-                   (coordinator,), "the coordinator alone in its partition's ISR")
+        followers = [b for b in cluster.broker_ids if b != coordinator]
+        for broker_id in followers:
+            cluster.kill(broker_id)   # each leaves the ISR at once (the controller)
+        assert cluster.partition_state(tp.topic, tp.partition).isr == (coordinator,)
         end = cluster.broker(coordinator).partition_log(tp).log_end_offset
         assert init_producer_id() == ErrorCode.coordinator_not_available
         assert cluster.broker(coordinator).partition_log(tp).log_end_offset == end
-        cluster.heal()
+        for broker_id in followers:
+            cluster.restart(broker_id)
         cluster.wait_in_sync(tp.topic, [tp.partition])
         assert init_producer_id() == ErrorCode.none
 

@@ -40,17 +40,40 @@ def test_a_lagging_follower_leaves_the_isr_and_rejoins_once_caught_up(cluster):
     follower = next(b for b in cluster.broker_ids if b != leader)
     cluster.produce("t", 0, values(b"a", 10))
     cluster.isolate(follower)
+    # At the leader's log end it would stay in (Replica.isCaughtUp): the leader moves on.
+    cluster.produce("t", 0, values(b"b", 10), acks=1)
     wait_until(lambda: follower not in cluster.partition_state("t", 0).isr,
                "the isolated follower to leave the ISR")
     state = cluster.partition_state("t", 0)
     assert state.leader == leader and len(state.isr) == 2
-    cluster.produce("t", 0, values(b"b", 10))   # acks=all needs only the ISR now
+    cluster.produce("t", 0, values(b"c", 5))   # acks=all needs only the ISR now
     assert cluster.partition_state("t", 0).replica_states[follower].log_end_offset == 10
     cluster.heal(follower)
     wait_until(lambda: follower in cluster.partition_state("t", 0).isr,
                "the follower to rejoin the ISR")
     assert cluster.replica_records("t", 0, follower)[:20] == \
         cluster.replica_records("t", 0, leader)[:20]
+
+
+def test_a_follower_at_the_leaders_log_end_stays_in_the_isr_however_long_it_is_cut_off(
+        cluster):
+    # Partition.getOutOfSyncReplicas asks Replica.isCaughtUp: a follower whose log end is
+    # the leader's is in sync whether it fetches or not ("If the follower already has the
+    # same leo as the leader, it will not be considered as out-of-sync"). It holds every
+    # acknowledged record, so when the leader dies it leads cleanly.
+    cluster.create_topic("t", 1, 2)
+    leader = cluster.leader("t", 0)
+    follower = next(r for r in cluster.partition_state("t", 0).replicas if r != leader)
+    cluster.produce("t", 0, values(b"a", 5))
+    cluster.wait_in_sync("t")
+    cluster.isolate(follower)
+    time.sleep(3 * LAG_MS / 1000)   # past replica.lag.time.max.ms: what follows is a state
+    cluster.replica_manager(leader).shrink_isrs()   # the isr-expiration check, once more
+    assert set(cluster.partition_state("t", 0).isr) == {leader, follower}
+    cluster.kill(leader)
+    state = cluster.partition_state("t", 0)
+    assert (state.leader, state.isr) == (follower, (follower,))
+    assert [v for _, v in cluster.replica_records("t", 0, follower)] == values(b"a", 5)
 
 
 def test_the_high_watermark_waits_for_a_follower_the_leader_is_adding(cluster):
@@ -65,9 +88,9 @@ def test_the_high_watermark_waits_for_a_follower_the_leader_is_adding(cluster):
     joining, other = [r for r in cluster.partition_state("t", 0).replicas if r != leader]
     cluster.produce("t", 0, values(b"all", 5))
     cluster.isolate(joining)
+    cluster.produce("t", 0, values(b"two", 5), acks=1)
     wait_until(lambda: joining not in cluster.partition_state("t", 0).isr,
                "the cut follower to leave the ISR")
-    cluster.produce("t", 0, values(b"two", 5))
     seen = []
     alter_partitions = cluster.controller.alter_partitions
 
@@ -105,6 +128,7 @@ def test_min_insync_replicas_counts_the_committed_isr_before_an_append_the_maxim
     leader, joining = cluster.partition_state("t", 0).replicas
     cluster.produce("t", 0, values(b"both", 5))
     cluster.isolate(joining)
+    cluster.produce("t", 0, [b"leader-only"], acks=1)   # the high watermark stays at 5
     wait_until(lambda: cluster.partition_state("t", 0).isr == (leader,),
                "the cut follower to leave the ISR")
     manager = cluster.replica_manager(leader)
@@ -128,7 +152,7 @@ def test_min_insync_replicas_counts_the_committed_isr_before_an_append_the_maxim
                "the follower to rejoin the ISR")
     assert seen["maximal"] == (leader, joining)
     assert isinstance(seen["append"], NotEnoughReplicasError)   # nothing written
-    assert cluster.partition_state("t", 0).replica_states[leader].log_end_offset == 5
+    assert cluster.partition_state("t", 0).replica_states[leader].log_end_offset == 6
     assert seen["answer"] == [None]
 
 
@@ -289,19 +313,23 @@ def test_kip_101_two_leaders_in_turn_and_a_hard_crash_end_with_identical_logs(cl
 
 
 def _ten_records_then_the_last_replica_cut(cluster):
-    """t-0, three replicas, holding 10 records in sync; then its last replica cut off as
-    _fetching_for does: (its replicas, the leader's replica manager, the leader epoch)."""
+    """t-0, three replicas, holding 5 records in sync; then its last replica cut off as
+    _fetching_for does, the others holding 5 more: (its replicas, the leader's replica
+    manager, the leader epoch)."""
     cluster.create_topic("t", 1, 3)
-    cluster.produce("t", 0, values(b"a", 10))
+    written = values(b"a", 10)
+    cluster.produce("t", 0, written[:5])
     cluster.wait_in_sync("t")
     replicas = cluster.partition_state("t", 0).replicas
-    return (replicas, *_fetching_for(cluster, replicas[2]))
+    return (replicas, *_fetching_for(cluster, replicas[2], written[5:]))
 
 
-def _fetching_for(cluster, follower):
-    """Cut the follower of t-0 off (the test fetches for it from then on) and wait for it to
-    leave the ISR; (the leader's replica manager, the leader epoch)."""
+def _fetching_for(cluster, follower, behind):
+    """Cut the follower of t-0 off (the test fetches for it from then on), append `behind`
+    without it (at the leader's log end it would stay in the ISR: Replica.isCaughtUp) and
+    wait for it to leave the ISR; (the leader's replica manager, the leader epoch)."""
     cluster.isolate(follower)
+    cluster.produce("t", 0, behind, acks=1)
     wait_until(lambda: follower not in cluster.partition_state("t", 0).isr,
                "the cut follower to leave the ISR")
     manager = cluster.replica_manager(cluster.leader("t", 0))
@@ -350,11 +378,11 @@ def test_a_follower_fetch_out_of_range_leaves_the_followers_state_as_it_was(clus
     answer = manager.replica_fetch(follower, {tp: (100, epoch)})[tp]
     assert isinstance(answer.error, OffsetOutOfRangeError)
     assert (view.leo, view.last_caught_up_ms, view.last_fetch_ms) == before
-    assert before[0] == 10
+    assert before[0] == 5
     state = cluster.partition_state("t", 0)
     assert follower not in state.isr and state.high_watermark == 15
-    answer = manager.replica_fetch(follower, {tp: (10, epoch)})[tp]   # where it is
-    assert answer.error is None and view.leo == 10
+    answer = manager.replica_fetch(follower, {tp: (5, epoch)})[tp]   # where it is
+    assert answer.error is None and view.leo == 5
 
 
 def test_a_restarted_follower_counts_only_once_it_fetched_in_its_new_incarnation(tmp_path):
@@ -412,6 +440,8 @@ def test_the_isr_changes_of_one_fetch_reach_the_controller_in_one_write(cluster)
     cluster.wait_in_sync("t")
     manager = cluster.replica_manager(0)
     cluster.isolate(follower)
+    for tp in tps:   # at the leaders' log ends it would stay in (Replica.isCaughtUp)
+        cluster.produce("t", tp.partition, values(b"b", 1), acks=1)
     wait_until(lambda: all(follower not in cluster.partition_state("t", tp.partition).isr
                            and manager._replicas[tp].pending_isr is None for tp in tps),
                "the cut follower to leave the ISRs")
@@ -425,7 +455,7 @@ def test_the_isr_changes_of_one_fetch_reach_the_controller_in_one_write(cluster)
 
     cluster.controller._write = recording
     epochs = {tp: cluster.partition_state("t", tp.partition).leader_epoch for tp in tps}
-    answers = manager.replica_fetch(follower, {tp: (5, epochs[tp]) for tp in tps},
+    answers = manager.replica_fetch(follower, {tp: (6, epochs[tp]) for tp in tps},
                                     broker_epoch=cluster.controller.broker_epochs[follower])
     assert all(answer.error is None for answer in answers.values())
     assert all(follower in cluster.partition_state("t", tp.partition).isr for tp in tps)

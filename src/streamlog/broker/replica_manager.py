@@ -20,7 +20,9 @@ replica and another leads. Kafka's rules, as kept here:
     tells nothing: Partition.fetchRecords). It is caught up when it fetched at the
     leader's LEO, or at the LEO the leader had at its previous fetch (then as of that
     fetch); one not caught up for replica.lag.time.max.ms leaves the ISR (isr-expiration,
-    every half of that). One at or past the high watermark and the current epoch's start
+    every half of that), unless its LEO is the leader's (Replica.isCaughtUp): a follower
+    that stopped fetching with nothing left to copy stays in, and may lead cleanly, until
+    the leader appends something it lacks. One at or past the high watermark and the current epoch's start
     offset joins it again. ISR changes go through the controller (AlterPartition), one at
     a time per partition, each naming the leader and partition epochs of the state it was
     decided from: a decision the state has moved past since is refused, never applied to
@@ -533,7 +535,7 @@ class ReplicaManager:
         now = self.clock_ms()
         for replica_id, follower in replica.followers.items():
             if replica_id not in isr and follower.leo >= 0 and \
-                    self._joining(follower, leader_leo, now) and \
+                    self._caught_up(follower, leader_leo, now) and \
                     self._isr_eligible(replica_id, follower):
                 candidate = min(candidate, follower.leo)
         if candidate > partition_log.high_watermark and partition_log.set_high_watermark(
@@ -541,10 +543,13 @@ class ReplicaManager:
             self._complete_waiters(replica)
             self.broker.fetch_purgatory.check_and_complete(replica.tp)
 
-    def _joining(self, follower, leader_leo, now):
-        """Whether a follower outside the ISR is caught up (Kafka's isCaughtUp): the high
-        watermark waits for it, so that it can reach the high watermark and join (see the
-        module doc)."""
+    def _caught_up(self, follower, leader_leo, now):
+        """Kafka's Replica.isCaughtUp: at the leader's LEO, or caught up within
+        replica.lag.time.max.ms. A member of the ISR that is not leaves it; the high
+        watermark waits for one outside it that is, so that it can reach the high
+        watermark and join (see the module doc). None (no view of it): not caught up."""
+        if follower is None:
+            return False
         return follower.leo >= leader_leo or \
             now - follower.last_caught_up_ms <= self.replica_lag_time_max_ms
 
@@ -740,9 +745,9 @@ class ReplicaManager:
                 state = replica.state
                 if state.leader != self.node_id:
                     continue
+                leader_leo = replica.log.log_end_offset
                 lagging = [r for r in state.isr if r != self.node_id and
-                           now - getattr(replica.followers.get(r), "last_caught_up_ms", 0)
-                           > self.replica_lag_time_max_ms]
+                           not self._caught_up(replica.followers.get(r), leader_leo, now)]
                 if lagging:
                     proposal = self._propose_isr(
                         replica, tuple(r for r in state.isr if r not in lagging))
