@@ -22,7 +22,7 @@ from streamlog.server.error_codes import failure
 from streamlog.storage.record_batch import build_batch
 from streamlog.structs import TopicPartition
 
-from support import producer_in_a_transaction, wait_until
+from support import GENEROUS_S, producer_in_a_transaction, wait_until
 from support.cluster_steps import led_by_another_than_preferred
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
@@ -468,3 +468,35 @@ def test_the_transaction_state_log_min_isr_is_a_broker_setting(tmp_path):
         cluster.coordinator_partition("any-tx", TRANSACTION)
         config = cluster.broker(1).topic(TRANSACTION_STATE_TOPIC).config
         assert config.min_insync_replicas == 3
+
+
+def test_slowing_a_brokers_fetches_leaves_its_verifications_and_markers_alone(cluster):
+    # Cluster.slow delays a broker's replica fetches (docs/CLUSTER.md), a slow replication
+    # link; a produce's transaction verification (the leader asks the coordinator, Kafka's
+    # AddPartitionsToTxnManager) and a coordinator's markers (WriteTxnMarkers) are other
+    # requests between those brokers, which no fetch delay holds back.
+    cluster.create_topic("out", 3, 1)
+    coordinator = cluster.coordinator_for("slow-tx", TRANSACTION)
+    partition = next(p for p in range(3) if cluster.leader("out", p) != coordinator)
+    leader = cluster.leader("out", partition)
+    done = []
+
+    def transaction_across_the_slowed_brokers():
+        producer = confluent_kafka.Producer({"bootstrap.servers": cluster.bootstrap_servers,
+                                             "transactional.id": "slow-tx"})
+        producer.init_transactions(30)
+        producer.begin_transaction()
+        producer.produce("out", value=b"v", partition=partition)
+        producer.commit_transaction(30)
+        done.append(True)
+
+    for broker_id in (coordinator, leader):
+        cluster.slow(broker_id, 10 ** 9)   # no fetch of theirs ends while the test runs
+    thread = threading.Thread(target=transaction_across_the_slowed_brokers, daemon=True)
+    thread.start()
+    thread.join(GENEROUS_S)
+    finished_while_slowed = list(done)
+    for broker_id in (coordinator, leader):
+        cluster.slow(broker_id, 0)
+    thread.join(GENEROUS_S)
+    assert finished_while_slowed == [True]

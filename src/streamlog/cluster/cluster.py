@@ -423,15 +423,20 @@ class Cluster:
                 self._slow.pop(broker_id, None)
             self._slow_changed.notify_all()
 
-    def link(self, follower_id, leader_id, fetcher=None):
-        """The leader's replica manager as the follower reaches it; LinkDown if it cannot.
-        fetcher: the ReplicaFetcher asking, whose stop ends a slowed wait."""
+    def fetch_link(self, follower_id, leader_id, fetcher):
+        """link() for a replica fetch: first waits the follower's slow() delay. fetcher:
+        the ReplicaFetcher asking, whose stop ends that wait."""
         self._wait_slowed(follower_id, fetcher)
-        if frozenset((follower_id, leader_id)) in self._cut:
-            raise LinkDown(f"broker {follower_id} cannot reach broker {leader_id}")
-        manager = self.replica_manager(leader_id)
+        return self.link(follower_id, leader_id)
+
+    def link(self, from_id, to_id):
+        """The replica manager of broker to_id as broker from_id reaches it; LinkDown if it
+        cannot (isolate(), or to_id down)."""
+        if frozenset((from_id, to_id)) in self._cut:
+            raise LinkDown(f"broker {from_id} cannot reach broker {to_id}")
+        manager = self.replica_manager(to_id)
         if manager is None:
-            raise LinkDown(f"broker {leader_id} is down")
+            raise LinkDown(f"broker {to_id} is down")
         return manager
 
     def _wait_slowed(self, follower_id, fetcher):

@@ -98,7 +98,7 @@ class ReplicaFetcher:
                 if leader == self.leader_id and leader != NO_LEADER}
         if not mine:
             return None
-        leader = self.cluster.link(self.follower_id, self.leader_id, self)
+        leader = self.cluster.fetch_link(self.follower_id, self.leader_id, self)
         for tp, epoch in mine.items():
             if follower.needs_truncation(tp):
                 self._truncate(follower, leader, tp, epoch)
@@ -111,7 +111,7 @@ class ReplicaFetcher:
         results = leader.replica_fetch(self.follower_id, wanted, REPLICA_FETCH_MAX_BYTES,
                                        self.wait_max_ms, follower.broker_epoch,
                                        stale=lambda: follower.version != seen)
-        self.cluster.link(self.follower_id, self.leader_id, self)   # cut meanwhile: drop the answer
+        self.cluster.link(self.follower_id, self.leader_id)   # cut meanwhile: drop the answer
         for tp, result in results.items():
             epoch = wanted[tp][1]
             if result.error is None:
