@@ -2,12 +2,18 @@
 __consumer_offsets, which is replicated; when that broker dies, the next leader loads the
 partition and the group goes on from its committed offsets (Kafka's GroupMetadataManager
 loading a partition on election; commits appended with acks=all)."""
+import threading
+
 import pytest
 
 from streamlog.cluster import Cluster
+from streamlog.coordinator import GROUP_COORDINATOR
+from streamlog.coordinator.group_coordinator import find_coordinator
 from streamlog.coordinator.offsets import OFFSETS_TOPIC, partition_for
+from streamlog.errors import CoordinatorNotAvailableError, StreamlogError
+from streamlog.structs import OffsetAndMetadata, TopicPartition
 
-from support import wait_until
+from support import GENEROUS_S, wait_until
 from support.cluster_steps import led_by_another_than_preferred
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
@@ -135,3 +141,48 @@ def test_a_coordinator_that_loses_its_partition_alive_unloads_its_groups(tmp_pat
         with pytest.raises(NotCoordinatorError):
             waiting.result()
         assert "g-moved" not in resigned._groups
+
+
+def test_a_commit_counts_only_once_its_replicas_hold_it(tmp_path):
+    # Kafka keeps an offset commit pending (GroupMetadata.prepareOffsetCommit) until its
+    # acks=all append succeeds: onOffsetCommitAppend makes it the committed offset,
+    # failPendingOffsetWrite drops it. OffsetFetch answers committed offsets only, and
+    # with require_stable a pending one is UNSTABLE_OFFSET_COMMIT
+    # (hasPendingOffsetCommitsForTopicPartition). Served from memory at once, a commit
+    # the coordinator then failed (or lost with it) would steer the group meanwhile.
+    with Cluster(3, path=str(tmp_path / "c"), replica_lag_time_max_ms=300,
+                 config={"min.insync.replicas": 2}) as cluster:
+        cluster.create_topic("t", 1, 3)
+        at = cluster.coordinator_partition("g", GROUP_COORDINATOR)
+        cluster.wait_in_sync(at.topic, [at.partition])
+        coordinator = cluster.leader(at.topic, at.partition)
+        groups = find_coordinator(cluster.broker(coordinator))
+        tp = TopicPartition("t", 0)
+        groups.offset_commit("g", "", -1, None, {tp: OffsetAndMetadata(1)})
+        for broker_id in cluster.broker_ids:
+            if broker_id != coordinator:
+                cluster.isolate(broker_id)
+        offsets_log = cluster.broker(coordinator).partition_log(at)
+        end = offsets_log.log_end_offset
+        outcome = []
+
+        def commit():
+            try:
+                groups.offset_commit("g", "", -1, None, {tp: OffsetAndMetadata(7)})
+                outcome.append(None)
+            except StreamlogError as exc:
+                outcome.append(exc)
+        thread = threading.Thread(target=commit, daemon=True)
+        thread.start()
+        wait_until(lambda: offsets_log.log_end_offset > end, "the commit appended")
+        assert groups.offset_fetch("g", [tp])[tp].offset == 1
+        assert groups.offset_fetch_stable("g", [tp])[1] == {tp}
+        thread.join(GENEROUS_S)
+        # The followers left the ISR: under min.insync.replicas the high watermark stays.
+        assert isinstance(outcome[0], CoordinatorNotAvailableError)
+        assert groups.offset_fetch("g", [tp])[tp].offset == 1
+        assert groups.offset_fetch_stable("g", [tp])[1] == set()
+        cluster.heal()
+        cluster.wait_in_sync(at.topic, [at.partition])
+        groups.offset_commit("g", "", -1, None, {tp: OffsetAndMetadata(9)})
+        assert groups.offset_fetch("g", [tp])[tp].offset == 9

@@ -706,7 +706,13 @@ class GroupCoordinator:
             written = self._store.commit(group_id, offsets, self._broker.clock_ms())
         if written is not None:
             # Outside the lock: the other groups' requests go on while the replicas copy.
-            self._store.wait_replicated(*written)
+            replicated = False
+            try:
+                self._store.wait_replicated(*written)
+                replicated = True
+            finally:
+                with self._locked():
+                    self._store.settle(*written, replicated)
 
     def txn_offset_commit(self, group_id, producer_id, producer_epoch, member_id, generation,
                           group_instance_id, offsets, verification=UNVERIFIED):

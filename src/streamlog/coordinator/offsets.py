@@ -125,6 +125,12 @@ def _group_key(group_id):
     return _pack([_GROUP_KEY, group_id])
 
 
+def _unreplicated(end_offset):
+    """The key under which a commit waiting for its replicas is held among the pending
+    changes: negative, so never a producer id, and one per batch (its end offset)."""
+    return -end_offset
+
+
 def _offset_changes(group_id, offsets, now_ms):
     """(key, value) of each offset commit record; offsets: {TopicPartition:
     OffsetAndMetadata}, stamped now_ms (a plain and a transactional commit alike)."""
@@ -142,7 +148,8 @@ class OffsetStore:
         self.groups = {}       # group -> GroupRecord
         self._replayed = {}    # partition of OFFSETS_TOPIC -> next offset to replay
         # partition -> {producer id: [(key, value, timestamp, record offset)]}:
-        # transactional offsets waiting for their transaction's marker (keyed_log.hold).
+        # transactional offsets waiting for their transaction's marker (keyed_log.hold),
+        # and, under _unreplicated(end offset), a cluster's commits waiting for replicas.
         self.pending = {}
         self.partitions = 0
         if OFFSETS_TOPIC in broker.topics():
@@ -223,9 +230,11 @@ class OffsetStore:
 
     # --- writing -----------------------------------------------------------------
 
-    def _append(self, group_id, changes, now_ms):
+    def _append(self, group_id, changes, now_ms, until_replicated=False):
         """Write changes as one batch and apply them; returns (partition of the topic, its
-        end offset after them), for wait_replicated."""
+        end offset after them), for wait_replicated. until_replicated: in a cluster, held
+        as pending (the open transactions' way) until settle() says whether the in-sync
+        replicas took them."""
         tp = self.partition_of(group_id)
         try:
             info = self._broker.produce(tp, encode_changes(changes, now_ms), origin=COORDINATOR)
@@ -233,21 +242,40 @@ class OffsetStore:
             # A cluster moved the group's partition away: its client finds the new
             # coordinator (Kafka answers NOT_COORDINATOR here).
             raise NotCoordinatorError(str(exc)) from None
-        # Applied from the records just written, so memory is exactly what a replay gives.
-        pending = self.pending.get(tp.partition)
-        for record_offset, (key, value) in enumerate(changes, info.first_offset):
-            if pending:
-                supersede(pending, key, record_offset)
-            self._apply(tp, key, value)
+        end_offset = info.last_offset + 1
+        pending = self.pending.setdefault(tp.partition, {})
+        replicas = self._broker.replicas
+        if until_replicated and replicas is not None and replicas.manages(tp):
+            hold(pending, _unreplicated(end_offset),
+                 [(key, value, now_ms, record_offset)
+                  for record_offset, (key, value) in enumerate(changes, info.first_offset)])
+        else:
+            # Applied from the records just written: memory is exactly what a replay gives.
+            for record_offset, (key, value) in enumerate(changes, info.first_offset):
+                if pending:
+                    supersede(pending, key, record_offset)
+                self._apply(tp, key, value)
         self._replayed[tp.partition] = self._broker.partition_log(tp).log_end_offset
-        return tp, self._replayed[tp.partition]
+        return tp, end_offset
 
     def commit(self, group_id, offsets, now_ms):
         """offsets: {TopicPartition: OffsetAndMetadata}; one batch, so all or nothing.
         Returns (partition of the topic, its end offset after the batch), for
-        wait_replicated; None when there was nothing to write."""
+        wait_replicated and then settle; None when there was nothing to write. In a
+        cluster the offsets stay pending until settle(), as Kafka's
+        GroupMetadata.prepareOffsetCommit keeps them until the acks=all append ends:
+        OffsetFetch does not answer them, and with require_stable answers
+        UNSTABLE_OFFSET_COMMIT for them."""
         changes = _offset_changes(group_id, offsets, now_ms)
-        return self._append(group_id, changes, now_ms) if changes else None
+        return self._append(group_id, changes, now_ms, until_replicated=True) \
+            if changes else None
+
+    def settle(self, tp, end_offset, replicated):
+        """A commit's wait_replicated ended: its offsets become the committed ones, in log
+        order (GroupMetadata.onOffsetCommitAppend), or are dropped (failPendingOffsetWrite).
+        Nothing to do on a database on its own, where commit applied them."""
+        end_transaction(self.pending.setdefault(tp.partition, {}), _unreplicated(end_offset),
+                        replicated, lambda key, value, _ts: self._apply(tp, key, value))
 
     def wait_replicated(self, tp, end_offset, timeout_ms=OFFSETS_COMMIT_TIMEOUT_MS):
         """In a cluster, wait until the in-sync replicas hold tp below end_offset, as
@@ -303,18 +331,19 @@ class OffsetStore:
         self._replayed[tp.partition] = self._broker.partition_log(tp).log_end_offset
 
     def offset_partitions(self, group_id):
-        """The TopicPartitions for which group_id has an offset: committed, or pending in
-        an open transaction (a tombstone deletes both)."""
+        """The TopicPartitions for which group_id has an offset: committed, or pending (a
+        tombstone deletes both)."""
         return set(self.committed(group_id)) | self.pending_partitions(group_id)
 
     def pending_partitions(self, group_id):
-        """The TopicPartitions for which group_id has an offset pending in an open
-        transaction (committed() does not show it yet)."""
+        """The TopicPartitions for which group_id has an offset pending: in an open
+        transaction, or in a commit waiting for its replicas (committed() does not show
+        it yet)."""
         return {tp for group, tp in self._pending_offsets() if group == group_id}
 
     def offsets_of_topic(self, topic):
         """{group: {TopicPartition}}: every group's offsets of the topic's partitions,
-        committed or pending in an open transaction."""
+        committed or pending."""
         out = {}
         for group, committed in self.offsets.items():
             for tp in committed:
@@ -326,7 +355,7 @@ class OffsetStore:
         return out
 
     def _pending_offsets(self):
-        """(group, TopicPartition) of each offset pending in an open transaction."""
+        """(group, TopicPartition) of each offset pending (pending_partitions)."""
         for producers in self.pending.values():
             for held in producers.values():
                 for key, *_ in held:
