@@ -32,6 +32,9 @@ _BROKER_KEYS = {
     "transaction.state.log.num.partitions": ("transaction_state_log_num_partitions", int),
     "transaction.state.log.min.isr": ("transaction_state_log_min_isr", int),
     "transaction.max.timeout.ms": ("transaction_max_timeout_ms", int),
+    "transactional.id.expiration.ms": ("transactional_id_expiration_ms", int),
+    "transaction.remove.expired.transaction.cleanup.interval.ms": (
+        "transaction_remove_expired_transaction_cleanup_interval_ms", int),
     "transaction.abort.timed.out.transaction.cleanup.interval.ms": (
         "transaction_abort_timed_out_transaction_cleanup_interval_ms", int),
     "log.cleaner.enable": ("log_cleaner_enable", bool),
@@ -73,6 +76,10 @@ class BrokerConfig:
     transaction_state_log_min_isr: int = 2
     transaction_max_timeout_ms: int = 900_000
     transaction_abort_timed_out_transaction_cleanup_interval_ms: int = 10_000
+    # How long a transactional id with no transaction open outlives its last state change,
+    # and how often that is checked (Kafka's defaults: 7 days, 1 hour).
+    transactional_id_expiration_ms: int = 604_800_000
+    transaction_remove_expired_transaction_cleanup_interval_ms: int = 3_600_000
     # Compaction (Kafka's defaults): the cleaner thread, its offset map's memory, and how
     # long it sleeps when no log needs cleaning.
     log_cleaner_enable: bool = True
@@ -131,7 +138,8 @@ class BrokerConfig:
                      "offsets_retention_check_interval_ms", "producer_id_expiration_ms",
                      "producer_id_expiration_check_interval_ms",
                      "transaction_state_log_num_partitions", "transaction_state_log_min_isr",
-                     "transaction_max_timeout_ms",
+                     "transaction_max_timeout_ms", "transactional_id_expiration_ms",
+                     "transaction_remove_expired_transaction_cleanup_interval_ms",
                      "transaction_abort_timed_out_transaction_cleanup_interval_ms",
                      "log_cleaner_backoff_ms"):
             if getattr(config, attr) < 1:

@@ -57,6 +57,9 @@ VALID_PREVIOUS = {
 }
 COMPLETED = frozenset({S.COMPLETE_COMMIT, S.COMPLETE_ABORT})
 PREPARING = frozenset({S.PREPARE_COMMIT, S.PREPARE_ABORT})
+# The states a transactional id may expire in (Kafka's isExpirationAllowed): no transaction
+# open, the ones Dead may follow.
+EXPIRABLE = frozenset(VALID_PREVIOUS[S.DEAD])
 
 
 @dataclass(frozen=True)

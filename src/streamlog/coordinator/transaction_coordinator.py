@@ -61,7 +61,8 @@ from ..errors import (ConcurrentTransactionsError, InvalidProducerIdMappingError
 from ..re2j import PatternError, compile_pattern
 from .group_coordinator import find_coordinator
 from .offsets import OFFSETS_TOPIC
-from .transaction import COMPLETED, PREPARING, STATE_NAMED, S, TransactionMetadata
+from .transaction import (COMPLETED, EXPIRABLE, PREPARING, STATE_NAMED, S,
+                          TransactionMetadata)
 from .transaction_log import TRANSACTION_STATE_TOPIC, TransactionLog
 
 log = logging.getLogger("streamlog.transactions")
@@ -122,9 +123,10 @@ class TransactionCoordinator:
         self._lock = threading.RLock()
         self._closed = False
         self._log = TransactionLog(broker, self._config.transaction_state_log_num_partitions)
-        self._timeout_task = None
+        self._timeout_task = self._expiry_task = None
         self._finish_pending()
         self._schedule_timeouts()
+        self._schedule_expiry()
 
     # --- requests ------------------------------------------------------------------------
 
@@ -466,17 +468,50 @@ class TransactionCoordinator:
 
     # --- timeouts ---------------------------------------------------------------------------
 
-    def _schedule_timeouts(self):
+    def _schedule(self, interval_ms, work):
+        """work() on the appender thread (it writes) in interval_ms: the timer's task, or
+        None once the timer is closed."""
         try:
-            self._timeout_task = self._broker.timer.add(
-                self._config.transaction_abort_timed_out_transaction_cleanup_interval_ms,
-                self._timeouts_due)
+            return self._broker.timer.add(
+                interval_ms, lambda: self._broker.appender.submit(self, work))
         except TimerClosedError:
-            self._timeout_task = None
+            return None
 
-    def _timeouts_due(self):
-        """On the timer's reaper: hand the aborts to the appender thread (they write)."""
-        self._broker.appender.submit(self, self.abort_timed_out)
+    def _schedule_timeouts(self):
+        self._timeout_task = self._schedule(
+            self._config.transaction_abort_timed_out_transaction_cleanup_interval_ms,
+            self.abort_timed_out)
+
+    def _schedule_expiry(self):
+        self._expiry_task = self._schedule(
+            self._config.transaction_remove_expired_transaction_cleanup_interval_ms,
+            self.expire_transactional_ids)
+
+    def expire_transactional_ids(self):
+        """Forget the ids with no transaction open (Empty, CompleteCommit, CompleteAbort)
+        whose state has not changed for transactional.id.expiration.ms, as Kafka's
+        TransactionStateManager.removeExpiredTransactionalIds does, with a tombstone each:
+        InitProducerId then gives the id a new producer id, and its old producer gets
+        INVALID_PRODUCER_ID_MAPPING. Returns how many were removed."""
+        with self._lock:
+            if self._closed:
+                return 0
+            cutoff = self._broker.clock_ms() - self._config.transactional_id_expiration_ms
+            expired = [m.transactional_id for m in self._log.transactions.values()
+                       if m.state in EXPIRABLE and m.last_update_ms <= cutoff and
+                       self._log.leads(m.transactional_id)]
+            try:
+                if expired:
+                    self._log.remove(expired, self._broker.clock_ms())
+            except (LogClosedError, TimerClosedError):
+                return 0
+            except StreamlogError as exc:
+                log.warning("expired transactional ids stay until the next check: %s", exc)
+                return 0
+            finally:
+                if not self._closed:
+                    self._schedule_expiry()
+            return len(expired)
 
     def abort_timed_out(self):
         """Abort, as fences, the Ongoing transactions older than their timeout."""
@@ -531,8 +566,9 @@ class TransactionCoordinator:
     def close(self):
         with self._lock:
             self._closed = True
-            if self._timeout_task is not None:
-                try:
-                    self._broker.timer.cancel(self._timeout_task)
-                except TimerClosedError:
-                    pass
+            for task in (self._timeout_task, self._expiry_task):
+                if task is not None:
+                    try:
+                        self._broker.timer.cancel(task)
+                    except TimerClosedError:
+                        pass

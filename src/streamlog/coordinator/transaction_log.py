@@ -165,15 +165,32 @@ class TransactionLog:
         the state in memory. durable=False is for a record whose loss a stop may cost: a
         CompleteCommit/CompleteAbort, which the next open redoes from the Prepare record
         before it (markers written twice end nothing the second time)."""
-        tp = self.partition_of(meta.transactional_id)
+        self._append(self.partition_of(meta.transactional_id),
+                     [(encode_key(meta.transactional_id), encode_value(meta))], now_ms, durable)
+        self.transactions[meta.transactional_id] = meta
+
+    def remove(self, transactional_ids, now_ms):
+        """Tombstone the ids (expired: TransactionStateManager.removeExpiredTransactionalIds),
+        one batch per partition, not fsynced (an id a stop keeps expires at the next
+        check); only then are they forgotten."""
+        by_partition = {}
+        for transactional_id in transactional_ids:
+            by_partition.setdefault(self.partition_of(transactional_id), []).append(
+                transactional_id)
+        for tp, ids in sorted(by_partition.items()):
+            self._append(tp, [(encode_key(i), None) for i in ids], now_ms, durable=False)
+            for transactional_id in ids:
+                self.transactions.pop(transactional_id, None)
+
+    def _append(self, tp, changes, now_ms, durable):
+        """Append [(key, value or None)] to tp as one batch: in a cluster, acknowledged once
+        min.insync.replicas hold it (Kafka's coordinator appends with acks=all; the next
+        leader loads it); on a database on its own fsynced if durable."""
         replicas = self._broker.replicas
         replicated = replicas is not None and replicas.manages(tp)
         try:
-            # In a cluster a record is safe once min.insync.replicas hold it (Kafka's
-            # coordinator appends with acks=all); the next leader loads it.
-            info = self._broker.produce(tp, encode_changes(
-                [(encode_key(meta.transactional_id), encode_value(meta))], now_ms),
-                origin=COORDINATOR, acks=-1 if replicated else 1)
+            info = self._broker.produce(tp, encode_changes(changes, now_ms),
+                                        origin=COORDINATOR, acks=-1 if replicated else 1)
             if replicated:
                 replicas.wait_replicated(tp, info.last_offset + 1, WRITE_TIMEOUT_S)
             elif durable:
@@ -184,7 +201,6 @@ class TransactionLog:
                 RequestTimedOutError) as exc:
             # The client retries (TransactionStateManager.appendTransactionToLog's mapping).
             raise CoordinatorNotAvailableError(str(exc)) from None
-        self.transactions[meta.transactional_id] = meta
 
     def leads(self, transactional_id):
         """Whether this broker coordinates the id (in a cluster: leads its partition, and

@@ -164,6 +164,10 @@ _CATALOG = {
                                         "for."),
     "transaction.abort.timed.out.transaction.cleanup.interval.ms": (
         INT, "How often transactions past their timeout are looked for and aborted."),
+    "transactional.id.expiration.ms": (INT, "How long a transactional id with no transaction "
+                                            "open is kept after its last state change."),
+    "transaction.remove.expired.transaction.cleanup.interval.ms": (
+        INT, "How often expired transactional ids are looked for and removed."),
     "log.cleaner.enable": (BOOLEAN, "Whether the cleaner that compacts logs runs."),
     "log.cleaner.dedupe.buffer.size": (LONG, "Memory in bytes for the cleaner's map of "
                                              "latest offsets per key."),
