@@ -4,6 +4,9 @@ Option errors are options.OptionError (a ValueError, as Spark's
 IllegalArgumentException); errors of the log itself are streamlog's typed
 errors, passed through unchanged.
 """
+import logging
+
+log = logging.getLogger("streamlog.spark")
 
 FAIL_ON_DATA_LOSS_TRUE = (
     "Some data may have been lost because they are not available in the log any more; either "
@@ -23,3 +26,12 @@ class DataLossError(RuntimeError):
     def for_range(cls, tp, wanted, log_start):
         return cls(f"Cannot fetch offset {wanted} of {tp[0]}-{tp[1]}: the log starts at "
                    f"{log_start}", tp)
+
+
+def report_data_loss(message, tp, fail_on_data_loss):
+    """Spark's Kafka source's reportDataLoss: DataLossError with failOnDataLoss, else a
+    warning, and the query goes on past what was lost."""
+    if fail_on_data_loss:
+        raise DataLossError(message, tp)
+    log.warning("%s. Records may have been lost; the query goes on because the source "
+                "option \"failOnDataLoss\" is \"false\".", message)

@@ -253,7 +253,9 @@ def _isolation_level(options):
     if value is None:
         value = _get(options, "kafka.isolation.level")
     if value is None:
-        return "read_committed"
+        # Spark's Kafka source sets no isolation.level: its consumers read at the Kafka
+        # consumer's default, read_uncommitted.
+        return "read_uncommitted"
     value = value.strip().lower()
     if value not in ISOLATION_LEVELS:
         raise OptionError(f"option 'isolationLevel' must be one of {', '.join(ISOLATION_LEVELS)}"

@@ -12,7 +12,9 @@ Admission control (latestOffset(start, limit)):
     backlog gets at least one offset while the budget allows, so a small
     partition is not starved behind large ones);
   * minOffsetsPerTrigger: no batch until that many offsets are waiting, or
-    maxTriggerDelay has passed since the last batch;
+    maxTriggerDelay has passed since the last batch; the first trigger of a
+    query (new or restarted) is never held back (Spark's lastTriggerMillis
+    starts at 0);
   * trigger(availableNow=True): prepareForTriggerAvailableNow fixes the
     target (the log ends at that moment); batches respect maxOffsetsPerTrigger
     and stop at the target. minOffsetsPerTrigger does not apply (waiting for
@@ -20,7 +22,12 @@ Admission control (latestOffset(start, limit)):
 
 New partitions and new topics matching subscribePattern are picked up at the
 next latestOffset, starting at their earliest offset (as Kafka's source
-does). The driver-side methods run in one long-lived Python process, so
+does). Data loss is reported (failOnDataLoss: an error, else a warning) as
+Spark's KafkaOffsetReader.getOffsetRangesFromResolvedOffsets reports it: a
+partition that disappeared, a new one whose log no longer starts at 0, and a
+log end below where the query stands (a topic deleted and made again, a
+directory restored from an older copy), after which the query goes on from
+that log end. The driver-side methods run in one long-lived Python process, so
 state kept on self (the availableNow target, the last trigger time) lasts for
 the query; read() runs in executors on a pickled copy and keeps no state.
 """
@@ -30,7 +37,7 @@ from pyspark.sql.datasource import DataSourceStreamReader
 from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadMaxRows,
                                               SupportsTriggerAvailableNow)
 
-from .errors import DataLossError
+from .errors import report_data_loss
 from .planning import LogView, check_start, plan_ranges, resolve, split_ranges, topic_partitions
 from .tasks import read_task, read_tasks
 
@@ -86,7 +93,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.options = options
         self._view = None
         self._target = None          # availableNow: the log ends to stop at
-        self._last_batch_at = None   # clock() of the last admitted batch (maxTriggerDelay)
+        self._last_batch_at = None   # clock() of the last admitted trigger (maxTriggerDelay)
         self._clock = clock
 
     def __getstate__(self):
@@ -125,13 +132,23 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _from(self, start, latest):
         """Start offsets for every partition to read: the checkpointed ones, new ones at
-        their earliest offset; partitions that disappeared are data loss."""
-        gone = [tp for tp in start if tp not in latest]
-        if gone and self.options.fail_on_data_loss:
-            raise DataLossError(f"{gone[0][0]}-{gone[0][1]} no longer exists", gone[0])
-        new = [tp for tp in latest if tp not in start]
-        out = {tp: start[tp] for tp in latest if tp in start}
-        out.update(self.view.beginning(new))
+        their earliest offset, each lower than the log end moved down to it. Data loss
+        reported (see the module doc)."""
+        fail = self.options.fail_on_data_loss
+        for tp in sorted(tp for tp in start if tp not in latest):
+            report_data_loss(f"{tp[0]}-{tp[1]} is gone", tp, fail)
+        new = sorted(tp for tp in latest if tp not in start)
+        out = self.view.beginning(new)
+        for tp in new:
+            if out[tp] != 0:
+                report_data_loss(f"Added partition {tp[0]}-{tp[1]} starts from {out[tp]} "
+                                 "instead of 0", tp, fail)
+        for tp in sorted(tp for tp in latest if tp in start):
+            out[tp] = start[tp]
+            if latest[tp] < start[tp]:
+                report_data_loss(f"Partition {tp[0]}-{tp[1]}'s offset was changed from "
+                                 f"{start[tp]} to {latest[tp]}", tp, fail)
+                out[tp] = latest[tp]   # the next batch goes on from the log end
         return out
 
     def latestOffset(self, start, limit):
@@ -140,22 +157,27 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         begin = self._from(start, latest)
         backlog = {tp: latest[tp] - begin[tp] for tp in latest if latest[tp] > begin[tp]}
         o = self.options
-        now = self._clock()
-        if self._last_batch_at is None:
-            self._last_batch_at = now  # maxTriggerDelay counts from the query's start
-        if o.min_offsets_per_trigger and self._target is None:
-            waited_ms = (now - self._last_batch_at) * 1000
-            if sum(backlog.values()) < o.min_offsets_per_trigger and \
-                    waited_ms < o.max_trigger_delay_ms:
-                return to_json(start) if start else to_json(begin)
+        if o.min_offsets_per_trigger and self._target is None and self._held_back(backlog):
+            return to_json(start) if start else to_json(begin)
         budget = limit.max_rows if isinstance(limit, ReadMaxRows) else None
         take = backlog if budget is None else prorate(backlog, budget)
         end = dict(begin)
         for tp, n in take.items():
             end[tp] = begin[tp] + n
-        if take:
-            self._last_batch_at = now
         return to_json(end)
+
+    def _held_back(self, backlog):
+        """minOffsetsPerTrigger (Spark's KafkaMicroBatchStream.delayBatch): a trigger is
+        held back while fewer offsets wait and maxTriggerDelay has not passed since the
+        last one admitted; the first is admitted at once."""
+        now = self._clock()
+        o = self.options
+        if self._last_batch_at is not None and \
+                (now - self._last_batch_at) * 1000 < o.max_trigger_delay_ms and \
+                sum(backlog.values()) < o.min_offsets_per_trigger:
+            return True
+        self._last_batch_at = now
+        return False
 
     # --- planning and reading ------------------------------------------------------------
 

@@ -60,6 +60,11 @@ class StagedFile(WriterCommitMessage):
     task: int
 
 
+# The columns the sink writes; any other is ignored, as Spark's KafkaWriter.validateQuery
+# looks up these alone (a source DataFrame, offset and timestamp included, writes as is).
+SINK_COLUMNS = ("key", "value", "topic", "partition", "headers")
+
+
 def check_schema(schema, topic_option):
     """Refuse a DataFrame the sink cannot write, in the words of Spark's Kafka sink."""
     fields = {f.name: f.dataType for f in schema.fields}
@@ -85,10 +90,6 @@ def check_schema(schema, topic_option):
             isinstance(h.elementType.fields[1].dataType, BinaryType)
         if not ok:
             raise SchemaError("headers must be a(n) array<struct<key:string,value:binary>>")
-    extra = sorted(set(fields) - {"key", "value", "topic", "partition", "headers"})
-    if extra:
-        raise SchemaError(f"Invalid column names {extra}: the sink takes key, value, topic, "
-                          "partition and headers")
 
 
 def stage(job_dir, batches):
@@ -105,6 +106,7 @@ def stage(job_dir, batches):
     writer = None
     try:
         for batch in batches:
+            batch = batch.select([n for n in batch.schema.names if n in SINK_COLUMNS])
             if writer is None:
                 writer = pa.ipc.new_file(path, batch.schema)
             writer.write_batch(batch)

@@ -230,8 +230,9 @@ def test_isolation_level_is_checked_and_both_levels_read_everything_without_tran
 
 
 @pytest.mark.parametrize("options, level", [
-    ({}, "read_committed"),  # the default docs/SPARK.md names, ready for transactions
-    ({"isolationLevel": "read_uncommitted"}, "read_uncommitted"),
+    ({}, "read_uncommitted"),  # Spark's Kafka source: the Kafka consumer's default
+    ({"isolationLevel": "read_committed"}, "read_committed"),
+    ({"kafka.isolation.level": "read_committed"}, "read_committed"),
     ({"kafka.isolation.level": "read_uncommitted"}, "read_uncommitted"),
 ])
 def test_the_executors_consumer_reads_at_the_isolation_level_asked_for(

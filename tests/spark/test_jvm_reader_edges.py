@@ -950,9 +950,10 @@ def test_a_malformed_log_start_checkpoint_is_read_as_the_planner_reads_it(
 
 
 def test_read_committed_hides_aborted_and_open_transactions_in_both_readers(spark, fresh_db):
-    # Kafka's source: isolationLevel read_committed (the default here) plans up to the last
-    # stable offset and never returns an aborted transaction's records; read_uncommitted
-    # returns every data record. The JVM reader and the Python executors must agree.
+    # Kafka's source: isolationLevel read_committed plans up to the last stable offset and
+    # never returns an aborted transaction's records; read_uncommitted (the default, the
+    # Kafka consumer's) returns every data record. The JVM reader and the Python executors
+    # must agree.
     with streamlog.open(fresh_db) as db:
         db.create_topic("tx", partitions=2)
         plain = db.producer()
@@ -977,13 +978,14 @@ def test_read_committed_hides_aborted_and_open_transactions_in_both_readers(spar
         return sorted(bytes(r.value) for r in df.select("value").collect())
     committed = sorted([b"t%d-%d" % (i, k) for i in range(6) if i % 3 != 2 for k in range(3)]
                        + [b"plain-%d" % i for i in range(6)])
-    assert values() == committed                       # the open one holds "after-open" back
-    assert _with_python_reader(spark, values) == committed
+    def committed_values():
+        return values(isolationLevel="read_committed")
+    assert committed_values() == committed      # the open one holds "after-open" back
+    assert _with_python_reader(spark, committed_values) == committed
     everything = sorted(committed + [b"t%d-%d" % (i, k) for i in (2, 5) for k in range(3)]
                         + [b"open", b"after-open"])
-    assert values(isolationLevel="read_uncommitted") == everything
-    assert _with_python_reader(spark, lambda: values(isolationLevel="read_uncommitted")) == \
-        everything
+    assert values() == everything
+    assert _with_python_reader(spark, values) == everything
 
 
 def test_a_log_compacted_under_the_databases_compact_default(spark, tmp_path):

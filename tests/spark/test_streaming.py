@@ -175,14 +175,21 @@ def test_min_offsets_per_trigger_waits_until_enough_or_max_trigger_delay(fresh_d
     waiting = _reader(fresh_db, subscribe="m", startingOffsets="earliest",
                       minOffsetsPerTrigger=10, maxTriggerDelay="1h")
     start = waiting.initialOffset()
-    assert waiting.latestOffset(start, ReadAllAvailable()) == start  # 5 < 10: no batch yet
+    # A query's first trigger is admitted whatever waits: Spark's KafkaMicroBatchStream
+    # starts lastTriggerMillis at 0, so delayBatch finds maxTriggerDelay long passed.
+    first = waiting.latestOffset(start, ReadAllAvailable())
+    assert first == {"m": {"0": 5, "1": 0}}
     produce(fresh_db, "m", [b"x"] * 5, partition=1)
-    assert waiting.latestOffset(start, ReadAllAvailable()) == {"m": {"0": 5, "1": 5}}
+    assert waiting.latestOffset(first, ReadAllAvailable()) == first  # 5 < 10: no batch yet
+    produce(fresh_db, "m", [b"x"] * 5, partition=1)
+    assert waiting.latestOffset(first, ReadAllAvailable()) == {"m": {"0": 5, "1": 10}}
     waiting.stop()
     impatient = _reader(fresh_db, subscribe="m", startingOffsets="earliest",
                         minOffsetsPerTrigger=100, maxTriggerDelay="0s")
-    start = impatient.initialOffset()
-    assert impatient.latestOffset(start, ReadAllAvailable()) == {"m": {"0": 5, "1": 5}}
+    first = impatient.latestOffset(impatient.initialOffset(), ReadAllAvailable())
+    assert first == {"m": {"0": 5, "1": 10}}
+    produce(fresh_db, "m", [b"x"], partition=0)
+    assert impatient.latestOffset(first, ReadAllAvailable()) == {"m": {"0": 6, "1": 10}}
     impatient.stop()
 
 
@@ -194,16 +201,87 @@ def test_max_trigger_delay_counts_from_the_last_admitted_batch(fresh_db):
     reader = _reader(fresh_db, clock=lambda: now[0], subscribe="d", startingOffsets="earliest",
                      minOffsetsPerTrigger=10, maxTriggerDelay="10s")
     start = reader.initialOffset()
-    assert reader.latestOffset(start, ReadAllAvailable()) == start  # 5 < 10, 0 s waited
-    now[0] = 11.0
     first = reader.latestOffset(start, ReadAllAvailable())
-    assert first == {"d": {"0": 5, "1": 0}}  # the delay passed: a batch of what waits
+    assert first == {"d": {"0": 5, "1": 0}}  # the query's first trigger: at once
     produce(fresh_db, "d", [b"y"] * 3, partition=0)
-    now[0] = 15.0  # 15 s since the query started, but only 4 s since that batch
+    now[0] = 4.0  # 3 < 10 wait, 4 s since the last batch
     assert reader.latestOffset(first, ReadAllAvailable()) == first
-    now[0] = 21.5
-    assert reader.latestOffset(first, ReadAllAvailable()) == {"d": {"0": 8, "1": 0}}
+    now[0] = 10.5  # the delay passed: a batch of what waits
+    second = reader.latestOffset(first, ReadAllAvailable())
+    assert second == {"d": {"0": 8, "1": 0}}
+    produce(fresh_db, "d", [b"z"], partition=0)
+    now[0] = 15.0  # 15 s since the query started, but only 4.5 s since that batch
+    assert reader.latestOffset(second, ReadAllAvailable()) == second
+    now[0] = 20.5
+    assert reader.latestOffset(second, ReadAllAvailable()) == {"d": {"0": 9, "1": 0}}
     reader.stop()
+
+
+def _rows(reader, start, end):
+    return sum(batch.num_rows for task in reader.partitions(start, end)
+               for batch in reader.read(task))
+
+
+def _data_loss_reported(path, topic, checkpointed, caplog, message):
+    """The trigger after `checkpointed`, as a restarted query takes it: DataLossError naming
+    message (failOnDataLoss, the default); with failOnDataLoss=false a warning naming it.
+    Returns (the second reader, still open, and the offsets its trigger answered)."""
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    failing = _reader(path, subscribe=topic)
+    with pytest.raises(DataLossError, match=message):
+        failing.latestOffset(checkpointed, ReadAllAvailable())
+    failing.stop()
+    going_on = _reader(path, subscribe=topic, failOnDataLoss="false")
+    with caplog.at_level("WARNING", logger="streamlog.spark"):
+        after = going_on.latestOffset(checkpointed, ReadAllAvailable())
+    assert message in caplog.text
+    return going_on, after
+
+
+def test_a_log_end_below_where_the_query_stands_is_data_loss_then_it_goes_on_from_it(
+        fresh_db, caplog):
+    # Spark's KafkaOffsetReader.getOffsetRangesFromResolvedOffsets: "Partition t-0's offset
+    # was changed from 5 to 2": reportDataLoss (fail, or warn and go on). Here the topic is
+    # deleted and made again under a query's checkpoint; the query must neither stall at 5
+    # until the new log passes it nor then skip the new log's first records silently.
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    produce(fresh_db, "r", [b"old"] * 5, partition=0)
+    reader = _reader(fresh_db, subscribe="r", startingOffsets="earliest")
+    checkpointed = reader.latestOffset(reader.initialOffset(), ReadAllAvailable())
+    assert checkpointed == {"r": {"0": 5, "1": 0}}
+    reader.stop()
+    with streamlog.open(fresh_db) as db:
+        db.delete_topic("r")
+    produce(fresh_db, "r", [b"new"] * 2, partition=0)
+    going_on, after = _data_loss_reported(fresh_db, "r", checkpointed, caplog,
+                                          "Partition r-0's offset was changed from 5 to 2")
+    assert after == {"r": {"0": 2, "1": 0}}
+    assert _rows(going_on, checkpointed, after) == 0
+    produce(fresh_db, "r", [b"more"] * 3, partition=0)
+    later = going_on.latestOffset(after, ReadAllAvailable())
+    assert later == {"r": {"0": 5, "1": 0}} and _rows(going_on, after, later) == 3
+    going_on.stop()
+
+
+def test_a_partition_found_mid_stream_whose_log_no_longer_starts_at_0_is_data_loss(
+        fresh_db, caplog):
+    # getOffsetRangesFromResolvedOffsets: "Added partition t-2 starts from 3 instead of 0".
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    produce(fresh_db, "g", [b"a"] * 2, partition=0)
+    reader = _reader(fresh_db, subscribe="g", startingOffsets="earliest")
+    first = reader.latestOffset(reader.initialOffset(), ReadAllAvailable())
+    reader.stop()
+    with streamlog.open(fresh_db) as db:
+        db.add_partitions("g", 3)
+        db.producer().send_batch("g", [b"p2-%d" % i for i in range(5)], partition=2).result()
+        db.delete_records({streamlog.TopicPartition("g", 2): 3})
+    going_on, after = _data_loss_reported(fresh_db, "g", first, caplog,
+                                          "Added partition g-2 starts from 3 instead of 0")
+    assert after == {"g": {"0": 2, "1": 0, "2": 5}} and _rows(going_on, first, after) == 2
+    going_on.stop()
 
 
 def test_available_now_stops_at_the_log_ends_of_when_it_was_prepared(fresh_db):
@@ -224,8 +302,8 @@ def test_the_stream_readers_executor_read_uses_the_isolation_level(
     from pyspark.sql.streaming.datasource import ReadAllAvailable
 
     path, _ = events_db
-    for options, level in (({}, "read_committed"),
-                           ({"isolationLevel": "read_uncommitted"}, "read_uncommitted")):
+    for options, level in (({}, "read_uncommitted"),
+                           ({"isolationLevel": "read_committed"}, "read_committed")):
         reader = _reader(path, subscribe="events", startingOffsets="earliest", **options)
         start = reader.initialOffset()
         ranges = reader.partitions(start, reader.latestOffset(start, ReadAllAvailable()))
