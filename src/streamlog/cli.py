@@ -2,7 +2,8 @@
 
     streamlog topics list|create|delete|describe ... --path DIR
     streamlog produce TOPIC --path DIR [--key-separator SEP] [--format text|json]
-    streamlog consume TOPIC --path DIR [--from-beginning | --offset N | --from-timestamp T]
+    streamlog consume TOPIC --path DIR [--from-beginning | --partition P --offset N|earliest|latest
+                                        | --from-timestamp T]
     streamlog groups list|describe|delete|reset-offsets [GROUP] --path DIR ...
     streamlog get-offsets --path DIR [--topic REGEX] [--partitions P,...] [--time T]
                                         TOPIC:PARTITION:OFFSET lines, as kafka-get-offsets
@@ -31,7 +32,9 @@ process writes. Exit codes: 0 ok, 1 an operation failed (the message says why),
 2 bad usage or unreadable input. `repair` exits 1 when a directory could not be
 recovered (each is listed with the reason), `compact` when a log was not cleaned
 (each says why; a later run cleans it). Only `topics create` and `serve` make a new
-database where --path names none; the others refuse the path (exit 2).
+database where --path names none; the others refuse the path (exit 2), as every
+command refuses a path that holds something other than a database (a file, a directory
+of other files, a database whose metadata log is lost: `repair` is named).
 """
 import argparse
 import base64
@@ -42,7 +45,7 @@ import re
 import sys
 
 from . import __version__
-from .errors import (DatabaseLockedError, ReadOnlyError, StreamlogError,
+from .errors import (DatabaseLockedError, NotADatabaseError, ReadOnlyError, StreamlogError,
                      UnknownTopicOrPartitionError)
 from .progress import Progress
 from .storage import compression
@@ -145,6 +148,10 @@ def cmd_dump(args, out=sys.stdout):
     for path in args.files:
         if args.path is not None:
             path = os.path.join(args.path, path)  # an absolute FILE stays as it is
+        if not os.path.isfile(path):
+            print(f"streamlog dump: {path}: no such file", file=sys.stderr)
+            status = EXIT_USAGE
+            continue
         try:
             for line in dump_file(path, print_records=args.print_records,
                                   max_value_bytes=args.max_value_bytes):
@@ -259,17 +266,31 @@ def _parse_configs(pairs):
 
 def cmd_topics(args, out=sys.stdout):
     readonly = args.action in ("list", "describe")
+    # kafka-topics' checkInvalidArgs: an option another action takes is refused, not ignored.
+    misplaced = [option for option, given in (("--partitions", args.partitions is not None),
+                                              ("--config", bool(args.config)))
+                 if given and args.action != "create"]
+    if args.internal and args.action in ("create", "delete"):
+        misplaced.append("--internal")
+    if misplaced:
+        print(f"streamlog topics {args.action}: {' and '.join(misplaced)} cannot be used with "
+              f"{args.action}", file=sys.stderr)
+        return EXIT_USAGE
     if args.action != "create" and _missing(args.path, "topics"):
         return EXIT_USAGE
     if args.action in ("create", "delete") and args.topic is None:
         print(f"streamlog topics {args.action}: name the topic", file=sys.stderr)
         return EXIT_USAGE
+    # kafka-topics --list --topic: the names that match it (TopicFilter), nothing if none.
+    listed = _topic_regex(args.topic or ".*", "topics list") if args.action == "list" else None
     with _open(args.path, readonly=readonly) as db:
         if args.action == "list":
             for name in db.topics(internal=args.internal):
-                print(name, file=out)
+                if listed.fullmatch(name):
+                    print(name, file=out)
         elif args.action == "create":
-            d = db.create_topic(args.topic, args.partitions, _parse_configs(args.config))
+            d = db.create_topic(args.topic, 1 if args.partitions is None else args.partitions,
+                                _parse_configs(args.config))
             print(f"created topic {d.name} with {len(d.partitions)} partition(s)", file=out)
         elif args.action == "delete":
             db.delete_topic(args.topic)
@@ -454,6 +475,11 @@ def cmd_consume(args, out=sys.stdout):
               "--from-beginning for a new group); it takes no --partition, --offset or "
               "--from-timestamp", file=sys.stderr)
         return EXIT_USAGE
+    if args.offset is not None and args.partition is None and args.group is None:
+        # kafka-console-consumer: "The partition is required when offset is specified."
+        print("streamlog consume: --offset needs --partition (an offset is one partition's)",
+              file=sys.stderr)
+        return EXIT_USAGE
     if args.max_messages == -1:
         args.max_messages = None   # kafka-console-consumer's -1: no limit (its default)
     elif args.max_messages is not None and args.max_messages < 0:
@@ -480,7 +506,11 @@ def cmd_consume(args, out=sys.stdout):
 
 
 def _seek_start(consumer, tps, args):
-    if args.offset is not None:
+    if args.offset == "earliest":
+        consumer.seek_to_beginning(tps)
+    elif args.offset == "latest":
+        consumer.seek_to_end(tps)
+    elif args.offset is not None:
         for tp in tps:
             consumer.seek(tp, args.offset)
     elif args.from_timestamp is not None:
@@ -667,11 +697,13 @@ def _offsets_to_delete(path):
     """{TopicPartition: offset} of kafka-delete-records' --offset-json-file:
     {"partitions": [{"topic": "t", "partition": 0, "offset": 10}, ...], "version": 1}."""
     import streamlog
-    with open(path, encoding="utf-8") as f:
-        try:
+    try:
+        with open(path, encoding="utf-8") as f:
             document = json.load(f)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"{path} is not valid JSON: {exc}") from None
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path} is not valid JSON: {exc}") from None
+    except OSError as exc:   # unreadable input
+        raise ValueError(f"cannot read {path}: {exc.strerror or exc}") from None
     if not isinstance(document, dict):
         raise ValueError(f"{path} holds no JSON object")
     version = document.get("version", 1)
@@ -795,9 +827,10 @@ def build_parser():
     path_help = "the database directory"
     p = sub.add_parser("topics", help="list, create, delete or describe topics")
     p.add_argument("action", choices=["list", "create", "delete", "describe"])
-    p.add_argument("topic", nargs="?", help="the topic (create, delete; describe: all if absent)")
+    p.add_argument("topic", nargs="?", help="the topic (create, delete; describe: all if "
+                   "absent; list: a regular expression the names listed match)")
     p.add_argument("--path", required=True, help=path_help)
-    p.add_argument("--partitions", type=int, default=1, help="partition count for create")
+    p.add_argument("--partitions", type=int, help="partition count for create (default 1)")
     p.add_argument("--config", action="append", metavar="KEY=VALUE",
                    help="topic config for create, e.g. retention.ms=86400000 (repeatable)")
     p.add_argument("--internal", action="store_true",
@@ -831,9 +864,8 @@ def build_parser():
     p.add_argument("--path", required=True, help=path_help)
     where = p.add_mutually_exclusive_group()
     where.add_argument("--from-beginning", action="store_true", help="start at the log start")
-    # kafka-console-consumer refuses a negative offset (ConsoleConsumerOptions.parseOffset).
-    where.add_argument("--offset", type=_at_least(0),
-                       help="start at this offset (in each partition)")
+    where.add_argument("--offset", type=_start_offset,
+                       help="start at this offset of --partition, or 'earliest' / 'latest'")
     where.add_argument("--from-timestamp", metavar="T",
                        help="start at the first record at or after T (ms, or ISO-8601)")
     p.add_argument("--partition", type=int, help="only this partition")
@@ -1012,6 +1044,21 @@ def _port(text):
     return port
 
 
+def _start_offset(text):
+    """argparse type of consume --offset, as ConsoleConsumerOptions.parseOffset reads it:
+    'earliest', 'latest', or an offset >= 0."""
+    if text in ("earliest", "latest"):
+        return text
+    try:
+        number = int(text)
+    except ValueError:
+        number = -1
+    if number < 0:
+        raise argparse.ArgumentTypeError(f"takes 'earliest', 'latest' or an offset >= 0, got "
+                                         f"{text!r}")
+    return number
+
+
 def _at_least(minimum):
     """argparse type: an integer of at least minimum."""
     def parse(text):
@@ -1029,6 +1076,9 @@ def main(argv=None):
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
+    except NotADatabaseError as exc:   # --path names something else: bad usage
+        print(f"streamlog {args.command}: {_cli_message(exc, args)}", file=sys.stderr)
+        return EXIT_USAGE
     except StreamlogError as exc:
         print(f"streamlog {args.command}: {_cli_message(exc, args)}", file=sys.stderr)
         return EXIT_PROBLEMS

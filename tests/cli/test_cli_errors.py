@@ -71,8 +71,7 @@ def test_a_path_that_is_a_file_is_one_line(tmp_path):
     target = tmp_path / "hostname"
     target.write_text("box\n")
     for args in (["topics", "create", "t"], ["produce", "t"], ["topics", "list"]):
-        message = one_line_error(run(*args, "--path", str(target), stdin=""),
-                                 code=1 if args == ["topics", "create", "t"] else 2)
+        message = one_line_error(run(*args, "--path", str(target), stdin=""), code=2)
         assert str(target) in message
     assert target.read_text() == "box\n"
 
@@ -103,6 +102,31 @@ def test_permission_problems_are_one_line_naming_the_path(tmp_path):
     message = one_line_error(unwritable)
     assert db in message and "permission" in message
     assert readable.returncode == 0 and readable.stdout == "t\n"  # read-only still works
+
+
+def test_a_directory_that_holds_no_database_is_refused_with_exit_2(tmp_path):
+    # The module's contract: a command that needs an existing database refuses a path
+    # that names none with exit 2 (bad usage), as it refuses a missing path.
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    for command in (("topics", "list"), ("get-offsets",), ("groups", "list"),
+                    ("consume", "t")):
+        message = one_line_error(run(*command, "--path", str(empty)), code=2)
+        assert f"{empty} is not a streamlog database" in message
+    assert os.listdir(empty) == []
+
+
+def test_an_input_file_that_cannot_be_read_exits_2_and_dumps_nothing(path, tmp_path):
+    assert run("topics", "create", "t", "--path", path).returncode == 0
+    missing_json = tmp_path / "missing.json"
+    message = one_line_error(run("delete-records", "--path", path, "--offset-json-file",
+                                 str(missing_json)), code=2)
+    assert str(missing_json) in message
+    missing_segment = os.path.join(path, "t-0", "00000000000000000099.log")
+    dumped = run("dump", missing_segment)
+    assert one_line_error(dumped, code=2) == \
+        f"streamlog dump: {missing_segment}: no such file"
+    assert dumped.stdout == ""   # no "Dumping ..." header for a file that is not there
 
 
 def test_dump_of_a_file_that_is_not_a_segment_exits_non_zero(tmp_path):

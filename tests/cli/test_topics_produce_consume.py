@@ -166,7 +166,8 @@ def test_consume_json_produced_again_gives_the_same_bytes(path):
     # Other objects are still their JSON text, as before.
     run("produce", "copy", "--path", path, "--format", "json",
         stdin='{"value": {"base64": "aGk=", "more": 1}}\n')
-    last = run("consume", "copy", "--path", path, "--offset", "1", "--format", "json",
+    last = run("consume", "copy", "--path", path, "--partition", "0", "--offset", "1",
+               "--format", "json",
                "--timeout-ms", "300").stdout
     assert json.loads(last)["value"] == '{"base64":"aGk=","more":1}'
 
@@ -194,7 +195,12 @@ def test_consume_from_offset_timestamp_and_max_messages(path):
                       for i in range(10)))
     def values(*extra):
         return run("consume", "t", "--path", path, "--timeout-ms", "300", *extra).stdout.split()
-    assert values("--offset", "7") == ["v7", "v8", "v9"]
+    assert values("--partition", "0", "--offset", "7") == ["v7", "v8", "v9"]
+    assert values("--partition", "0", "--offset", "earliest") == [f"v{i}" for i in range(10)]
+    assert values("--partition", "0", "--offset", "latest") == []
+    # kafka-console-consumer: "The partition is required when offset is specified."
+    refused = run("consume", "t", "--path", path, "--offset", "7")
+    assert refused.returncode == 2 and "--offset needs --partition" in refused.stderr
     assert values("--from-timestamp", "4500") == ["v5", "v6", "v7", "v8", "v9"]
     assert values("--from-timestamp", "1970-01-01T00:00:08") == ["v8", "v9"]
     assert values("--from-beginning", "--max-messages", "2") == ["v0", "v1"]
@@ -215,9 +221,9 @@ def test_consume_takes_offsets_and_timeouts_as_kafka_console_consumer_does(path)
     parseTimeoutMs)."""
     run("topics", "create", "t", "--path", path)
     run("produce", "t", "--path", path, stdin="a\nb\nc\n")
-    for offset, why in (("-5", "must be at least 0, got -5"),
-                        ("x", "must be an integer, got 'x'")):
-        refused = run("consume", "t", "--path", path, "--offset", offset)
+    for offset, why in (("-5", "takes 'earliest', 'latest' or an offset >= 0, got '-5'"),
+                        ("x", "takes 'earliest', 'latest' or an offset >= 0, got 'x'")):
+        refused = run("consume", "t", "--path", path, "--partition", "0", "--offset", offset)
         assert refused.returncode == 2 and "Traceback" not in refused.stderr
         assert f"argument --offset: {why}" in refused.stderr
     waited = run("consume", "t", "--path", path, "--from-beginning", "--timeout-ms", "-1",
@@ -279,3 +285,27 @@ def test_read_only_commands_apply_the_databases_recorded_topic_defaults(path):
                    "--max-messages", "2", "--timeout-ms", "10000")
     assert consumed.returncode == 0, consumed.stderr
     assert consumed.stdout.splitlines() == ["k0\tv6", "k1\tv7"]
+
+
+def test_topics_refuses_options_of_another_action_and_list_filters_by_the_topic(path):
+    # kafka-topics: checkInvalidArgs refuses --partitions and --config outside create
+    # ("Option ... can't be used with option ..."), and --list --topic lists the names
+    # the topic filter matches (TopicFilter.IncludeList: ',' is '|', whole names).
+    assert run("topics", "create", "orders", "--path", path, "--partitions", "2").returncode == 0
+    assert run("topics", "create", "order-audit", "--path", path).returncode == 0
+    assert run("topics", "create", "users", "--path", path).returncode == 0
+    for action, extra, named in (("list", ["--partitions", "5"], "--partitions"),
+                                 ("describe", ["--config", "retention.ms=1"], "--config"),
+                                 ("delete", ["users", "--partitions", "9"], "--partitions"),
+                                 ("create", ["more", "--internal"], "--internal")):
+        refused = run("topics", action, *extra, "--path", path)
+        assert refused.returncode == 2, refused.stdout + refused.stderr
+        assert f"{named} cannot be used with {action}" in refused.stderr
+    assert run("topics", "list", "--path", path).stdout.split() == \
+        ["order-audit", "orders", "users"]
+    assert run("topics", "list", "order.*", "--path", path).stdout.split() == \
+        ["order-audit", "orders"]
+    assert run("topics", "list", "users,orders", "--path", path).stdout.split() == \
+        ["orders", "users"]
+    assert run("topics", "list", "zzz", "--path", path).stdout == ""
+    assert "more" not in run("topics", "list", "--path", path).stdout
