@@ -22,11 +22,11 @@ replica and another leads. Kafka's rules, as kept here:
     fetch); one not caught up for replica.lag.time.max.ms leaves the ISR (isr-expiration,
     every half of that), unless its LEO is the leader's (Replica.isCaughtUp): a follower
     that stopped fetching with nothing left to copy stays in, and may lead cleanly, until
-    the leader appends something it lacks. One at or past the high watermark and the current epoch's start
-    offset joins it again. ISR changes go through the controller (AlterPartition), one at
-    a time per partition, each naming the leader and partition epochs of the state it was
-    decided from: a decision the state has moved past since is refused, never applied to
-    the newer state. It also names each member's broker epoch as the leader last saw it
+    the leader appends something it lacks. One at or past the high watermark and the
+    current epoch's start offset joins it again. ISR changes go through the controller
+    (AlterPartition), one at a time per partition, each naming the leader and partition
+    epochs of the state it was decided from: a decision the state has moved past since is
+    refused, never applied to the newer state. It also names each member's broker epoch as the leader last saw it
     (below): a member that restarted since is refused too.
   - From the moment the leader decides to add a follower, the high watermark waits for
     that follower too (Kafka's "maximal ISR", Partition.scala PendingExpandIsr): were it
