@@ -1076,12 +1076,10 @@ def main(argv=None):
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except NotADatabaseError as exc:   # --path names something else: bad usage
-        print(f"streamlog {args.command}: {_cli_message(exc, args)}", file=sys.stderr)
-        return EXIT_USAGE
     except StreamlogError as exc:
         print(f"streamlog {args.command}: {_cli_message(exc, args)}", file=sys.stderr)
-        return EXIT_PROBLEMS
+        # --path naming something other than a database is bad usage, as a missing one is.
+        return EXIT_USAGE if isinstance(exc, NotADatabaseError) else EXIT_PROBLEMS
     except BrokenPipeError:  # `streamlog consume ... | head`
         return EXIT_OK
     except OSError as exc:  # a path the command itself reads or writes

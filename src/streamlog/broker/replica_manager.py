@@ -26,8 +26,8 @@ replica and another leads. Kafka's rules, as kept here:
     current epoch's start offset joins it again. ISR changes go through the controller
     (AlterPartition), one at a time per partition, each naming the leader and partition
     epochs of the state it was decided from: a decision the state has moved past since is
-    refused, never applied to the newer state. It also names each member's broker epoch as the leader last saw it
-    (below): a member that restarted since is refused too.
+    refused, never applied to the newer state. It also names each member's broker epoch as
+    the leader last saw it (below): a member that restarted since is refused too.
   - From the moment the leader decides to add a follower, the high watermark waits for
     that follower too (Kafka's "maximal ISR", Partition.scala PendingExpandIsr): were it
     computed over the committed ISR alone until the controller answers, it could pass

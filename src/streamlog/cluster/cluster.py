@@ -499,12 +499,13 @@ class Cluster:
 
     def coordinator_partition(self, key, key_type=GROUP_COORDINATOR):
         """The partition of the internal topic that holds key (made on the first ask)."""
+        broker_config = self._broker_config()
         if key_type == GROUP_COORDINATOR:
             topic, config = OFFSETS_TOPIC, OFFSETS_TOPIC_CONFIG
-            partitions = self._broker_config().offsets_topic_num_partitions
+            partitions = broker_config.offsets_topic_num_partitions
         elif key_type == TRANSACTION_COORDINATOR:
-            topic, config = TRANSACTION_STATE_TOPIC, transaction_state_config(self._broker_config())
-            partitions = self._broker_config().transaction_state_log_num_partitions
+            topic, config = TRANSACTION_STATE_TOPIC, transaction_state_config(broker_config)
+            partitions = broker_config.transaction_state_log_num_partitions
         else:
             raise InvalidRequestError(f"coordinator key type {key_type} is not served")
         self._ensure_internal_topic(topic, partitions, config)

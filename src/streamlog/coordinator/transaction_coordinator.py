@@ -496,13 +496,14 @@ class TransactionCoordinator:
         with self._lock:
             if self._closed:
                 return 0
-            cutoff = self._broker.clock_ms() - self._config.transactional_id_expiration_ms
+            now = self._broker.clock_ms()
+            cutoff = now - self._config.transactional_id_expiration_ms
             expired = [m.transactional_id for m in self._log.transactions.values()
                        if m.state in EXPIRABLE and m.last_update_ms <= cutoff and
                        self._log.leads(m.transactional_id)]
             try:
                 if expired:
-                    self._log.remove(expired, self._broker.clock_ms())
+                    self._log.remove(expired, now)
             except (LogClosedError, TimerClosedError):
                 return 0
             except StreamlogError as exc:
