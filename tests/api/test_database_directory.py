@@ -184,6 +184,25 @@ def test_a_users_file_in_a_deleted_partitions_directory_is_kept_and_reported(tmp
     assert not os.path.exists(kept)
 
 
+def test_a_users_files_named_like_offsets_in_a_partition_directory_survive_an_open(tmp_path):
+    """Only the temporary names the library makes are leftovers it removes: a segment
+    file's or snapshot's suffix, then `.deleted`, `.cleaned` or `.tmp`. A user's file that
+    merely starts with 20 digits is kept, and a `.cleaned` of theirs does not undo a swap."""
+    root = str(tmp_path / "db")
+    with streamlog.open(root) as db:
+        db.create_topic("t", partitions=1)
+        db.producer(acks="all").send("t", value=b"v").result()
+    theirs = ["00000000000000000000.txt.tmp", "00000000000000000000.backup.deleted",
+              "00000000000000000042.notes.cleaned"]
+    for name in theirs:
+        with open(os.path.join(root, "t-0", name), "wb") as f:
+            f.write(b"my notes\n")
+    with streamlog.open(root) as db:
+        assert values(db, "t") == [b"v"]
+    for name in theirs:
+        assert read_file(os.path.join(root, "t-0", name)) == b"my notes\n"
+
+
 def test_a_directory_of_another_topic_id_is_not_opened_as_this_topic(tmp_path):
     root = str(tmp_path / "db")
     with streamlog.open(root) as db:

@@ -96,3 +96,19 @@ def test_refusals(db):
         db.list_offsets([T0])
     with pytest.raises(streamlog.errors.UnknownTopicOrPartitionError):
         db.list_offsets({TopicPartition("t", 2): "latest"})
+
+
+def test_max_timestamp_is_the_records_and_never_a_files_mtime(tmp_path):
+    # Kafka's fetchOffsetByTimestamp(MAX_TIMESTAMP) picks the segment by maxTimestampSoFar,
+    # -1 for one whose records carry no timestamp (a client may send NO_TIMESTAMP on a
+    # CreateTime topic); the mtime stands in for it only for retention and time searches.
+    from streamlog.storage.record_batch import build_batch
+    with streamlog.open(tmp_path / "db") as db:
+        db.create_topic("t", partitions=1)
+        db.producer().send("t", value=b"old", timestamp_ms=1_600_000_000_000).result()
+        log = db._broker.partition_log(T0)
+        log.roll()
+        db._broker.produce(T0, bytes(build_batch([b"no time"], timestamp=-1)))
+        assert [s.base_offset for s in log.segments] == [0, 1]
+        assert db.list_offsets({T0: "max-timestamp"}) == \
+            {T0: OffsetAndTimestamp(0, 1_600_000_000_000)}

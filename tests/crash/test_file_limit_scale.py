@@ -9,7 +9,8 @@ max.open.files, by default half the soft limit): a child process with a soft and
 cleanly, appends again and is killed with SIGKILL; another child reopens after the crash, reads
 every record back through one consumer assigned every partition, deletes the topics and
 reopens. At checkpoints each child counts /proc/self/fd and the maps of the database's files in
-/proc/self/maps: the descriptors streamlog adds never exceed max.open.files, nor its maps the
+/proc/self/maps: the descriptors streamlog adds never exceed max.open.files (but for the few a
+directory fsync or an atomic write holds for an instant: TRANSIENT_FDS), nor its maps the
 bound's max_maps (an open segment holds one descriptor and three maps at most).
 
 STREAMLOG_SCALE_PARTITIONS sets the partition count (default 10,000, in 4 topics).
@@ -24,6 +25,11 @@ from support.child import run_py
 LIMIT = 256
 TOPICS = 4
 ROUNDS = 5   # each send is a batch of its own and segment.bytes fits one: a segment each
+# Descriptors held for an instant outside the bound, which counts segments' files only: the
+# flusher's directory fsync (each roll's flush, as Kafka flushes behind a roll) and an atomic
+# write's temporary file (a producer snapshot at a roll, a checkpoint), one thread each.
+# Measured: a peak of bound + 1 in 1 run of 3 on the 2-core VM beside a busy loop.
+TRANSIENT_FDS = 2
 
 COMMON = """
 import json, os, resource, signal, sys
@@ -146,7 +152,7 @@ def test_ten_thousand_partitions_under_a_limit_of_256_descriptors(tmp_path):
     assert bound == LIMIT // 2   # the default: half the soft limit
     assert first["segments"] >= ROUNDS * partitions
     assert first["read"] == ROUNDS * partitions and first["wrong"] == []
-    assert first["fds"] <= bound, first
+    assert first["fds"] <= bound + TRANSIENT_FDS, first
     assert first["maps"] <= first["max_maps"] <= 3 * bound, first
 
     checked = run_py(RECOVER_READ_DELETE, *args, timeout=900)
@@ -154,5 +160,5 @@ def test_ten_thousand_partitions_under_a_limit_of_256_descriptors(tmp_path):
     assert checked.returncode == 0, checked.stderr[-3000:]
     assert second["read"] == (ROUNDS + 1) * partitions and second["wrong"] == []
     assert second["topics"] == [] and second["left"] == []
-    assert second["fds"] <= bound, second
+    assert second["fds"] <= bound + TRANSIENT_FDS, second
     assert second["maps"] <= second["max_maps"] <= 3 * bound, second

@@ -882,10 +882,13 @@ class Broker:
 
 
 def _offset_of_max_timestamp(partition_log):
+    # By the records' timestamps alone, as Kafka's fetchOffsetByTimestamp(MAX_TIMESTAMP)
+    # picks its segment by maxTimestampSoFar: a file's mtime (largest_timestamp's stand-in
+    # for retention) is no record's.
     best = None
     for segment in partition_log.segments:
-        if segment.size and (best is None or segment.largest_timestamp > best[1]):
-            best = (segment, segment.largest_timestamp)
+        if segment.size and (best is None or segment.max_timestamp > best[1]):
+            best = (segment, segment.max_timestamp)
     if best is None:
         return None
     return partition_log.find_offset_by_timestamp(best[1])

@@ -157,7 +157,9 @@ def list_segments(names):
             others.append(name)
     if cleaned:
         # A cleaner's swap that never reached its commit point (log_cleaner.py,
-        # PartitionLog.replace_segments): its .swap files go with its .cleaned ones.
+        # PartitionLog.replace_segments): its .swap files go with its .cleaned ones. A
+        # pass is swapped in whole or not at all, so one `.cleaned` file (of a name this
+        # module makes: is_leftover_file_name) undoes every `.swap` beside it.
         swaps = []
     swap_bases = set(swaps)
     # Index .swap files without their .log.swap: a swap's files no log claims.
@@ -171,6 +173,7 @@ def list_segments(names):
     return SegmentListing(sorted(bases), sorted(swap_bases), leftovers, orphans, others,
                           txn_bases, sorted(set(snapshots)))
 
+_OFFSET_FILE_SUFFIXES = frozenset(SEGMENT_FILE_SUFFIXES + (SNAPSHOT_SUFFIX,))
 _LEFTOVER_TMP_FILES = frozenset(n + TMP_SUFFIX for n in (
     PARTITION_METADATA_FILE, TOPIC_CONFIG_FILE, LEADER_EPOCH_CHECKPOINT))
 
@@ -182,18 +185,19 @@ def partition_dir_name(topic, partition):
 def is_leftover_file_name(name, parsed=False):
     """True for a file of interrupted work that recovery removes: a segment file, snapshot,
     partition.metadata, topic.json or leader-epoch-checkpoint left with a `.deleted`, `.cleaned` or `.tmp` suffix.
-    Only names this module makes qualify: a file the library did not make is never removed.
+    Only names this module makes qualify (a segment file's or snapshot's suffix before the
+    temporary one): a file the library did not make is never removed.
     parsed: parse_segment_file_name(name) when the caller has it."""
     if name in _LEFTOVER_TMP_FILES:
         return True
     if parsed is False:
         parsed = parse_segment_file_name(name)
-    return parsed is not None and parsed[2] in (DELETED_SUFFIX, CLEANED_SUFFIX, TMP_SUFFIX)
+    return parsed is not None and parsed[1] in _OFFSET_FILE_SUFFIXES and \
+        parsed[2] in (DELETED_SUFFIX, CLEANED_SUFFIX, TMP_SUFFIX)
 
 
 _PARTITION_FILES = frozenset((PARTITION_METADATA_FILE, TOPIC_CONFIG_FILE,
                               LEADER_EPOCH_CHECKPOINT)) | _LEFTOVER_TMP_FILES
-_OFFSET_FILE_SUFFIXES = frozenset(SEGMENT_FILE_SUFFIXES + (SNAPSHOT_SUFFIX,))
 _TEMP_SUFFIXES = frozenset(("", CLEANED_SUFFIX, SWAP_SUFFIX, DELETED_SUFFIX, TMP_SUFFIX))
 
 

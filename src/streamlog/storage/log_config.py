@@ -5,6 +5,7 @@ names ("retention_ms"); values may be given as Python values or as strings
 (from the command line). Every problem raises InvalidConfigurationError
 naming the key, the rule and the value.
 """
+import random
 import re
 from dataclasses import dataclass, fields, replace
 from functools import cached_property
@@ -271,6 +272,14 @@ class LogConfig:
         before = self.message_timestamp_difference_max_ms if before == LONG_MAX else before
         after = self.message_timestamp_difference_max_ms if after == LONG_MAX else after
         return None if before == after == LONG_MAX else (before, after)
+
+    def random_segment_jitter(self):
+        """A new segment's roll jitter, drawn once per segment as Kafka's
+        LogConfig.randomSegmentJitter does: below the smaller of segment.jitter.ms and
+        segment.ms, so that partitions made together do not all roll together."""
+        if self.segment_jitter_ms == 0:
+            return 0
+        return random.randrange(min(self.segment_jitter_ms, self.segment_ms))
 
     @property
     def max_segment_ms(self):

@@ -216,6 +216,9 @@ class PartitionLog:
         self._pending_deletes = []  # (deadline_ms, segment)
         self._unflushed_records = 0
         self._last_flush_ms = clock_ms()
+        # The base of the newest segment a roll made: what is below it is sealed and waits
+        # for the flusher's next pass (maybe_flush_on_time).
+        self._sealed_end = 0
         # The first flush fsyncs the directory: a new log's segment files (or the directory
         # itself) may be new names not yet durable.
         self._dir_dirty = not readonly
@@ -956,6 +959,7 @@ class PartitionLog:
         self._segments = self._segments + [segment]
         self._bases = self._bases + [new_base]
         self._dir_dirty = True
+        self._sealed_end = new_base
         return segment
 
     # --- read --------------------------------------------------------------
@@ -1397,10 +1401,15 @@ class PartitionLog:
             return self.recovery_point
 
     def maybe_flush_on_time(self, now_ms=None):
-        """Flush when flush.ms has passed since the last flush and data is unflushed."""
+        """Flush when data is unflushed and flush.ms has passed since the last flush, or a
+        roll sealed segments the recovery point has not passed. Kafka's roll schedules
+        flushUptoOffsetExclusive(new base) for the latter: without it the recovery point of
+        a log written with acks=1 never moves, and an unclean stop re-validates the whole
+        log, cutting it at the first damage found in any old segment."""
         now_ms = self.clock_ms() if now_ms is None else now_ms
-        if self.recovery_point < self._next_offset and \
-                now_ms - self._last_flush_ms >= self.config.flush_ms:
+        unflushed = self.recovery_point < self._next_offset
+        if unflushed and (now_ms - self._last_flush_ms >= self.config.flush_ms
+                          or self.recovery_point < self._sealed_end):
             self.flush()
             return True
         return False

@@ -151,6 +151,7 @@ class LogSegment:
         # where maps hold one.
         self.file_cost = 1 if readonly or MAPS_HOLD_NO_DESCRIPTOR else 3
         self.created_ms = now_ms if now_ms is not None else int(time.time() * 1000)
+        self.roll_jitter_ms = config.random_segment_jitter()
         # A lazy segment's indexes are checked at its first use (see the module doc).
         self._unchecked = lazy and not readonly
         # Sealed: the final time entry is written and the indexes trimmed (a lazy segment
@@ -357,12 +358,19 @@ class LogSegment:
         return self._rolling_based_timestamp
 
     @property
-    def largest_timestamp(self):
-        """The largest record timestamp, or the file's mtime when there is none (for retention)."""
+    def max_timestamp(self):
+        """The largest record timestamp, -1 when no record has one (Kafka's
+        maxTimestampSoFar)."""
         if not self._timestamps_loaded:
             with self.pinned():
                 self._load_timestamps()
-        if self.max_timestamp_so_far >= 0:
+        return self.max_timestamp_so_far
+
+    @property
+    def largest_timestamp(self):
+        """The largest record timestamp, or the file's mtime when there is none (for retention
+        and the timestamp search, as Kafka's LogSegment.largestTimestamp)."""
+        if self.max_timestamp >= 0:
             return self.max_timestamp_so_far
         try:
             return int(os.stat(self.log.path).st_mtime * 1000)
@@ -372,8 +380,14 @@ class LogSegment:
     # --- appending --------------------------------------------------------
 
     def should_roll(self, incoming_bytes, max_timestamp, last_offset, now_ms, segment_bytes,
-                    max_segment_ms, jitter_ms=0):
-        """Whether the next append must go to a new segment (Kafka's four reasons)."""
+                    max_segment_ms):
+        """Whether the next append must go to a new segment (Kafka's four reasons).
+
+        Only the age needs something in the segment: an empty one must roll too when the
+        batch's offsets lie beyond its 32-bit relative offsets (a replica's first batch
+        far above the segment's base), or they would not fit its indexes."""
+        if last_offset - self.base_offset > _INT32_MAX:
+            return True
         if self.size == 0:
             return False
         if self.size > segment_bytes - incoming_bytes:
@@ -381,11 +395,9 @@ class LogSegment:
         rolling_ts = self.rolling_based_timestamp()
         waited = (max_timestamp - rolling_ts if rolling_ts is not None and rolling_ts >= 0
                   else now_ms - self.created_ms)
-        if waited > max_segment_ms - jitter_ms:
+        if waited > max_segment_ms - self.roll_jitter_ms:
             return True
-        if self.offset_index.is_full() or self.time_index.is_full():
-            return True
-        return last_offset - self.base_offset > _INT32_MAX
+        return self.offset_index.is_full() or self.time_index.is_full()
 
     @_uses_files
     def append(self, batch_infos, pieces, first_offset):

@@ -6,7 +6,8 @@ from hypothesis import strategies as st
 from streamlog.storage import files
 
 SUFFIXES = [".log", ".index", ".timeindex", ".txnindex", ".snapshot", ".log.swap",
-            ".index.swap", ".log.deleted", ".index.cleaned", ".log.tmp", ".weird", ""]
+            ".index.swap", ".log.deleted", ".index.cleaned", ".log.tmp", ".weird", "",
+            ".log.cleaned", ".notes.cleaned", ".backup.deleted", ".txt.tmp", ".weird.swap"]
 names = st.one_of(
     st.builds(lambda base, suffix: f"{base:020d}{suffix}",
               st.integers(0, 50), st.sampled_from(SUFFIXES)),
@@ -19,7 +20,8 @@ names = st.one_of(
 def by_parsing_each(listing):
     parsed = [(name, files.parse_segment_file_name(name)) for name in listing]
     logs = {p[0] for _, p in parsed if p and p[1] == files.LOG_SUFFIX and p[2] == ""}
-    cleaned = any(p and p[2] == files.CLEANED_SUFFIX for _, p in parsed)
+    cleaned = any(p and p[2] == files.CLEANED_SUFFIX and files.is_leftover_file_name(name, p)
+                  for name, p in parsed)
     # A swap beside a .cleaned file never committed; swap files without a .log.swap
     # belong to no swap: both are leftovers.
     swaps = set() if cleaned else {p[0] for _, p in parsed if p and p[1] == files.LOG_SUFFIX
@@ -54,6 +56,14 @@ def test_a_typical_directory():
     assert listing.leftovers == ["00000000000000000000.log.deleted", "topic.json.tmp"]
     assert listing.orphan_indexes == ["00000000000000000200.index"]
     assert listing.other_names == ["partition.metadata", "topic.json"]
+
+
+def test_files_the_library_does_not_name_are_neither_leftovers_nor_a_cleaned_swap():
+    listing = files.list_segments([
+        "00000000000000000000.log.swap", "00000000000000000000.txt.tmp",
+        "00000000000000000000.backup.deleted", "00000000000000000000.notes.cleaned"])
+    assert listing.swap_bases == [0]
+    assert listing.leftovers == []
 
 
 def test_swap_files_beside_a_cleaned_file_never_committed():

@@ -6,7 +6,7 @@ import pytest
 
 from streamlog.errors import (CorruptRecordError, InvalidRecordError, OffsetOutOfRangeError,
                               ReadOnlyError, RecordBatchTooLargeError, RecordTooLargeError)
-from streamlog.storage import files
+from streamlog.storage import files, log_config
 from streamlog.storage.partition_log import PartitionLog
 from streamlog.storage.record_batch import build_batch
 
@@ -157,6 +157,47 @@ def test_roll_on_segment_bytes_index_full_and_segment_ms(log_dir):
     log2.append(make_batch(2, timestamp=5101))  # 101 ms: rolls
     assert [s.base_offset for s in log2.segments] == [0, 20]
     log2.close()
+
+
+def test_each_segment_rolls_segment_jitter_ms_early_by_its_own_draw(log_dir, monkeypatch):
+    # Kafka's LogConfig.randomSegmentJitter: one draw per segment, below the smaller of
+    # segment.jitter.ms and segment.ms; shouldRoll compares against segment.ms - jitter.
+    draws = []
+
+    def randrange(bound):
+        draws.append(bound)
+        return 40
+    monkeypatch.setattr(log_config.random, "randrange", randrange)
+    log = small_log(log_dir, segment_bytes=10**6, segment_ms=100, segment_jitter_ms=1000)
+    assert log.active_segment.roll_jitter_ms == 40 and draws == [100]
+    log.append(make_batch(0, timestamp=5000))
+    log.append(make_batch(1, timestamp=5060))  # 60 ms: not more than 100 - 40
+    assert len(log.segments) == 1
+    log.append(make_batch(2, timestamp=5061))  # 61 ms: rolls
+    assert [s.base_offset for s in log.segments] == [0, 20]
+    log.close()
+    monkeypatch.undo()
+    jitters = {config(segment_ms=100, segment_jitter_ms=30).random_segment_jitter()
+               for _ in range(300)}
+    assert jitters <= set(range(30)) and len(jitters) > 1
+    assert config(segment_jitter_ms=0).random_segment_jitter() == 0
+
+
+def test_an_empty_segment_rolls_for_offsets_its_indexes_cannot_hold(log_dir):
+    # Kafka's LogSegment.shouldRoll checks canConvertToRelativeOffset even when empty.
+    log = small_log(log_dir, cleanup_policy="compact", index_interval_bytes=0)
+    far = 2**31 + 10
+    for offset in (far, far + 1):
+        log.append(make_batch(offset - far, records=1, base_offset=offset,
+                              partition_leader_epoch=0), assign_offsets=False)
+    assert [s.base_offset for s in log.segments] == [far]
+    assert [row[0] for row in read_all(log, far)] == [far, far + 1]
+    log.close()
+    reopened = small_log(log_dir, cleanup_policy="compact")
+    assert reopened.log_end_offset == far + 2
+    assert "cut" not in reopened.recovery_report.summary()
+    assert [row[0] for row in read_all(reopened, far)] == [far, far + 1]
+    reopened.close()
 
 
 def test_roll_keeps_the_sealed_segments_indexes_trimmed(log_dir):
@@ -393,6 +434,22 @@ def test_flush_advances_the_recovery_point_and_flush_messages_forces_it(log_dir)
     log2.append(make_batch(1, records=5))
     assert log2.recovery_point == 10
     log2.close()
+
+
+def test_the_flushers_pass_flushes_what_a_roll_sealed_before_flush_ms(log_dir):
+    # Kafka's roll schedules flushUptoOffsetExclusive(new base) (UnifiedLog.roll).
+    clock = FakeClock()
+    log = small_log(log_dir, clock=clock, flush_ms=3_600_000)
+    fill(log, 2)
+    assert len(log.segments) == 1
+    assert not log.maybe_flush_on_time()      # nothing sealed, flush.ms far off
+    fill(log, 40)
+    assert len(log.segments) > 2
+    assert log.recovery_point == 0
+    assert log.maybe_flush_on_time()
+    assert log.recovery_point == log.log_end_offset >= log.segments[-1].base_offset
+    assert not log.maybe_flush_on_time()
+    log.close()
 
 
 def test_a_readonly_reader_refuses_a_sealed_segment_cut_inside_a_batch(log_dir):
