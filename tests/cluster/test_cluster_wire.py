@@ -422,6 +422,41 @@ def test_delete_records_on_the_leader_reaches_the_followers(cluster):
         [b"r6", b"r7", b"r8", b"r9", b"after"]
 
 
+def delete_records(sock, topic, partition, offset, timeout_s):
+    answer = call(sock, DeleteRecordsRequest(
+        timeout=i32Timedelta.parse(datetime.timedelta(seconds=timeout_s)),
+        topics=(DeleteRecordsTopic(name=topic, partitions=(DeleteRecordsPartition(
+            partition_index=i32(partition), offset=i64(offset)),)),)))
+    result = answer.topics[0].partitions[0]
+    return result.error_code, int(result.low_watermark)
+
+
+def test_delete_records_answers_once_every_live_replica_deleted_them(cluster):
+    # Kafka's ReplicaManager.deleteRecords parks a DelayedDeleteRecords until the low
+    # watermark (Partition.lowWatermarkIfLeader: the smallest log start of the leader and
+    # every live replica, in the ISR or not) reaches the offset; REQUEST_TIMED_OUT at the
+    # request's timeout, with the low watermark of the deletion. Answered NONE while a
+    # follower still held the records, the deletion was undone when that follower led.
+    cluster.create_topic("t", 1, 3)
+    cluster.produce("t", 0, [b"r%d" % i for i in range(10)])
+    cluster.wait_in_sync("t")
+    leader = cluster.leader("t", 0)
+    cut = next(b for b in cluster.broker_ids if b != leader)
+    with connect(cluster, leader) as sock:
+        assert delete_records(sock, "t", 0, 3, 30) == (ErrorCode.none, 3)
+        assert all(cluster.broker(b).partition_log(TopicPartition("t", 0)).log_start_offset
+                   == 3 for b in cluster.broker_ids)
+        cluster.isolate(cut)   # alive, registered, and fetching nothing
+        sock.settimeout(30)
+        assert delete_records(sock, "t", 0, 5, 0.5) == (ErrorCode.request_timed_out, 3)
+        cluster.heal()
+        assert delete_records(sock, "t", 0, 5, 30) == (ErrorCode.none, 5)
+    assert cluster.broker(cut).partition_log(TopicPartition("t", 0)).log_start_offset == 5
+    cluster.kill(cut)   # a replica the controller let go holds nothing back
+    with connect(cluster, leader) as sock:
+        assert delete_records(sock, "t", 0, 7, 30) == (ErrorCode.none, 7)
+
+
 def test_metadata_names_a_new_leader_only_once_that_broker_leads(cluster):
     # Otherwise a client sends to the new leader before it leads: the first requests of an
     # idempotent producer's pipeline are refused and the next ones meet OUT_OF_ORDER_

@@ -81,6 +81,7 @@ from ..storage.checkpoint import CorruptCheckpointError, OffsetCheckpointFile
 from ..storage.producer_state import UNVERIFIED
 
 LOAD_RETRY_S = 1.0   # after a leadership listener failed to load a partition
+_LOW_WATERMARK_RECHECK_S = 0.1
 
 log = logging.getLogger("streamlog.replication")
 
@@ -108,12 +109,21 @@ class ReplicaFetch(NamedTuple):
     error: object = None
 
 
+class FollowerPosition(NamedTuple):
+    """Where a follower's fetch of one partition stands (Kafka's FetchRequest partition)."""
+
+    fetch_offset: int
+    leader_epoch: int
+    log_start_offset: int = -1   # -1: not told (the leader then takes it for unknown)
+
+
 class _Follower:
-    __slots__ = ("leo", "last_caught_up_ms", "last_fetch_ms", "leader_leo_at_last_fetch",
-                 "broker_epoch")
+    __slots__ = ("leo", "log_start", "last_caught_up_ms", "last_fetch_ms",
+                 "leader_leo_at_last_fetch", "broker_epoch")
 
     def __init__(self, in_sync, now_ms):
         self.leo = -1   # unknown until it fetches from this leader
+        self.log_start = -1   # likewise
         self.last_caught_up_ms = now_ms if in_sync else 0
         self.last_fetch_ms = 0
         self.leader_leo_at_last_fetch = -1
@@ -482,6 +492,43 @@ class ReplicaManager:
         if outcome[0] is not None:
             raise outcome[0]
 
+    def low_watermark(self, tp):
+        """The smallest log start offset among tp's leader (this broker) and its followers
+        the controller counts alive, in the ISR or not; -1 for one that has not fetched
+        from this leader yet (Kafka's Partition.lowWatermarkIfLeader). Records below it
+        are gone from every live replica."""
+        replica = self.leader_replica(tp)
+        with self._lock:
+            low = replica.log.log_start_offset
+            for replica_id in replica.state.replicas:
+                if replica_id != self.node_id and replica_id in self.controller.broker_epochs:
+                    follower = replica.followers.get(replica_id)
+                    low = min(low, -1 if follower is None else follower.log_start)
+            return low
+
+    def wait_low_watermark(self, tp, offset, timeout_s):
+        """Block until low_watermark(tp) reaches offset and return it, as Kafka's
+        DelayedDeleteRecords waits before it answers a DeleteRecords: a deletion answered
+        while a follower still holds the records would see them come back if that follower
+        led next. RequestTimedOutError after timeout_s; NotLeaderOrFollowerError when this
+        broker stops leading tp."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            low = self.low_watermark(tp)
+            remaining = deadline - time.monotonic()
+            if low >= offset or remaining <= 0:
+                break
+            # Woken when a follower's fetch moves its log start; looked at again anyway
+            # after a while, for the changes nothing signals here (a follower the
+            # controller let go no longer counts) and a move between the look and the wait.
+            with self._appended:
+                self._appended.wait(min(remaining, _LOW_WATERMARK_RECHECK_S))
+        if low < offset:
+            raise RequestTimedOutError(
+                f"the replicas of {tp} did not all delete the records below {offset} "
+                f"within {timeout_s} s (their smallest log start is {low})")
+        return low
+
     def leads(self, tp):
         """Whether this broker is tp's leader now."""
         replica = self._replicas.get(tp)
@@ -561,8 +608,8 @@ class ReplicaManager:
 
     def replica_fetch(self, replica_id, partitions, max_bytes=1 << 20, max_wait_ms=0,
                       broker_epoch=-1, stale=None):
-        """A follower's fetch: partitions = {tp: (fetch offset, its leader epoch)}, from the
-        incarnation of broker_epoch (-1: unchecked, as Kafka's fetches without one). Records
+        """A follower's fetch: partitions = {tp: FollowerPosition (or a tuple of its fields)},
+        from the incarnation of broker_epoch (-1: unchecked, as Kafka's fetches without one). Records
         up to the log end (not the HW); after a successful read, the follower's LEO,
         caught-up time and ISR membership are updated, as Kafka's updateFollowerFetchState
         does, and the answer carries the high watermark that follows. Waits up to
@@ -570,6 +617,7 @@ class ReplicaManager:
         the asker has partitions to add to its fetch (a topic just made). Returns
         {tp: ReplicaFetch}."""
         deadline = time.monotonic() + max_wait_ms / 1000
+        partitions = {tp: FollowerPosition(*position) for tp, position in partitions.items()}
         expand = []
         out = self._replica_read(replica_id, broker_epoch, partitions, max_bytes, expand)
         self._alter_isrs(expand)
@@ -581,8 +629,8 @@ class ReplicaManager:
             with self._appended:
                 # Asked again under the lock: a stop's or a new state's wake_fetchers()
                 # notifies under it.
-                if waits() and all(self._nothing_new(tp, offset) for tp, (offset, _) in
-                                   partitions.items()):
+                if waits() and all(self._nothing_new(tp, position.fetch_offset)
+                                   for tp, position in partitions.items()):
                     self._appended.wait(max(deadline - time.monotonic(), 0))
             out = self._replica_read(replica_id, broker_epoch, partitions, max_bytes, None)
         return out
@@ -602,7 +650,8 @@ class ReplicaManager:
     def _replica_read(self, replica_id, broker_epoch, partitions, max_bytes, expand):
         out = {}
         now = self.clock_ms()
-        for tp, (offset, leader_epoch) in partitions.items():
+        log_starts_moved = False
+        for tp, (offset, leader_epoch, log_start) in partitions.items():
             try:
                 replica = self.leader_replica(tp, leader_epoch)
                 if replica_id not in replica.state.replicas:
@@ -620,8 +669,8 @@ class ReplicaManager:
                         f"a stale fetch of {tp} from broker {replica_id}: broker epoch "
                         f"{broker_epoch}, restarted since at {current}")
                 with self._lock:
-                    self._update_follower(replica, replica_id, offset, leader_leo,
-                                          broker_epoch, now)
+                    log_starts_moved |= self._update_follower(
+                        replica, replica_id, offset, log_start, leader_leo, broker_epoch, now)
                     if expand is not None:
                         proposal = self._propose_isr(replica, self._isr_with(replica,
                                                                              replica_id))
@@ -634,12 +683,16 @@ class ReplicaManager:
                 replica = self._replicas.get(tp)
                 out[tp] = ReplicaFetch([], -1, -1 if replica is None else
                                        replica.log.log_start_offset, exc)
+        if log_starts_moved:
+            with self._appended:
+                self._appended.notify_all()   # a DeleteRecords waits (wait_low_watermark)
         return out
 
     @staticmethod
-    def _update_follower(replica, replica_id, offset, leader_leo, broker_epoch, now):
-        """A follower's successful fetch at offset, the leader's LEO leader_leo when it read
-        (Replica.updateFetchStateOrThrow)."""
+    def _update_follower(replica, replica_id, offset, log_start, leader_leo, broker_epoch, now):
+        """A follower's successful fetch at offset, its log starting at log_start, the
+        leader's LEO leader_leo when it read (Replica.updateFetchStateOrThrow). Returns
+        whether the follower's log start moved."""
         follower = replica.followers.get(replica_id)
         if follower is None:
             follower = replica.followers[replica_id] = _Follower(False, now)
@@ -648,10 +701,13 @@ class ReplicaManager:
         elif offset >= follower.leader_leo_at_last_fetch >= 0:
             follower.last_caught_up_ms = max(follower.last_caught_up_ms,
                                              follower.last_fetch_ms)
+        moved = log_start != follower.log_start
         follower.leo = offset
+        follower.log_start = log_start
         follower.leader_leo_at_last_fetch = leader_leo
         follower.last_fetch_ms = now
         follower.broker_epoch = broker_epoch
+        return moved
 
     def _isr_with(self, replica, replica_id):
         """The ISR with replica_id added when it qualifies (Kafka's maybeExpandIsr: at or

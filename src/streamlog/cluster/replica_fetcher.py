@@ -21,7 +21,7 @@ retries after replica.fetch.backoff.ms), a slowed one delays it.
 import logging
 import threading
 
-from ..broker.replica_manager import NO_LEADER
+from ..broker.replica_manager import NO_LEADER, FollowerPosition
 from ..errors import OffsetOutOfRangeError, StreamlogError
 from ..storage.leader_epoch_cache import UNDEFINED_EPOCH
 
@@ -102,8 +102,9 @@ class ReplicaFetcher:
         for tp, epoch in mine.items():
             if follower.needs_truncation(tp):
                 self._truncate(follower, leader, tp, epoch)
-        wanted = {tp: (follower.log_of(tp).log_end_offset, epoch) for tp, epoch in mine.items()
-                  if not follower.needs_truncation(tp)}
+        wanted = {tp: FollowerPosition(follower.log_of(tp).log_end_offset, epoch,
+                                       follower.log_of(tp).log_start_offset)
+                  for tp, epoch in mine.items() if not follower.needs_truncation(tp)}
         if not wanted:
             return False
         # A state the follower took since it listed its partitions (a new topic's) ends the
@@ -113,7 +114,7 @@ class ReplicaFetcher:
                                        stale=lambda: follower.version != seen)
         self.cluster.link(self.follower_id, self.leader_id)   # cut meanwhile: drop the answer
         for tp, result in results.items():
-            epoch = wanted[tp][1]
+            epoch = wanted[tp].leader_epoch
             if result.error is None:
                 data = b"".join(bytes(b.view()) for b in result.batches)
                 follower.append_as_follower(tp, data, epoch, result.high_watermark,

@@ -885,15 +885,36 @@ class Handlers:
         for topic in body.topics:
             for partition in topic.partitions:
                 wanted[TopicPartition(topic.name, partition.partition_index)] = partition.offset
-        by_topic = {}
+        answers = {}   # tp -> [low watermark, error]
+        waits = []     # (tp, offset every live replica must have deleted below)
+        replicas = self.broker.replicas
         for tp, offset in wanted.items():
-            low, exc = -1, None
+            answer = answers[tp] = [-1, None]
             try:
                 self._check_not_internal(tp.topic, "delete records of")
                 self._check_leader(tp)
-                low = self.broker.delete_records({tp: int(offset)})[tp]
-            except errors.StreamlogError as exc_:
-                exc = exc_
+                answer[0] = self.broker.delete_records({tp: int(offset)})[tp]
+                if replicas is not None:
+                    # Answered once the followers' log starts are there too (Kafka's
+                    # DelayedDeleteRecords), with the smallest of them. -1 asked for the
+                    # high watermark, which the new log start then is.
+                    target = answer[0] if offset == -1 else int(offset)
+                    answer[0] = replicas.low_watermark(tp)
+                    if answer[0] < target:
+                        waits.append((tp, target))
+            except errors.StreamlogError as exc:
+                answer[1] = exc
+        deadline = time.monotonic() + body.timeout.total_seconds()
+        for tp, target in waits:
+            try:
+                answers[tp][0] = replicas.wait_low_watermark(
+                    tp, target, max(deadline - time.monotonic(), 0))
+            except errors.RequestTimedOutError as exc:
+                answers[tp][1] = exc   # with the low watermark of the deletion
+            except errors.StreamlogError as exc:
+                answers[tp] = [-1, exc]
+        by_topic = {}
+        for tp, (low, exc) in answers.items():
             by_topic.setdefault(tp.topic, []).append(build(
                 types.DeleteRecordsPartitionResult, partition_index=i32(tp.partition),
                 low_watermark=i64(low), error_code=error_code(exc)))
