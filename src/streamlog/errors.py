@@ -303,6 +303,10 @@ class FencedInstanceIdError(StreamlogError):
     """Another consumer joined with the same group_instance_id."""
 
 
+class GroupMaxSizeReachedError(StreamlogError):
+    """A join would take the group past the database's group.max.size members."""
+
+
 class InvalidSessionTimeoutError(StreamlogError):
     """session_timeout_ms lies outside the database's group.min/max.session.timeout.ms."""
 

@@ -45,6 +45,27 @@ def _ms(ms):
     return i32Timedelta.parse(datetime.timedelta(milliseconds=ms))
 
 
+def test_a_wire_members_metadata_reaches_the_leader_as_it_was_sent(db, server):
+    # Kafka's coordinator keeps member metadata as opaque bytes (ClassicGroupMember
+    # .supportedProtocols) and hands those to the leader: the rack id (KIP-881, read by
+    # rack-aware assignors) and the subscription's version arrive as sent. Re-encoded,
+    # they came as v3 without the rack.
+    sent = encode_subscription(Subscription(["t"], user_data=b"ud"), version=3)
+    sent = sent[:-2] + b"\x00\x06rack-a"   # v3 ends with rack_id, a nullable string
+    with_v1 = encode_subscription(Subscription(["t"]), version=1)
+    with socket.create_connection((server.host, server.port)) as sock:
+        for group, metadata in (("rack", sent), ("v1", with_v1)):
+            def join(member_id, group=group, metadata=metadata):
+                return call(sock, JoinV5(group_id=group, session_timeout=_ms(10_000),
+                                         rebalance_timeout=_ms(10_000), member_id=member_id,
+                                         group_instance_id=None, protocol_type="consumer",
+                                         protocols=(ProtocolV5(name="range",
+                                                               metadata=metadata),)))
+            answer = join(join("").member_id)
+            assert answer.error_code == ErrorCode.none
+            assert [bytes(m.metadata) for m in answer.members] == [metadata]
+
+
 def test_join_group_v5_hands_out_a_member_id_first_and_v3_joins_at_once(db, server):
     # KIP-394 (Kafka's GroupCoordinator, JoinGroup v4 on): a new dynamic member is answered
     # MEMBER_ID_REQUIRED with its id, and becomes a member when it joins with that id.

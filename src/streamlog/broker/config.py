@@ -23,6 +23,7 @@ _BROKER_KEYS = {
     "group.min.session.timeout.ms": ("group_min_session_timeout_ms", int),
     "group.max.session.timeout.ms": ("group_max_session_timeout_ms", int),
     "group.initial.rebalance.delay.ms": ("group_initial_rebalance_delay_ms", int),
+    "group.max.size": ("group_max_size", int),
     "offsets.topic.num.partitions": ("offsets_topic_num_partitions", int),
     "offsets.retention.minutes": ("offsets_retention_minutes", int),
     "offsets.retention.check.interval.ms": ("offsets_retention_check_interval_ms", int),
@@ -59,6 +60,7 @@ class BrokerConfig:
     group_min_session_timeout_ms: int = 6_000
     group_max_session_timeout_ms: int = 1_800_000
     group_initial_rebalance_delay_ms: int = 0
+    group_max_size: int = 2_147_483_647
     offsets_topic_num_partitions: int = 50
     offsets_retention_minutes: int = 7 * 24 * 60
     offsets_retention_check_interval_ms: int = 600_000
@@ -134,6 +136,7 @@ class BrokerConfig:
             raise InvalidConfigurationError("num.partitions must be >= 1")
         for attr in ("log_retention_check_interval_ms", "log_flush_offset_checkpoint_interval_ms",
                      "log_flush_scheduler_interval_ms", "group_min_session_timeout_ms",
+                     "group_max_size",
                      "offsets_topic_num_partitions", "offsets_retention_minutes",
                      "offsets_retention_check_interval_ms", "producer_id_expiration_ms",
                      "producer_id_expiration_check_interval_ms",

@@ -14,6 +14,8 @@ that data (which protocol wins the vote, whether everyone has rejoined);
 timers, waiting callers and the offsets log belong to the GroupCoordinator,
 which changes a Group only under its lock.
 """
+from .java_order import hashmap_order, java_string_hash
+
 EMPTY = "Empty"
 PREPARING_REBALANCE = "PreparingRebalance"
 COMPLETING_REBALANCE = "CompletingRebalance"
@@ -75,8 +77,8 @@ class Member:
 class Group:
     __slots__ = ("group_id", "state", "generation", "protocol_type", "protocol", "leader",
                  "members", "static_members", "empty_since", "rebalance_task",
-                 "rebalance_epoch", "initial_delay_until", "initial_delay_members",
-                 "pending_members", "subscribed")
+                 "rebalance_epoch", "in_initial_delay", "new_member_added",
+                 "pending_members", "pending_sync", "sync_task", "subscribed")
 
     def __init__(self, group_id, generation=0, protocol_type=None, empty_since=0):
         self.group_id = group_id
@@ -90,9 +92,14 @@ class Group:
         self.empty_since = empty_since  # wall-clock ms the group last became Empty
         self.rebalance_task = None
         self.rebalance_epoch = 0   # tells a stale rebalance timeout from the current one
-        self.initial_delay_until = None   # monotonic ms while a new group waits for joiners
-        self.initial_delay_members = 0
+        self.in_initial_delay = False   # a new group waits for more joiners
+        self.new_member_added = False   # one joined during the delay's last stretch
         self.pending_members = {}  # member id handed out (MEMBER_ID_REQUIRED) -> expiry task
+        # The members of this generation that have not sent SyncGroup since its join phase
+        # completed, and the task that removes them a rebalance timeout later (Kafka's
+        # pendingSyncMembers and expirePendingSync).
+        self.pending_sync = set()
+        self.sync_task = None
         # The topics the current generation's members subscribe to (None: not known), taken
         # when a generation starts, as Kafka's ClassicGroup.initNextGeneration takes them: a
         # member joining a rebalance does not count until its generation starts.
@@ -109,6 +116,7 @@ class Group:
 
     def remove(self, member):
         del self.members[member.member_id]
+        self.pending_sync.discard(member.member_id)
         if self.static_members.get(member.group_instance_id) == member.member_id:
             del self.static_members[member.group_instance_id]
         if self.leader == member.member_id:
@@ -120,6 +128,9 @@ class Group:
                         (new if m is old else m) for mid, m in self.members.items()}
         self.static_members[new.group_instance_id] = new.member_id
         new.assignment = old.assignment
+        if old.member_id in self.pending_sync:
+            self.pending_sync.remove(old.member_id)
+            self.pending_sync.add(new.member_id)
         if self.leader == old.member_id:
             self.leader = new.member_id
 
@@ -143,15 +154,18 @@ class Group:
     def select_protocol(self):
         """Each member votes for its favourite shared protocol; the most votes wins.
 
-        Ties go to the protocol the earliest-joined voter preferred, so the
-        choice is deterministic.
+        A tie goes where Kafka's ClassicGroup.selectProtocol sends it: to the first of the
+        tied protocols in the iteration order of the java.util.HashMap that counts the
+        votes (Stream.max keeps the first of equal counts), whatever order the members
+        joined in. So "range" beats "roundrobin" and "cooperative-sticky" one vote each,
+        as in a Kafka cluster (a rolling upgrade to cooperative-sticky meets such ties).
         """
         candidates = self.candidate_protocols()
         votes = {}
         for member in self.members.values():
             choice = member.vote(candidates)
             votes[choice] = votes.get(choice, 0) + 1
-        return max(votes, key=votes.get)  # max keeps the first of equal counts
+        return max(hashmap_order(votes, java_string_hash), key=votes.get)
 
     def all_joined(self):
         """Every member rejoined, and no member id handed out (MEMBER_ID_REQUIRED) is still

@@ -34,7 +34,8 @@ import uuid
 from contextlib import contextmanager
 from typing import NamedTuple
 
-from ..errors import (FencedInstanceIdError, GroupIdNotFoundError, IllegalGenerationError,
+from ..errors import (FencedInstanceIdError, GroupIdNotFoundError, GroupMaxSizeReachedError,
+                      IllegalGenerationError,
                       GroupSubscribedToTopicError, StreamlogError,
                       NotCoordinatorError,
                       InconsistentGroupProtocolError, InvalidGroupIdError, InvalidRequestError,
@@ -234,6 +235,7 @@ class GroupCoordinator:
     def _stop_group(self, group, error):
         """Stop the group's timers and answer every waiting member with error."""
         self._cancel(group.rebalance_task)
+        self._stop_sync_expiry(group)
         for member in group.members.values():
             self._stop_session(member)
             for waiter in (member.join_waiter, member.sync_waiter):
@@ -331,6 +333,8 @@ class GroupCoordinator:
                     f"assignors {sorted(group.candidate_protocols())}; this member offers "
                     f"{protocol_type!r} with {[n for n, _ in protocols]}: give it a "
                     "partition_assignment_strategy the other members also list")
+            if not self._accepts_joining(group, member_id):
+                self._refuse_joining(group, member_id)
             if not member_id:
                 if group_instance_id is not None and group_instance_id in group.static_members:
                     self._rejoin_static(group, group_instance_id, client_id, session_timeout_ms,
@@ -353,14 +357,45 @@ class GroupCoordinator:
                     rebalance_timeout_ms, protocols, notify), protocol_type, pending)
             else:
                 member = self._member(group, member_id, group_instance_id)
-                self._touch(member)
+                # Kafka's ClassicGroup.updateMember: a rejoin brings its timeouts too.
+                member.session_timeout_ms = session_timeout_ms
+                member.rebalance_timeout_ms = rebalance_timeout_ms
+                self._stop_session(member)
+                self._start_session(group, member)
                 self._rejoin(group, member, protocols, pending)
         return pending
+
+    def _accepts_joining(self, group, member_id):
+        """Whether group.max.size lets member_id join (Kafka's acceptJoiningMember): while
+        the group rebalances, a member already waiting, or one of fewer waiting members
+        than the maximum (a group over a lowered maximum sheds its last rejoiners); once
+        it has a generation, a member of it, or one of fewer members than the maximum."""
+        limit = self._config.group_max_size
+        if group.state in (EMPTY, DEAD):
+            return True
+        member = group.members.get(member_id)
+        if group.state == PREPARING_REBALANCE:
+            waiting = sum(m.join_waiter is not None for m in group.members.values())
+            return (member is not None and member.join_waiter is not None) or waiting < limit
+        return member is not None or len(group.members) < limit
+
+    def _refuse_joining(self, group, member_id):
+        """GROUP_MAX_SIZE_REACHED, the refused member (or id handed out) removed first."""
+        if member_id in group.pending_members:
+            self._cancel(group.pending_members.pop(member_id))
+        elif member_id in group.members:
+            self._remove(group, group.members[member_id], None)
+            self._maybe_complete_join(group)
+        raise GroupMaxSizeReachedError(
+            f"group {group.group_id!r} has reached group.max.size="
+            f"{self._config.group_max_size} members")
 
     def _add_member(self, group, member, protocol_type, pending):
         group.add(member)
         group.protocol_type = protocol_type
         member.join_waiter = pending
+        if group.in_initial_delay:
+            group.new_member_added = True
         self._start_session(group, member)
         if group.state == PREPARING_REBALANCE:
             self._maybe_complete_join(group)
@@ -409,8 +444,10 @@ class GroupCoordinator:
         """
         old = group.members[group.static_members[instance_id]]
         leader_before = group.leader
-        new = Member(f"{instance_id}-{uuid.uuid4()}", instance_id, client_id, session_timeout_ms,
-                     rebalance_timeout_ms, protocols, notify)
+        # The client id stays the old member's (Kafka's ClassicGroup.replaceStaticMember);
+        # the timeouts and protocols are the rejoin's (updateMember).
+        new = Member(f"{instance_id}-{uuid.uuid4()}", instance_id, old.client_id,
+                     session_timeout_ms, rebalance_timeout_ms, protocols, notify)
         for waiter in (old.join_waiter, old.sync_waiter):
             if waiter is not None:
                 waiter.fail(self._fenced(group, instance_id))
@@ -458,16 +495,17 @@ class GroupCoordinator:
         group.transition(PREPARING_REBALANCE)
         group.rebalance_epoch += 1
         self._cancel(group.rebalance_task)
+        self._stop_sync_expiry(group)
         log.debug("group %s rebalancing (generation %d): %s", group.group_id, group.generation,
                   reason)
         delay = self._config.group_initial_rebalance_delay_ms
         if was_empty and delay > 0:
-            # Kafka's InitialDelayedJoin: give the other members of a new group a moment.
-            group.initial_delay_until = _monotonic_ms() + group.max_rebalance_timeout_ms()
-            group.initial_delay_members = len(group.members)
-            epoch = group.rebalance_epoch
-            group.rebalance_task = self._schedule(
-                delay, lambda: self._initial_delay_over(group.group_id, epoch))
+            # Kafka's initial delayed join: give the other members of a new group a moment,
+            # a delay at a time while they keep coming, the rebalance timeout in all.
+            group.in_initial_delay = True
+            group.new_member_added = False
+            self._schedule_initial_delay(group, delay,
+                                         max(group.max_rebalance_timeout_ms() - delay, 0))
         else:
             self._arm_rebalance_timeout(group)
         for member in group.members.values():
@@ -481,24 +519,27 @@ class GroupCoordinator:
             group.max_rebalance_timeout_ms(),
             lambda: self._rebalance_timed_out(group.group_id, epoch))
 
-    def _initial_delay_over(self, group_id, epoch):
+    def _schedule_initial_delay(self, group, delay_ms, remaining_ms):
+        group_id, epoch = group.group_id, group.rebalance_epoch
+        group.rebalance_task = self._schedule(delay_ms, lambda: self._initial_delay_over(
+            group_id, epoch, delay_ms, remaining_ms))
+
+    def _initial_delay_over(self, group_id, epoch, delay_ms, remaining_ms):
+        """Kafka's tryCompleteInitialRebalanceElseSchedule: another stretch of the delay if
+        a member joined during this one and time remains, else the join completes with the
+        members there are (a member id handed out and not joined with is not waited for)."""
         with self._locked():
             group = self._groups.get(group_id)
             if group is None or group.rebalance_epoch != epoch or \
                     group.state != PREPARING_REBALANCE:
                 return
-            now = _monotonic_ms()
-            delay = self._config.group_initial_rebalance_delay_ms
-            if len(group.members) > group.initial_delay_members and \
-                    now + delay <= group.initial_delay_until:
-                # Members keep arriving: wait one more delay (bounded by the rebalance timeout).
-                group.initial_delay_members = len(group.members)
-                group.rebalance_task = self._schedule(
-                    delay, lambda: self._initial_delay_over(group_id, epoch))
+            if group.new_member_added and remaining_ms != 0:
+                group.new_member_added = False
+                self._schedule_initial_delay(
+                    group, min(self._config.group_initial_rebalance_delay_ms, remaining_ms),
+                    max(remaining_ms - delay_ms, 0))
                 return
-            group.initial_delay_until = None
-            self._arm_rebalance_timeout(group)
-            self._maybe_complete_join(group)
+            self._complete_join(group)
 
     def _rebalance_timed_out(self, group_id, epoch):
         with self._locked():
@@ -508,7 +549,7 @@ class GroupCoordinator:
                 self._complete_join(group)
 
     def _maybe_complete_join(self, group):
-        if group.state == PREPARING_REBALANCE and group.initial_delay_until is None and \
+        if group.state == PREPARING_REBALANCE and not group.in_initial_delay and \
                 group.all_joined():
             self._complete_join(group)
 
@@ -516,7 +557,7 @@ class GroupCoordinator:
         """Start the next generation with the members that rejoined (Kafka's onCompleteJoin)."""
         self._cancel(group.rebalance_task)
         group.rebalance_task = None
-        group.initial_delay_until = None
+        group.in_initial_delay = False
         for member in [m for m in group.members.values() if m.join_waiter is None]:
             if member.group_instance_id is None:
                 log.info("group %s: member %s did not rejoin within the rebalance timeout; "
@@ -552,6 +593,38 @@ class GroupCoordinator:
             member.join_waiter = None
             self._touch(member)
             self._defer(member.notify, JOINED, member.member_id)
+        # Every member must sync within the rebalance timeout, or leave the group (Kafka's
+        # schedulePendingSync): heartbeats alone do not keep one that never syncs, and a
+        # leader that never hands in the assignment would hold the group for ever.
+        group.pending_sync = set(group.members)
+        generation = group.generation
+        group.sync_task = self._schedule(
+            group.max_rebalance_timeout_ms(),
+            lambda: self._expire_pending_sync(group.group_id, generation))
+
+    def _expire_pending_sync(self, group_id, generation):
+        with self._locked():
+            group = self._groups.get(group_id)
+            if group is None or group.generation != generation or \
+                    group.state not in (COMPLETING_REBALANCE, STABLE) or not group.pending_sync:
+                return
+            late = sorted(group.pending_sync)
+            log.info("group %s: members %s did not sync within the rebalance timeout; removed",
+                     group_id, late)
+            for member_id in late:
+                self._remove(group, group.members[member_id], REMOVED)
+            self._prepare_rebalance(group, f"{late} did not sync")
+
+    def _synced(self, group, member_id):
+        """member_id sent SyncGroup (Kafka's removePendingSyncMember)."""
+        group.pending_sync.discard(member_id)
+        if not group.pending_sync:
+            self._stop_sync_expiry(group)
+
+    def _stop_sync_expiry(self, group):
+        group.pending_sync.clear()
+        self._cancel(group.sync_task)
+        group.sync_task = None
 
     # --- sync ----------------------------------------------------------------------
 
@@ -575,6 +648,7 @@ class GroupCoordinator:
             if group.state == PREPARING_REBALANCE:
                 raise RebalanceInProgressError(f"group {group_id!r} is rebalancing; join again")
             self._touch(member)
+            self._synced(group, member_id)
             if group.state == STABLE:
                 pending.set(member.assignment)
             else:  # CompletingRebalance
@@ -617,7 +691,7 @@ class GroupCoordinator:
         (GroupMetadataManager.java) answers it: without a member id (an admin's
         removeMembersFromConsumerGroup) the static member holding the instance id is
         removed, and told so; a member id handed out but not joined with yet (KIP-394) is
-        forgotten, nothing to rebalance for; any other member is validated first."""
+        forgotten, and counts as a member that left; any other member is validated first."""
         self._check_writable()
         with self._locked():
             group = self._group(group_id, member_id)
@@ -629,7 +703,10 @@ class GroupCoordinator:
                         f"{group_instance_id!r} to remove")
                 self._remove(group, member, REMOVED)
             elif member_id in group.pending_members:
+                # A valid leave all the same (Kafka's classicGroupLeaveToClassicGroup): a
+                # join that waited for it completes, a settled group rebalances.
                 self._cancel(group.pending_members.pop(member_id))
+                self._after_removal(group, f"pending member {member_id} left")
                 return
             else:
                 member = self._member(group, member_id, group_instance_id)
@@ -810,9 +887,14 @@ class GroupCoordinator:
                     not -1 <= om.leader_epoch < 1 << 31:
                 raise ValueError(f"the leader epoch to commit for {tp} must be an int from -1 "
                                  f"(none) to 2**31-1, got {om.leader_epoch!r}")
-            if len(om.metadata.encode("utf-8")) > OFFSET_METADATA_MAX_BYTES:
+            # Kafka's OffsetMetadataManager.isMetadataInvalid counts metadata.length(): Java
+            # chars, UTF-16 code units, whatever the name of the setting says.
+            if len(om.metadata.encode("utf-16-le", "surrogatepass")) // 2 > \
+                    OFFSET_METADATA_MAX_BYTES:
                 raise OffsetMetadataTooLargeError(
-                    f"offset metadata for {tp} is longer than {OFFSET_METADATA_MAX_BYTES} bytes")
+                    f"offset metadata for {tp} is longer than {OFFSET_METADATA_MAX_BYTES} "
+                    "characters (offset.metadata.max.bytes, counted in Java chars as Kafka "
+                    "counts it)")
             info = self._broker.topic(tp.topic)
             if not 0 <= tp.partition < info.partitions:
                 raise UnknownTopicOrPartitionError(

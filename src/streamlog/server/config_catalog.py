@@ -141,6 +141,7 @@ _CATALOG = {
                                           "ask for."),
     "group.max.session.timeout.ms": (INT, "Longest session timeout a group member may "
                                           "ask for."),
+    "group.max.size": (INT, "Most members a consumer group may have."),
     "group.initial.rebalance.delay.ms": (INT, "How long a new group waits for more members "
                                               "before its first rebalance."),
     "offsets.topic.num.partitions": (INT, "Partitions of the internal topic of committed "

@@ -40,15 +40,36 @@ def _schema(module, name, version):
     return getattr(data, name), data
 
 
+class WireSubscription(Subscription):
+    """The Subscription a wire member's metadata bytes hold, with the bytes themselves
+    (`blob`): Kafka's coordinator passes member metadata through unread, so a wire leader
+    gets them as the member sent them (its version, rack_id and all), and a rejoin counts
+    as new metadata exactly when the bytes differ (ClassicGroupMember.matches)."""
+
+    def __eq__(self, other):
+        mine, theirs = getattr(self, "blob", None), getattr(other, "blob", None)
+        if mine is not None and theirs is not None:
+            return mine == theirs
+        return tuple.__eq__(self, other)
+
+    def __ne__(self, other):
+        return not self == other
+
+    __hash__ = Subscription.__hash__
+
+
 def decode_subscription(blob, group_instance_id=None):
-    """A Subscription from a JoinGroup member's metadata bytes."""
+    """A WireSubscription from a JoinGroup member's metadata bytes."""
     (version,) = _VERSION.unpack_from(blob, 0)
     cls, _ = _schema(subscription_v3, "ConsumerProtocolSubscription", version)
     message, _ = entity_reader(cls)(bytes(blob[2:]), 0)
     owned = [TopicPartition(t.topic, int(p)) for t in getattr(message, "owned_partitions", ())
              for p in t.partitions]
-    return Subscription(list(message.topics), owned, int(getattr(message, "generation_id", -1)),
-                        group_instance_id, message.user_data)
+    subscription = WireSubscription(list(message.topics), owned,
+                                    int(getattr(message, "generation_id", -1)),
+                                    group_instance_id, message.user_data)
+    subscription.blob = bytes(blob)
+    return subscription
 
 
 def encode_subscription(subscription, version=_NEWEST):

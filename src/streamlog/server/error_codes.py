@@ -76,6 +76,7 @@ _ERROR_CODES = [
     (errors.InconsistentGroupProtocolError, ErrorCode.inconsistent_group_protocol),
     (errors.FencedInstanceIdError, ErrorCode.fenced_instance_id),
     (errors.InvalidSessionTimeoutError, ErrorCode.invalid_session_timeout),
+    (errors.GroupMaxSizeReachedError, ErrorCode.group_max_size_reached),
     (errors.InvalidGroupIdError, ErrorCode.invalid_group_id),
     (errors.GroupIdNotFoundError, ErrorCode.group_id_not_found),
     (errors.NonEmptyGroupError, ErrorCode.non_empty_group),

@@ -412,12 +412,15 @@ def _assignment(blob):
 
 
 def _metadata_bytes(metadata):
-    """A member's JoinGroup metadata as the wire carries it: consumer protocol bytes for a
-    Subscription, other protocols' bytes as they came."""
+    """A member's JoinGroup metadata as the wire carries it: a wire member's bytes as it
+    sent them, consumer protocol bytes for an in-process member's Subscription, other
+    protocols' bytes as they came."""
     if metadata is None:
         return b""
-    return bytes(metadata) if isinstance(metadata, (bytes, bytearray, memoryview)) \
-        else encode_subscription(metadata)
+    if isinstance(metadata, (bytes, bytearray, memoryview)):
+        return bytes(metadata)
+    blob = getattr(metadata, "blob", None)   # a WireSubscription's
+    return blob if blob is not None else encode_subscription(metadata)
 
 
 def _assignment_bytes(assignment):

@@ -5,6 +5,8 @@ GroupMembership does; waits on the timing wheel (sessions, rebalance
 timeouts) use small timeouts and a generous bound on how long to wait for
 the outcome, so timing never decides a verdict.
 """
+import contextlib
+import dataclasses
 import threading
 import time
 
@@ -16,7 +18,7 @@ from streamlog.coordinator.group import (COMPLETING_REBALANCE, EMPTY, PREPARING_
                                          STABLE)
 from streamlog.coordinator.group_coordinator import (FENCED, JOINED, REBALANCE, REMOVED,
                                                      SYNCED, find_coordinator)
-from streamlog.errors import (FencedInstanceIdError, GroupIdNotFoundError,
+from streamlog.errors import (FencedInstanceIdError, GroupIdNotFoundError, GroupMaxSizeReachedError,
                               GroupSubscribedToTopicError, IllegalGenerationError, InconsistentGroupProtocolError,
                               InvalidGroupIdError, InvalidSessionTimeoutError,
                               MemberIdRequiredError, NonEmptyGroupError, OffsetMetadataTooLargeError,
@@ -262,16 +264,83 @@ def test_an_admin_removes_a_static_member_by_its_instance_id_alone(coordinator):
             coordinator.leave_group("g", "", instance)
 
 
-def test_a_member_id_handed_out_but_not_joined_with_leaves_without_a_rebalance(coordinator):
+def test_a_member_id_handed_out_but_not_joined_with_leaves_as_a_member_does(coordinator):
     # Kafka's classicGroupLeaveToClassicGroup: a pending member (KIP-394) that leaves is
-    # forgotten, without an error, and the group does not rebalance for it.
-    a, b = Client(coordinator), Client(coordinator)
+    # forgotten without an error, and counts among the members that left: a Stable group
+    # rebalances (maybePrepareRebalanceOrCompleteJoin), a join that waited for it
+    # completes at once (maybeCompleteJoinPhase) rather than at the rebalance timeout.
+    a, b = Client(coordinator, rebalance_ms=600_000), Client(coordinator)
     join_alone(a)
     with pytest.raises(MemberIdRequiredError) as required:
         b.join(require_known_member_id=True)
     coordinator.leave_group("g", required.value.member_id)
-    assert state(coordinator) == STABLE
     assert required.value.member_id not in coordinator._groups["g"].pending_members
+    assert state(coordinator) == PREPARING_REBALANCE
+    a.wait_for(REBALANCE)
+    with pytest.raises(MemberIdRequiredError) as required:
+        b.join(require_known_member_id=True)
+    waiting = a.join()
+    assert not waiting.wait(0.05)   # the join waits for the id handed out
+    coordinator.leave_group("g", required.value.member_id)
+    assert a.joined(waiting).members == [(a.member_id, None, SUB)]
+    assert state(coordinator) == COMPLETING_REBALANCE
+
+
+def test_members_that_never_sync_are_removed_a_rebalance_timeout_after_the_join(coordinator):
+    # Kafka's schedulePendingSync / expirePendingSync: heartbeats alone do not keep a member
+    # that never sends SyncGroup; it is removed and the group rebalances.
+    a = Client(coordinator, rebalance_ms=200)
+    b = Client(coordinator, rebalance_ms=200)
+    join_alone(a)
+    b_pending = b.join()
+    a.joined(a.join())
+    b.joined(b_pending)
+    result(a.sync({a.member_id: [TP0], b.member_id: [TP1]}))   # b never syncs
+    assert state(coordinator) == STABLE
+
+    def b_removed():
+        try:
+            b.heartbeat()
+        except UnknownMemberIdError:
+            return True
+        return False
+    wait_until(b_removed, "b removed although it heartbeats")
+    a.wait_for(REBALANCE)
+    assert [m.member_id for m in coordinator.describe_group("g").members] == [a.member_id]
+
+    # A leader that never hands in the assignment holds no group for ever either.
+    c, d = Client(coordinator, group="h", rebalance_ms=200), Client(coordinator, group="h")
+    c.joined(c.join())
+    c_pending, d_pending = c.join(), d.join()
+    c.joined(c_pending)
+    d.joined(d_pending)
+    result(d.sync())   # answered once the leader syncs, or failed when it is removed
+    wait_until(lambda: state(coordinator, "h") == EMPTY, "the group empty")
+    c.wait_for(REMOVED)
+    d.wait_for(REMOVED)
+
+
+def test_a_rejoin_brings_its_session_and_rebalance_timeouts(coordinator):
+    # Kafka's ClassicGroup.updateMember takes both timeouts from every rejoin.
+    a = Client(coordinator, session_ms=600_000, rebalance_ms=600_000)
+    join_alone(a)
+    a.session_ms = 100
+    a.joined(a.join())
+    result(a.sync({a.member_id: [TP0, TP1]}))
+    a.wait_for(REMOVED)   # 100 ms without a heartbeat, not 600 s
+    assert state(coordinator) == EMPTY
+
+
+def test_a_returning_static_member_keeps_the_client_id_it_joined_with(coordinator):
+    # Kafka's ClassicGroup.replaceStaticMember keeps the old member's client id and host.
+    a = Client(coordinator, instance="app-1")
+    join_alone(a)
+    answer = result(coordinator.join_group("g", "", "app-1", "another-client", 10_000,
+                                           10_000, "consumer", [("range", SUB)],
+                                           a.notify))
+    (member,) = coordinator.describe_group("g").members
+    assert member.member_id == answer.member_id != a.member_id
+    assert member.client_id == "client"
 
 
 def test_a_member_that_stops_heartbeating_is_removed_after_its_session(coordinator):
@@ -482,13 +551,28 @@ def test_join_checks(coordinator):
                                [("range", [])], lambda *_: None)
 
 
-def test_the_assignor_is_the_most_preferred_common_one_ties_to_the_first_member(coordinator):
+@pytest.mark.parametrize("first, second", [
+    ("roundrobin", "range"), ("range", "roundrobin"), ("cooperative-sticky", "range")])
+def test_a_tied_vote_goes_where_kafkas_hash_map_of_votes_puts_it(coordinator, first, second):
+    # Kafka's ClassicGroup.selectProtocol: Stream.max over a HashMap of the votes keeps the
+    # first tied protocol in the map's bucket order (sticky, range, roundrobin,
+    # cooperative-sticky), not the first voter's.
+    a = Client(coordinator, protocols=[(first, SUB), (second, SUB)])
+    b = Client(coordinator, protocols=[(second, SUB), (first, SUB)])
+    a.joined(a.join())
+    result(a.sync({}))
+    b_pending = b.join()
+    assert a.joined(a.join()).protocol == "range"   # one vote each
+    b.joined(b_pending)
+
+
+def test_the_assignor_is_the_most_preferred_common_one(coordinator):
     a = Client(coordinator, protocols=[("roundrobin", SUB), ("range", SUB)])
     b = Client(coordinator, protocols=[("range", SUB), ("roundrobin", SUB)])
     a.joined(a.join())
     result(a.sync({}))
     b_pending = b.join()
-    assert a.joined(a.join()).protocol == "roundrobin"   # one vote each: a voted first
+    a.joined(a.join())
     b.joined(b_pending)
     c = Client(coordinator, protocols=[("range", SUB)])
     c_pending = c.join()
@@ -504,6 +588,11 @@ def test_commit_checks(coordinator):
         coordinator.offset_commit("g", "", -1, None, {TopicPartition("t", 9): 1})
     with pytest.raises(OffsetMetadataTooLargeError):
         coordinator.offset_commit("g", "", -1, None, {TP0: OffsetAndMetadata(1, "x" * 4097)})
+    # Counted in Java chars (Kafka's isMetadataInvalid: metadata.length()): 4,096 euro signs
+    # (12,288 UTF-8 bytes) fit, 2,049 characters above U+FFFF (two chars each) do not.
+    with pytest.raises(OffsetMetadataTooLargeError):
+        coordinator.offset_commit("g", "", -1, None,
+                                  {TP0: OffsetAndMetadata(1, "\U0001f600" * 2049)})
     with pytest.raises(IllegalGenerationError):
         coordinator.offset_commit("new", "m", 3, None, {TP0: 1})
     with pytest.raises(GroupIdNotFoundError):
@@ -511,6 +600,8 @@ def test_commit_checks(coordinator):
     coordinator.offset_commit("g", "", -1, None, {TP0: 1, TP1: OffsetAndMetadata(2, "x")})
     assert {tp: c[:2] for tp, c in coordinator.offset_fetch("g").items()} == {
         TP0: (1, ""), TP1: (2, "x")}
+    coordinator.offset_commit("g", "", -1, None, {TP0: OffsetAndMetadata(3, "\u20ac" * 4096)})
+    assert coordinator.offset_fetch("g")[TP0][:2] == (3, "\u20ac" * 4096)
 
 
 def test_delete_group_refuses_active_groups_and_forgets_the_rest(coordinator, broker):
@@ -844,3 +935,52 @@ def test_the_expiry_task_drops_offsets_of_a_group_empty_for_the_retention_across
         assert coordinator.offset_fetch("g") == {} and coordinator.list_groups() == []
     finally:
         broker.close()
+
+
+@contextlib.contextmanager
+def coordinator_configured(tmp_path, **config):
+    """The coordinator of a broker of its own, opened with these database configs."""
+    broker = Broker(str(tmp_path / "db"), config=dict(config, **{
+        "offsets.topic.num.partitions": 1}))
+    try:
+        broker.create_topic("t", 2)
+        yield find_coordinator(broker)
+    finally:
+        broker.close()
+
+
+def test_the_initial_delay_ends_with_the_members_there_are(tmp_path):
+    # Kafka's tryCompleteInitialRebalanceElseSchedule: when the delay runs out the join
+    # completes, without waiting for a member id handed out (KIP-394) and not joined with.
+    with coordinator_configured(tmp_path, **{"group.initial.rebalance.delay.ms": 200}) \
+            as coordinator:
+        a = Client(coordinator, rebalance_ms=600_000)
+        b = Client(coordinator, session_ms=600_000)
+        waiting = a.join()
+        with pytest.raises(MemberIdRequiredError):
+            b.join(require_known_member_id=True)
+        assert not waiting.wait(0.05)   # the delay first
+        assert [m[0] for m in a.joined(waiting).members] == [a.member_id]
+        assert state(coordinator) == COMPLETING_REBALANCE
+
+
+def test_group_max_size_refuses_the_member_past_it(tmp_path):
+    # Kafka's acceptJoiningMember: a new member of a group with a generation is refused
+    # at group.max.size members; one already in it rejoins. While the group rebalances,
+    # the members waiting count: one that has not rejoined yet, past the maximum, is
+    # refused and removed (a lowered maximum sheds the last rejoiners).
+    with coordinator_configured(tmp_path, **{"group.max.size": 2}) as coordinator:
+        a, b, c = (Client(coordinator) for _ in range(3))
+        form_group(a, b)
+        with pytest.raises(GroupMaxSizeReachedError):
+            c.join()
+        with pytest.raises(GroupMaxSizeReachedError):
+            c.join(require_known_member_id=True)   # no id handed out either
+        assert len(coordinator.describe_group("g").members) == 2
+        a_pending = a.join()                   # the leader rejoins: the group rebalances
+        assert state(coordinator) == PREPARING_REBALANCE
+        coordinator._config = dataclasses.replace(coordinator._config, group_max_size=1)
+        with pytest.raises(GroupMaxSizeReachedError):
+            b.join()                           # one waits already: b is past the maximum
+        assert [m.member_id for m in coordinator.describe_group("g").members] == [a.member_id]
+        assert a.joined(a_pending).members == [(a.member_id, None, SUB)]
