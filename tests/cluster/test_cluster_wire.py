@@ -101,6 +101,31 @@ def test_a_follower_refuses_produce_with_not_leader_or_follower(cluster):
     assert answer.responses[0].partition_responses[0].error_code == ErrorCode.none
 
 
+def test_produce_10_names_the_leader_beside_not_leader_or_follower(cluster):
+    # KIP-951 (Kafka's KafkaApis.handleProduceRequest, Produce 10+): the partition's current
+    # leader and epoch, and that leader's endpoint, so the producer moves to it without a
+    # Metadata round trip. Before 10, neither field exists.
+    from kio.schema.produce.v10.request import PartitionProduceData as PartitionV10
+    from kio.schema.produce.v10.request import ProduceRequest as ProduceV10
+    from kio.schema.produce.v10.request import TopicProduceData as TopicV10
+    cluster.create_topic("t", 1, 3)
+    leader = cluster.leader("t", 0)
+    epoch = cluster.partition_state("t", 0).leader_epoch
+    follower = next(b for b in cluster.broker_ids if b != leader)
+    with connect(cluster, follower) as sock:
+        answer = call(sock, ProduceV10(transactional_id=None, acks=i16(1), timeout=SECONDS,
+                                       topic_data=(TopicV10(name="t", partition_data=(
+                                           PartitionV10(index=i32(0), records=bytes(
+                                               record_batch.build_batch([b"v"], timestamp=1))),
+                                       )),)))
+    part = answer.responses[0].partition_responses[0]
+    assert part.error_code == ErrorCode.not_leader_or_follower
+    assert (int(part.current_leader.leader_id), int(part.current_leader.leader_epoch)) == \
+        (leader, epoch)
+    assert [(int(n.node_id), n.host, int(n.port)) for n in answer.node_endpoints] == \
+        [(leader, cluster.host, cluster._slots[leader].port)]
+
+
 def test_a_partition_without_a_leader_is_leader_not_available_with_its_offline_replica(
         cluster):
     cluster.create_topic("t", 1, 1)

@@ -1,5 +1,6 @@
 """Requests at the edges of Kafka's rules, sent raw (kio entities): what Kafka's broker
 answers, this server answers. Each test names the rule it holds the server to."""
+import dataclasses
 import datetime
 import socket
 import threading
@@ -1016,3 +1017,53 @@ def test_a_group_between_generations_is_described_without_its_old_protocol_or_as
     assert sync("roundrobin").error_code == ErrorCode.inconsistent_group_protocol
     assert sync("range").error_code == ErrorCode.none
     assert describe() == ("Stable", "range", [(b"\x00\x07odd", b"\x00\x09given")])
+
+
+def test_api_versions_3_checks_the_client_software_name_and_version(sock):
+    # Kafka's KafkaApis.handleApiVersionsRequest: from v3 a client software name or version
+    # outside ApiVersionsRequest's pattern is INVALID_REQUEST with no keys.
+    from kio.schema.api_versions.v3.request import ApiVersionsRequest
+    for name, version, valid in (("librdkafka", "2.6.0", True), ("apache-kafka-java", "3.9.0",
+                                 True), ("my client", "1.0", False), ("-bad", "1.0", False),
+                                 ("ok", "1.0 beta", False), ("", "", False)):
+        answer = call(sock, ApiVersionsRequest(client_software_name=name,
+                                               client_software_version=version))
+        assert (answer.error_code == ErrorCode.none) is valid, (name, version)
+        assert (len(answer.api_keys) > 10) is valid
+
+
+def test_an_incremental_fetch_of_a_session_never_handed_out_is_fetch_session_id_not_found(
+        db, sock):
+    # KIP-227: this broker answers every fetch with session_id 0, so an incremental fetch
+    # (epoch > 0) names no session it knows: Kafka's FetchManager.newContext answers
+    # FETCH_SESSION_ID_NOT_FOUND with no partitions, and the client fetches in full again.
+    from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
+
+    def fetch(session_id, epoch):
+        return call(sock, FetchRequest(
+            max_wait=i32Timedelta.parse(datetime.timedelta(0)), min_bytes=i32(0),
+            session_id=i32(session_id), session_epoch=i32(epoch),
+            topics=(FetchTopic(topic="t", partitions=(FetchPartition(
+                partition=i32(0), fetch_offset=i64(0), partition_max_bytes=i32(1 << 20)),)),),
+            forgotten_topics_data=()))
+    answer = fetch(1234, 5)
+    assert (answer.error_code, int(answer.session_id), answer.responses) == \
+        (ErrorCode.fetch_session_id_not_found, 0, ())
+    for session_id, epoch in ((0, 0), (0, -1), (1234, 0)):   # full fetches
+        answer = fetch(session_id, epoch)
+        assert answer.error_code == ErrorCode.none
+        assert [p.error_code for p in answer.responses[0].partitions] == [ErrorCode.none]
+
+
+def test_acks_all_with_a_timeout_of_0_on_a_database_of_its_own_is_answered_once_durable(
+        db, sock):
+    # Kafka's one-replica leader moves its high watermark with the append, and DelayedProduce
+    # is tried before it is parked: NONE whatever the timeout. Here acks=all also waits for
+    # the fsync, part of the append on a database of its own; answered REQUEST_TIMED_OUT,
+    # the batch (already appended) was written twice by a producer's retry.
+    body = produce("t", acks=-1)
+    answer = call(sock, dataclasses.replace(
+        body, timeout=i32Timedelta.parse(datetime.timedelta(0))))
+    part = answer.responses[0].partition_responses[0]
+    assert (part.error_code, int(part.base_offset)) == (ErrorCode.none, 0)
+    assert db.describe_topic("t").partitions[0].high_watermark == 1

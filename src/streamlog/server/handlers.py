@@ -54,6 +54,8 @@ from .scram_credentials import ScramCredentialsHandlers
 from .txn_handlers import TxnHandlers, first_batch
 
 NODE_ID = 0
+# ApiVersionsRequest.SOFTWARE_NAME_VERSION_PATTERN (KIP-511).
+_SOFTWARE_NAME_VERSION = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?")
 # DescribeConfigs: Kafka's resource types of a topic and a broker (ConfigResource.Type).
 TOPIC_RESOURCE, BROKER_RESOURCE = 2, 4
 
@@ -262,14 +264,24 @@ class Handlers:
     # --- ApiVersions --------------------------------------------------------------
 
     def api_versions(self, version, body):
+        """Kafka's KafkaApis.handleApiVersionsRequest: a version it does not know is
+        answered at v0 with UNSUPPORTED_VERSION and ApiVersions' own range alone (KIP-511:
+        the client asks again at one it can use); from v3, a client software name or
+        version outside Kafka's pattern is INVALID_REQUEST with no keys
+        (ApiVersionsRequest.isValid)."""
         lo, hi = SUPPORTED[API_VERSIONS]
-        error = ErrorCode.none
+        error, served = ErrorCode.none, sorted(SUPPORTED.items())
         if body is None or not lo <= version <= hi:
-            version, error = 0, ErrorCode.unsupported_version   # KIP-511
+            version, error = 0, ErrorCode.unsupported_version
+            served = [(API_VERSIONS, SUPPORTED[API_VERSIONS])]
+        elif version >= 3 and not all(
+                _SOFTWARE_NAME_VERSION.fullmatch(text)
+                for text in (body.client_software_name, body.client_software_version)):
+            error, served = ErrorCode.invalid_request, []
         cls, types = response_types(API_VERSIONS, version)
         return build(cls, error_code=error, throttle_time=NO_THROTTLE, api_keys=tuple(
             types.ApiVersion(api_key=i16(key), min_version=i16(low), max_version=i16(high))
-            for key, (low, high) in sorted(SUPPORTED.items())))
+            for key, (low, high) in served))
 
     # --- Metadata -----------------------------------------------------------------
 
@@ -368,19 +380,54 @@ class Handlers:
             return None
         deadline = time.monotonic() + body.timeout.total_seconds()   # one for the request
         for done, answer in waits:
-            if not done[0].wait(max(deadline - time.monotonic(), 0)):
+            # The timeout bounds the wait for replicas (Kafka's DelayedProduce). A database
+            # of its own has none: its acks=all waits for the fsync, part of the append
+            # there, which Kafka's one-replica leader answers at once whatever the timeout,
+            # not an append answered REQUEST_TIMED_OUT that a retry would write twice.
+            if self.broker.replicas is None:
+                done[0].wait()
+            elif not done[0].wait(max(deadline - time.monotonic(), 0)):
                 answer["error"] = errors.RequestTimedOutError(
                     "not replicated (or fsynced) within the timeout")
             elif done[1] is not None:
                 answer["error"] = done[1]
+        hints = self._leader_hints(version, types, answers, context)
         return build(cls, throttle_time=NO_THROTTLE, responses=tuple(
             build(types.TopicProduceResponse, name=name, partition_responses=tuple(
                 build(types.PartitionProduceResponse, index=a["index"],
                       error_code=error_code(a["error"]), base_offset=i64(a["base"]),
                       log_append_time=a["append_time"], log_start_offset=i64(a["start"]),
                       record_errors=_record_errors(types, a["error"]),
-                      error_message=error_message(a["error"]))
-                for a in parts)) for name, parts in answers))
+                      error_message=error_message(a["error"]),
+                      **hints.get((name, a["index"]), {}))
+                for a in parts)) for name, parts in answers),
+            node_endpoints=tuple(hints.get("endpoints", ())))
+
+    def _leader_hints(self, version, types, answers, context):
+        """KIP-951 (Produce 10+): a partition answered NOT_LEADER_OR_FOLLOWER carries its
+        current leader and epoch, and the answer the leader's endpoint, so the producer
+        moves to it without a Metadata round trip (Kafka's KafkaApis.handleProduceRequest).
+        {(topic, index): fields, "endpoints": [NodeEndpoint]}."""
+        hints = {}
+        if version < 10:
+            return hints
+        brokers = {node: (host, port) for node, host, port in self._brokers(context)}
+        endpoints = {}
+        for name, parts in answers:
+            for a in parts:
+                if not isinstance(a["error"], errors.NotLeaderOrFollowerError):
+                    continue
+                place = self._placement(TopicPartition(name, int(a["index"])), set(brokers))
+                hints[(name, a["index"])] = {"current_leader": build(
+                    types.LeaderIdAndEpoch, leader_id=i32(place.leader),
+                    leader_epoch=i32(place.leader_epoch))}
+                if place.leader >= 0:
+                    host, port = brokers[place.leader]
+                    endpoints[place.leader] = build(
+                        types.NodeEndpoint, node_id=i32(place.leader), host=host,
+                        port=i32(port), rack=None)
+        hints["endpoints"] = [endpoints[node] for node in sorted(endpoints)]
+        return hints
 
     def _refused_up_front(self, version, records):
         """{tp: error} for the partitions of a Produce refused before anything else is done
@@ -469,6 +516,14 @@ class Handlers:
 
     def fetch(self, version, body, context):
         cls, types = response_types(FETCH, version)
+        if version >= 7 and int(body.session_epoch) not in (0, -1):
+            # An incremental fetch (KIP-227) names a session, and this broker never hands
+            # one out (session_id 0 in every answer): Kafka's FetchManager.newContext answers
+            # an unknown one FETCH_SESSION_ID_NOT_FOUND, with no partitions, and the client
+            # starts over with a full fetch.
+            return build(cls, throttle_time=NO_THROTTLE,
+                         error_code=ErrorCode.fetch_session_id_not_found, session_id=i32(0),
+                         responses=())
         positions, order, epochs, partition_max = {}, [], {}, {}
         for topic in body.topics:
             for partition in topic.partitions:
