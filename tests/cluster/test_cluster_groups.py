@@ -182,6 +182,15 @@ def test_a_commit_counts_only_once_its_replicas_hold_it(tmp_path):
         assert isinstance(outcome[0], CoordinatorNotAvailableError)
         assert groups.offset_fetch("g", [tp])[tp].offset == 1
         assert groups.offset_fetch_stable("g", [tp])[1] == set()
+        # Alone in the ISR now, the coordinator refuses a commit before writing it: Kafka
+        # appends commits with acks=all (NOT_ENOUGH_REPLICAS, answered
+        # COORDINATOR_NOT_AVAILABLE by GroupCoordinatorService.handleOperationException).
+        wait_until(lambda: tuple(cluster.partition_state(at.topic, at.partition).isr) ==
+                   (coordinator,), "the coordinator alone in the ISR")
+        end = offsets_log.log_end_offset
+        with pytest.raises(CoordinatorNotAvailableError):
+            groups.offset_commit("g", "", -1, None, {tp: OffsetAndMetadata(8)})
+        assert offsets_log.log_end_offset == end
         cluster.heal()
         cluster.wait_in_sync(at.topic, [at.partition])
         groups.offset_commit("g", "", -1, None, {tp: OffsetAndMetadata(9)})

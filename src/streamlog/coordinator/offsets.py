@@ -46,11 +46,11 @@ from typing import NamedTuple
 
 import msgpack
 
-from ..errors import (CoordinatorNotAvailableError, CorruptRecordError, NotCoordinatorError,
-                      NotLeaderOrFollowerError, StreamlogError)
+from ..errors import CorruptRecordError
 from ..storage.keyed_log import encode_changes, end_transaction, hold, replay, supersede
-from ..storage.producer_state import COORDINATOR, UNVERIFIED
+from ..storage.producer_state import UNVERIFIED
 from ..structs import TopicPartition
+from . import internal_appends
 from .java_order import java_string_hash
 
 OFFSETS_TOPIC = "__consumer_offsets"
@@ -236,16 +236,14 @@ class OffsetStore:
         as pending (the open transactions' way) until settle() says whether the in-sync
         replicas took them."""
         tp = self.partition_of(group_id)
-        try:
-            info = self._broker.produce(tp, encode_changes(changes, now_ms), origin=COORDINATOR)
-        except NotLeaderOrFollowerError as exc:
-            # A cluster moved the group's partition away: its client finds the new
-            # coordinator (Kafka answers NOT_COORDINATOR here).
-            raise NotCoordinatorError(str(exc)) from None
+        # An offset commit is appended as Kafka's coordinator appends it, with acks=all; a
+        # group record with acks=1, applied at once (the group coordinator does not wait
+        # on it: docs/GROUPS.md).
+        info = internal_appends.append(self._broker, tp, encode_changes(changes, now_ms),
+                                       acks_all=until_replicated)
         end_offset = info.last_offset + 1
         pending = self.pending.setdefault(tp.partition, {})
-        replicas = self._broker.replicas
-        if until_replicated and replicas is not None and replicas.manages(tp):
+        if until_replicated and internal_appends.replicated(self._broker, tp):
             hold(pending, _unreplicated(end_offset),
                  [(key, value, now_ms, record_offset)
                   for record_offset, (key, value) in enumerate(changes, info.first_offset)])
@@ -284,15 +282,7 @@ class OffsetStore:
         CoordinatorNotAvailableError when too few replicas are in sync or the wait timed
         out (Kafka's GroupMetadataManager maps the append's errors so). A database on its
         own: nothing to wait for."""
-        replicas = self._broker.replicas
-        if replicas is None or not replicas.manages(tp):
-            return
-        try:
-            replicas.wait_replicated(tp, end_offset, timeout_ms / 1000)
-        except NotLeaderOrFollowerError as exc:
-            raise NotCoordinatorError(str(exc)) from None
-        except StreamlogError as exc:
-            raise CoordinatorNotAvailableError(str(exc)) from None
+        internal_appends.wait_replicated(self._broker, tp, end_offset, timeout_ms / 1000)
 
     def commit_transactional(self, group_id, offsets, producer_id, producer_epoch, now_ms,
                              verification=UNVERIFIED):
@@ -303,9 +293,9 @@ class OffsetStore:
         if not changes:
             return None
         tp = self.partition_of(group_id)
-        info = self._broker.produce(tp, encode_changes(changes, now_ms, producer_id,
-                                                       producer_epoch), origin=COORDINATOR,
-                                    verification=verification)
+        info = internal_appends.append(
+            self._broker, tp, encode_changes(changes, now_ms, producer_id, producer_epoch),
+            verification=verification)
         hold(self.pending.setdefault(tp.partition, {}), producer_id,
              [(key, value, now_ms, record_offset)
               for record_offset, (key, value) in enumerate(changes, info.first_offset)])
@@ -318,11 +308,10 @@ class OffsetStore:
         (wait_replicated), fsynced on a database on its own. A plain commit is not fsynced:
         losing one to a power loss only replays records, as at-least-once allows; losing a
         transaction's would replay records whose outputs the transaction committed."""
-        replicas = self._broker.replicas
-        if replicas is None or not replicas.manages(tp):
-            self._broker.partition_log(tp).flush_to(end_offset)
-        else:
+        if internal_appends.replicated(self._broker, tp):
             self.wait_replicated(tp, end_offset)
+        else:
+            self._broker.partition_log(tp).flush_to(end_offset)
 
     def complete_transaction(self, tp, producer_id, commit):
         """The transaction's marker was written to tp: its offsets apply, or are dropped."""

@@ -18,12 +18,10 @@ Thread-safety: the transaction coordinator calls this under its own lock.
 """
 import struct
 
-from ..errors import (CoordinatorNotAvailableError, CorruptRecordError, NotCoordinatorError,
-                      NotEnoughReplicasAfterAppendError, NotEnoughReplicasError,
-                      NotLeaderOrFollowerError, RequestTimedOutError)
+from ..errors import CorruptRecordError
 from ..storage.keyed_log import encode_changes, replay
-from ..storage.producer_state import COORDINATOR
 from ..structs import TopicPartition
+from . import internal_appends
 from .offsets import cached_partition_for, partition_for
 from .transaction import TransactionMetadata, TxnState
 
@@ -186,21 +184,12 @@ class TransactionLog:
         """Append [(key, value or None)] to tp as one batch: in a cluster, acknowledged once
         min.insync.replicas hold it (Kafka's coordinator appends with acks=all; the next
         leader loads it); on a database on its own fsynced if durable."""
-        replicas = self._broker.replicas
-        replicated = replicas is not None and replicas.manages(tp)
-        try:
-            info = self._broker.produce(tp, encode_changes(changes, now_ms),
-                                        origin=COORDINATOR, acks=-1 if replicated else 1)
-            if replicated:
-                replicas.wait_replicated(tp, info.last_offset + 1, WRITE_TIMEOUT_S)
-            elif durable:
-                self._broker.partition_log(tp).flush()
-        except NotLeaderOrFollowerError as exc:
-            raise NotCoordinatorError(str(exc)) from None
-        except (NotEnoughReplicasError, NotEnoughReplicasAfterAppendError,
-                RequestTimedOutError) as exc:
-            # The client retries (TransactionStateManager.appendTransactionToLog's mapping).
-            raise CoordinatorNotAvailableError(str(exc)) from None
+        info = internal_appends.append(self._broker, tp, encode_changes(changes, now_ms))
+        if internal_appends.replicated(self._broker, tp):
+            internal_appends.wait_replicated(self._broker, tp, info.last_offset + 1,
+                                             WRITE_TIMEOUT_S)
+        elif durable:
+            self._broker.partition_log(tp).flush()
 
     def leads(self, transactional_id):
         """Whether this broker coordinates the id (in a cluster: leads its partition, and
