@@ -1067,3 +1067,23 @@ def test_acks_all_with_a_timeout_of_0_on_a_database_of_its_own_is_answered_once_
     part = answer.responses[0].partition_responses[0]
     assert (part.error_code, int(part.base_offset)) == (ErrorCode.none, 0)
     assert db.describe_topic("t").partitions[0].high_watermark == 1
+
+
+def test_a_client_id_that_is_not_utf_8_is_read_with_replacement_characters(sock):
+    # Kafka decodes protocol strings with new String(bytes, UTF_8) (Readable.readString),
+    # which replaces malformed bytes: a C client's Latin-1 client.id is served, and the
+    # connection stays. Refused by the decoder, the request closed the connection.
+    import struct
+
+    from kio.index import load_response_schema
+    from kio.serial import entity_reader
+    from support.wire import request
+    client_id = "caf\u00e9".encode("latin-1")
+    for correlation in (5, 6):   # Metadata v1, all topics, twice on one connection
+        frame = request(sock, struct.pack(">hhih", 3, 1, correlation, len(client_id)) +
+                        client_id + struct.pack(">i", -1))
+        response_cls = load_response_schema(3, 1)
+        header, offset = entity_reader(response_cls.__header_schema__)(frame, 0)
+        answer, _ = entity_reader(response_cls)(frame[offset:], 0)
+        assert header.correlation_id == correlation
+        assert "t" in [topic.name for topic in answer.topics]

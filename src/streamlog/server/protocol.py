@@ -112,9 +112,30 @@ def decode_request(frame):
             return header, None
         raise UnsupportedRequest(api_key, api_version, correlation_id)
     check_frame(schema.__header_schema__, schema, frame)   # before kio: see frame_guard.py
+    frame = _client_id_decodable(frame)
     header, position = entity_reader(schema.__header_schema__)(frame, 0)
     body, _ = entity_reader(schema)(frame, position)
     return header, body
+
+
+_CLIENT_ID = 8   # where a request header's client_id starts: int16 length, then UTF-8
+
+
+def _client_id_decodable(frame):
+    """The frame, its header's client_id made valid UTF-8 where it was not: Kafka decodes
+    protocol strings with new String(bytes, UTF_8), which replaces malformed bytes with
+    U+FFFD, and serves the request (a C client's client.id in Latin-1, say), where kio
+    refuses the string and the connection would close."""
+    (length,) = struct.unpack_from(">h", frame, _CLIENT_ID)
+    start = _CLIENT_ID + 2
+    raw = bytes(frame[start:start + max(length, 0)])
+    try:
+        raw.decode("utf-8")
+        return frame
+    except UnicodeDecodeError:
+        fixed = raw.decode("utf-8", "replace").encode("utf-8")
+        return bytes(frame[:_CLIENT_ID]) + struct.pack(">h", len(fixed)) + fixed + \
+            bytes(frame[start + length:])
 
 
 def response_types(api_key, api_version):
