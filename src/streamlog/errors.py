@@ -75,8 +75,9 @@ class InvalidTimestampError(_RefusedRecords, StreamlogError):
 
 
 class CorruptInputBatchError(InvalidRecordError):
-    """A batch handed to the log fails its CRC: its bytes were damaged before they arrived
-    (Kafka's CORRUPT_MESSAGE). Sending the batch again can succeed, so producers retry it."""
+    """A batch handed to the log fails its CRC, or has a magic no Kafka ever wrote: its bytes
+    were damaged before they arrived (Kafka's CORRUPT_MESSAGE). Sending the batch again can
+    succeed, so producers retry it."""
 
     retriable = True
 

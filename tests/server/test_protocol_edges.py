@@ -513,16 +513,19 @@ def test_a_zstd_topic_is_unsupported_compression_type_to_a_fetch_before_version_
 def test_a_batch_damaged_on_its_way_is_corrupt_message_which_producers_retry(db, sock):
     # Kafka's UnifiedLog.analyzeAndValidateRecords: a batch whose CRC does not match is a
     # CorruptRecordException (CORRUPT_MESSAGE, retriable: the producer sends it again);
-    # INVALID_RECORD would fail the send for good. A bad header is the sender's error
-    # (ProduceRequest.validateRecords: magic other than 2 is INVALID_RECORD).
+    # INVALID_RECORD would fail the send for good. An old format is the sender's error
+    # (ProduceRequest.validateRecords: magic 0 or 1 is INVALID_RECORD); a magic no Kafka
+    # ever wrote is damage again (ByteBufferLogInputStream.nextBatchSize: CORRUPT_MESSAGE).
     damaged = bytearray(record_batch.build_batch([b"x"], timestamp=1))
     damaged[-1] ^= 1
     answer = call(sock, produce("t", batch=bytes(damaged)))
     assert answer.responses[0].partition_responses[0].error_code == ErrorCode.corrupt_message
-    old_magic = bytearray(record_batch.build_batch([b"x"], timestamp=1))
-    old_magic[16] = 1
-    answer = call(sock, produce("t", batch=bytes(old_magic)))
-    assert answer.responses[0].partition_responses[0].error_code == ErrorCode.invalid_record
+    for magic, code in ((1, ErrorCode.invalid_record), (0, ErrorCode.invalid_record),
+                        (3, ErrorCode.corrupt_message), (0xFF, ErrorCode.corrupt_message)):
+        odd_magic = bytearray(record_batch.build_batch([b"x"], timestamp=1))
+        odd_magic[16] = magic
+        answer = call(sock, produce("t", batch=bytes(odd_magic)))
+        assert answer.responses[0].partition_responses[0].error_code == code, magic
     assert db.describe_topic("t").partitions[0].high_watermark == 0
 
 

@@ -1183,6 +1183,10 @@ def _check_one_batch(version, records):
     if first is None:
         raise errors.InvalidRecordError("a Produce request carries a record batch for each "
                                         "partition it names; this partition has none")
+    if not 0 <= first.magic <= MAGIC:
+        # Kafka's ByteBufferLogInputStream.nextBatchSize: no magic Kafka ever wrote, so the
+        # bytes are damaged (CORRUPT_MESSAGE, which producers retry), not an old format.
+        raise errors.CorruptInputBatchError(f"a record batch with magic {first.magic}")
     if first.magic != MAGIC:
         raise errors.InvalidRecordError(
             f"a Produce request of version {version} carries record batches of magic {MAGIC}; "
