@@ -867,6 +867,8 @@ def test_a_refused_produce_names_the_records_at_fault_in_record_errors(db, sock)
     db.create_topic("recent", config={"message.timestamp.before.max.ms": 60_000})
     db.create_topic("appended", config={"message.timestamp.type": "LogAppendTime"})
     db.create_topic("compacted", config={"cleanup.policy": "compact"})
+    db.create_topic("both", config={"cleanup.policy": "compact",
+                                    "message.timestamp.before.max.ms": 60_000})
     now = int(time.time() * 1000)
     old = now - 3_600_000
     cases = [
@@ -878,7 +880,12 @@ def test_a_refused_produce_names_the_records_at_fault_in_record_errors(db, sock)
          ErrorCode.invalid_timestamp, {0: "LogAppendTime", 1: "LogAppendTime"}),
         ("compacted", record_batch.build_batch([b"a", b"b", b"c"], keys=[b"k", None, None],
                                                timestamp=now),
-         ErrorCode.invalid_record, {1: "key", 2: "key"})]
+         ErrorCode.invalid_record, {1: "key", 2: "key"}),
+        # Every record's first error (validateRecord: the key, then the timestamp); one
+        # timestamp among them makes the batch's INVALID_TIMESTAMP (processRecordErrors).
+        ("both", record_batch.build_batch([b"a", b"b", b"c"], keys=[None, b"k", None],
+                                          timestamps=[old, old, now]),
+         ErrorCode.invalid_timestamp, {0: "key", 1: str(old), 2: "key"})]
     for topic, batch, code, named in cases:
         answer = call(sock, produce(topic, batch=bytes(batch))).responses[0] \
             .partition_responses[0]

@@ -125,26 +125,38 @@ def _holding(bases, offset):
     return max(bisect.bisect_right(bases, offset) - 1, 0)
 
 
-def _check_timestamps(records, now_ms, window, name):
+def _timestamp_errors(records, now_ms, window, skip):
     """Kafka's LogValidator.validateTimestamp on a CreateTime topic: each record's timestamp
-    (but NO_TIMESTAMP, -1) at most `before` ms before now_ms and `after` ms after it, else
-    the batch is refused (INVALID_TIMESTAMP). Only a topic that sets a window pays for
-    decoding the records: the header's maxTimestamp cannot bound the smallest one (a record
-    may be older than the batch's first)."""
+    (but NO_TIMESTAMP, -1) at most `before` ms before now_ms and `after` ms after it. Returns
+    [(index, why)] of the records outside, but those in `skip` (refused for their key: the
+    first of a record's errors is the one Kafka names). Only a topic that sets a window pays
+    for decoding the records: the header's maxTimestamp cannot bound the smallest one (a
+    record may be older than the batch's first)."""
     before, after = window
     timestamps = records.timestamps
     lag = now_ms - timestamps
     bad = ((lag > before) | (-lag > after)) & (timestamps != NO_TIMESTAMP)
-    if bad.any():
-        allowed = _allowed_timestamps(now_ms, before, after)
-        # Every record out of the window is named, as Kafka's record errors name them.
-        indexes = bad.nonzero()[0].tolist()
-        index = indexes[0]
+    if not bad.any():
+        return []
+    allowed = _allowed_timestamps(now_ms, before, after)
+    return [(i, f"timestamp {int(timestamps[i])} should be {allowed}")
+            for i in bad.nonzero()[0].tolist() if i not in skip]
+
+
+def _refuse_records(keyless, late, name):
+    """Refuse a batch for its records' errors, every one named (Kafka's LogValidator
+    .processRecordErrors): INVALID_TIMESTAMP if a timestamp is among them, else
+    INVALID_RECORD."""
+    record_errors = sorted(keyless + late)
+    if late:
+        index, why = late[0]
         raise InvalidTimestampError(
-            f"timestamp {int(timestamps[index])} of record {index} of a batch for {name} is "
-            f"out of range: it should be {allowed} (message.timestamp.before.max.ms / "
-            "after.max.ms of the topic, at this append)",
-            [(i, f"timestamp {int(timestamps[i])} should be {allowed}") for i in indexes])
+            f"record {index} of a batch for {name} is out of range: its {why} "
+            "(message.timestamp.before.max.ms / after.max.ms of the topic, at this append)",
+            record_errors)
+    raise InvalidRecordError(
+        f"compacted topic partition {name} cannot accept a record without a key; give every "
+        "record a key, or use cleanup.policy=delete", record_errors)
 
 
 def _allowed_timestamps(now_ms, before, after):
@@ -675,17 +687,18 @@ class PartitionLog:
                 # leader checked: decoding their batches here would only cost them time.
                 with self._refusing():
                     decoded = batch.records(verify=False)
-                keyless = (decoded.key_lens < 0).nonzero()[0].tolist()
-                if keyless:
-                    raise InvalidRecordError(
-                        f"compacted topic partition {self.name} cannot accept a record "
-                        "without a key; give every record a key, or use cleanup.policy=delete",
-                        [(i, "no key, on a compacted topic") for i in keyless])
+                keyless = [(i, "no key, on a compacted topic")
+                           for i in (decoded.key_lens < 0).nonzero()[0].tolist()]
+            else:
+                keyless = []
+            late = []
             if window is not None and batch.records_count:
                 if decoded is None:
                     with self._refusing():
                         decoded = batch.records(verify=False)
-                _check_timestamps(decoded, now_ms, window, self.name)
+                late = _timestamp_errors(decoded, now_ms, window, {i for i, _ in keyless})
+            if keyless or late:
+                _refuse_records(keyless, late, self.name)
             if origin == CLIENT and batch.timestamp_type == LOG_APPEND_TIME:
                 self._check_client_log_append_time(batch)
             if codec is not None and origin == CLIENT and batch.compression != codec:
