@@ -66,6 +66,44 @@ def test_a_wire_members_metadata_reaches_the_leader_as_it_was_sent(db, server):
             assert [bytes(m.metadata) for m in answer.members] == [metadata]
 
 
+def test_a_wire_leaders_assignment_reaches_its_member_as_it_was_sent(db, server):
+    # Kafka's coordinator stores the leader's assignment bytes and hands them on unchanged
+    # (GroupMetadataManager: member.setAssignment; ClassicGroupMember.describe): a v0
+    # assignment with its topics in the leader's order comes back so, in SyncGroup and in
+    # DescribeGroups. Re-encoded, it came back as v3, topics sorted.
+    import struct
+
+    from kio.schema.describe_groups.v4.request import DescribeGroupsRequest
+    from kio.schema.sync_group.v3.request import SyncGroupRequest, SyncGroupRequestAssignment
+
+    def topic(name, partitions):
+        return struct.pack(">h", len(name)) + name.encode() + \
+            struct.pack(f">i{len(partitions)}i", len(partitions), *partitions)
+    db.create_topic("a", partitions=1)
+    sent = struct.pack(">hi", 0, 2) + topic("t", [3, 1]) + topic("a", [0]) + \
+        struct.pack(">i", 2) + b"ud"
+    with socket.create_connection((server.host, server.port)) as sock:
+        def join(member_id):
+            return call(sock, JoinV5(group_id="as-sent", session_timeout=_ms(10_000),
+                                     rebalance_timeout=_ms(10_000), member_id=member_id,
+                                     group_instance_id=None, protocol_type="consumer",
+                                     protocols=(ProtocolV5(name="range", metadata=(
+                                         encode_subscription(Subscription(["t", "a"])))),)))
+        joined = join(join("").member_id)
+        synced = call(sock, SyncGroupRequest(
+            group_id="as-sent", generation_id=joined.generation_id,
+            member_id=joined.member_id, group_instance_id=None,
+            assignments=(SyncGroupRequestAssignment(member_id=joined.member_id,
+                                                    assignment=sent),)))
+        assert (synced.error_code, bytes(synced.assignment)) == (ErrorCode.none, sent)
+        described = call(sock, DescribeGroupsRequest(groups=("as-sent",),
+                                                      include_authorized_operations=False))
+        (member,) = described.groups[0].members
+        assert bytes(member.member_assignment) == sent
+    assert sorted(db.describe_group("as-sent").members[0].assignment) == [
+        TopicPartition("a", 0), TopicPartition("t", 1), TopicPartition("t", 3)]
+
+
 def test_join_group_v5_hands_out_a_member_id_first_and_v3_joins_at_once(db, server):
     # KIP-394 (Kafka's GroupCoordinator, JoinGroup v4 on): a new dynamic member is answered
     # MEMBER_ID_REQUIRED with its id, and becomes a member when it joins with that id.

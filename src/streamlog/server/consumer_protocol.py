@@ -90,28 +90,32 @@ def encode_subscription(subscription, version=_NEWEST):
 
 
 class Assignment(list):
-    """A member's TopicPartitions, with the user data a wire leader's assignor gave them
-    (kept, so the member it is for gets it back; in-process members see a plain list)."""
+    """A member's TopicPartitions as a wire leader assigned them, with the bytes it sent
+    (`blob`): Kafka's coordinator hands a member the leader's bytes unchanged (their
+    version, topic order and user data), so a wire member gets them back as sent; an
+    in-process member reads the list."""
 
-    __slots__ = ("user_data",)
+    __slots__ = ("blob",)
 
-    def __init__(self, partitions=(), user_data=None):
+    def __init__(self, partitions, blob):
         super().__init__(partitions)
-        self.user_data = user_data
+        self.blob = blob
 
 
 def decode_assignment(blob):
     """The Assignment of a SyncGroup assignment's bytes (empty bytes: none)."""
+    blob = bytes(blob)
     if not blob:
-        return Assignment()
+        return Assignment((), blob)
     (version,) = _VERSION.unpack_from(blob, 0)
     cls, _ = _schema(assignment_v3, "ConsumerProtocolAssignment", version)
-    message, _ = entity_reader(cls)(bytes(blob[2:]), 0)
+    message, _ = entity_reader(cls)(blob[2:], 0)
     return Assignment((TopicPartition(t.topic, int(p)) for t in message.assigned_partitions
-                       for p in t.partitions), message.user_data)
+                       for p in t.partitions), blob)
 
 
 def encode_assignment(partitions, version=_NEWEST):
+    """An in-process leader's assignment (TopicPartitions) as consumer protocol bytes."""
     cls, data = _schema(assignment_v3, "ConsumerProtocolAssignment", version)
     by_topic = {}
     for tp in partitions:
@@ -120,5 +124,5 @@ def encode_assignment(partitions, version=_NEWEST):
     out = _Bytes()
     entity_writer(cls)(out, cls(assigned_partitions=tuple(
         data.TopicPartition(topic=t, partitions=tuple(ps)) for t, ps in sorted(by_topic.items())),
-        user_data=getattr(partitions, "user_data", None)))
+        user_data=None))
     return _VERSION.pack(version) + b"".join(out.parts)

@@ -424,9 +424,14 @@ def _metadata_bytes(metadata):
 
 
 def _assignment_bytes(assignment):
+    """A member's assignment as the wire carries it: a wire leader's bytes as it sent them,
+    consumer protocol bytes for an in-process leader's list, other protocols' as they came."""
+    if assignment is None:
+        return b""
     if isinstance(assignment, (bytes, bytearray, memoryview)):
         return bytes(assignment)
-    return encode_assignment(assignment) if assignment is not None else b""
+    blob = getattr(assignment, "blob", None)   # a wire leader's Assignment
+    return blob if blob is not None else encode_assignment(assignment)
 
 
 def _ignore(_event, _member_id):
