@@ -2,10 +2,13 @@
 
 Kafka's MemoryRecords.filterTo for one v2 batch (KAFKA_REFERENCE.md §4): the
 kept records keep their offsets and their order, so the new batch has the same
-base offset, producer id, epoch, base sequence, partition leader epoch and
-attributes (compression included); its record count, last offset delta (that
-of the last kept record) and max timestamp (over the kept records, unless the
-batch is LogAppendTime) are those of what is left, and its CRC is new.
+base offset, last offset delta, producer id, epoch, base sequence, partition
+leader epoch and attributes (compression included); its record count and max
+timestamp (over the kept records, unless the batch is LogAppendTime) are those
+of what is left, and its CRC is new. The last offset stays the original batch's
+(Kafka's MemoryRecords.buildRetainedRecordsInto, overrideLastOffset): with it
+the producer's last sequence, which a producer state rebuilt from the log reads
+from the batch, and which the producer's next batch must follow.
 
 A kept record's bytes are copied as they are (their offset and timestamp
 deltas stay right: the base offset and timestamp do not move), except when
@@ -68,14 +71,14 @@ def filter_batch(batch, keep, delete_horizon_ms=None):
         rest = bytes(view[body:body + 1]) + encode_varlong(timestamp - new_base) + \
             bytes(view[after_ts:end])
         section += encode_varint(len(rest)) + rest
-    return sealed_batch(batch, section, len(kept), kept[-1][3], max_ts, delete_horizon_ms)
+    return sealed_batch(batch, section, len(kept), max_ts, delete_horizon_ms)
 
 
-def sealed_batch(batch, section, count, last_offset_delta, max_timestamp, delete_horizon_ms):
+def sealed_batch(batch, section, count, max_timestamp, delete_horizon_ms):
     """The bytes of a batch holding `section` (count records, uncompressed, whose timestamp
     deltas are relative to the delete horizon when one is given, else to batch's base
-    timestamp) with batch's header fields: filter_batch's last step, and the native
-    filter's (streamlog.native.clean_section)."""
+    timestamp) with batch's header fields, its last offset included: filter_batch's last
+    step, and the native filter's (streamlog.native.clean_section)."""
     attributes = batch.attributes
     base_timestamp = batch.base_timestamp
     if delete_horizon_ms is not None:
@@ -87,7 +90,7 @@ def sealed_batch(batch, section, count, last_offset_delta, max_timestamp, delete
     records = bytes(section) if cid == compression.NONE else compression.compress(cid, section)
     out = bytearray(RECORDS_OFFSET) + records
     seal(out, 0, base_offset=batch.base_offset, attributes=attributes,
-         last_offset_delta=last_offset_delta, base_timestamp=base_timestamp,
+         last_offset_delta=batch.last_offset_delta, base_timestamp=base_timestamp,
          max_timestamp=max_timestamp, producer_id=batch.producer_id,
          producer_epoch=batch.producer_epoch, base_sequence=batch.base_sequence,
          records_count=count, partition_leader_epoch=batch.partition_leader_epoch)

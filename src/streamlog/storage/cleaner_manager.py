@@ -6,16 +6,21 @@ For one log, from its checkpointed first dirty offset (cleaner-offset-checkpoint
                      outside [log start, log end] (a log truncated or restarted)
   first uncleanable  min(the LSO, the active segment's base, the base of the first
                      dirty sealed segment holding a record newer than
-                     now - min.compaction.lag.ms)
+                     now - min.compaction.lag.ms), taken down to the base of the
+                     segment holding it: the segment with the LSO is left whole, so
+                     neither an open transaction's batches nor what follows them are
+                     touched (Kafka's calculateCleanableBytes)
   dirty ratio        bytes of the segments holding [first dirty, first uncleanable)
                      over those and the bytes of the segments below first dirty
-A log qualifies when its ratio is above min.cleanable.dirty.ratio, or when a dirty
-sealed segment's first batch is older than max.compaction.lag.ms (it must be
-cleaned now); of those, the dirtiest goes first.
+A log qualifies, with something cleanable, when its ratio is above
+min.cleanable.dirty.ratio, or when the first batch of a dirty sealed segment, any
+of them, is older than max.compaction.lag.ms (it must be cleaned now: Kafka's
+maxCompactionDelay); of those, the dirtiest goes first.
 
 Pure functions over the logs' public state; the broker's cleaner thread owns the
 checkpoint and the schedule.
 """
+import bisect
 from typing import NamedTuple
 
 
@@ -64,6 +69,8 @@ def log_to_clean(partition_log, checkpointed, now_ms):
             if segment.largest_timestamp > now_ms - lag_ms:
                 first_uncleanable = min(first_uncleanable, segment.base_offset)
                 break
+    bases = [segment.base_offset for segment in segments]
+    first_uncleanable = bases[max(bisect.bisect_right(bases, first_uncleanable) - 1, 0)]
     first_uncleanable = max(first_uncleanable, first_dirty)
     # As Kafka counts them: the segment holding first dirty counts on both sides.
     clean_bytes = cleanable_bytes = 0
@@ -79,10 +86,8 @@ def log_to_clean(partition_log, checkpointed, now_ms):
     max_lag_ms = config.max_compaction_lag_ms
     if cleanable_bytes and 0 < max_lag_ms < now_ms:
         for segment in dirty:
-            if segment.base_offset >= first_uncleanable:
-                break
             first_ts = segment.rolling_based_timestamp()
-            if first_ts is not None and 0 <= first_ts < now_ms - max_lag_ms:
+            if first_ts is not None and 0 < first_ts < now_ms - max_lag_ms:
                 needs_now = True
                 break
     return LogToClean(partition_log, first_dirty, first_uncleanable, clean_bytes,

@@ -394,7 +394,7 @@ def _clean_records_native(batch, rules, stats):
     buf, pos, length, _ = batch._records_section()
     has_horizon = batch.has_delete_horizon
     keep_tombstones = not has_horizon or rules.now_ms < batch.delete_horizon_ms
-    section, kept, last_delta, max_ts, _tombstones, keyless, rebased = native.clean_section(
+    section, kept, _last_delta, max_ts, _tombstones, keyless, rebased = native.clean_section(
         rules.offset_map, buf, pos, length, batch.records_count, batch.base_offset,
         batch.base_timestamp, rules.offset_map.latest_offset, keep_tombstones,
         None if has_horizon else rules.now_ms + rules.delete_retention_ms, batch.path)
@@ -406,7 +406,7 @@ def _clean_records_native(batch, rules, stats):
         return bytes(batch.view())   # nothing removed, no horizon to set
     horizon = batch.base_timestamp if has_horizon else \
         rules.now_ms + rules.delete_retention_ms if rebased else None
-    return sealed_batch(batch, section, kept, last_delta, max_ts, horizon)
+    return sealed_batch(batch, section, kept, max_ts, horizon)
 
 
 def _records_to_keep(batch, rules, stats):

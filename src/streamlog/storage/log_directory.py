@@ -354,6 +354,13 @@ class LogDirectory:
                 self._recovery_points[tp] = offset
                 self._recovery_file.write(self._recovery_points)
 
+    def _lower_cleaner_checkpoint(self, tp, offset):
+        """Write tp's first dirty offset as offset now, when the file holds a higher one."""
+        with self._files_lock:
+            if self._cleaner_offsets.get(tp, -1) > offset:
+                self._cleaner_offsets[tp] = offset
+                self._cleaner_file.write(self._cleaner_offsets)
+
     def cleaner_checkpoint(self, tp):
         """The first dirty offset the cleaner checkpointed for tp, or None."""
         return self._cleaner_offsets.get(tp)
@@ -482,8 +489,9 @@ def _remove_partition_files(doomed):
 
 class _RootEntry:
     """One partition's place in the root, for its log (see the module doc): its entries in
-    the log start checkpoint (read, write) and the recovery point checkpoint (lowered when
-    the log is cut below it), and its directory's name, made durable by its first flush."""
+    the log start checkpoint (read, write), the recovery point checkpoint and the cleaner's
+    (each lowered when the log is cut below it), and its directory's name, made durable by
+    its first flush."""
 
     __slots__ = ("_directory", "_tp")
 
@@ -502,6 +510,9 @@ class _RootEntry:
 
     def lower_recovery_point(self, offset):
         self._directory._lower_recovery_point(self._tp, offset)
+
+    def lower_cleaner_checkpoint(self, offset):
+        self._directory._lower_cleaner_checkpoint(self._tp, offset)
 
     def sync_name(self):
         self._directory._sync_new_names()

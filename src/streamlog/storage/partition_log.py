@@ -938,6 +938,11 @@ class PartitionLog:
             # have the next unclean open trust the segments below that point, which the
             # appends after the cut rewrite unsynced (Kafka's truncateTo checkpoints too).
             self._root_entry.lower_recovery_point(end)
+            # Likewise the cleaner's first dirty offset, to the active segment's base
+            # (Kafka's LogManager.truncateTo, maybeTruncateCleanerCheckpointToActiveSegment
+            # BaseOffset): left above the cut, the records appended after it below that
+            # offset would count as cleaned, and a value they supersede stay for good.
+            self._root_entry.lower_cleaner_checkpoint(self._segments[-1].base_offset)
 
     # --- roll --------------------------------------------------------------
 

@@ -46,7 +46,9 @@ def test_kept_records_read_back_unchanged(rows, data, codec, horizon):
     assert after == expected                     # offsets, times, keys, values, headers
     assert (batch.base_offset, batch.producer_id, batch.producer_epoch, batch.base_sequence,
             batch.is_transactional, batch.compression) == (1000, 42, 3, 77, True, codec)
-    assert batch.last_offset == expected[-1][0]
+    # The original last offset, and with it the last sequence (Kafka's
+    # MemoryRecords.buildRetainedRecordsInto: overrideLastOffset).
+    assert batch.last_offset == original.last_offset == 1000 + len(rows) - 1
     assert batch.records_count == len(expected)
     assert batch.max_timestamp == max(r[1] for r in expected)
     assert batch.delete_horizon_ms == (T0 + 99_999 if horizon else None)

@@ -280,6 +280,57 @@ def test_nothing_at_or_after_the_last_stable_offset_is_cleaned(tmp_path):
     log.close()
 
 
+def test_the_segment_holding_the_lso_is_left_whole(tmp_path):
+    # Kafka's LogCleanerManager.calculateCleanableBytes takes the first uncleanable offset
+    # down to the base of the segment holding it: nothing of that segment is cleaned, below
+    # the LSO (a superseded a=1) or above it (an aborted transaction a read_uncommitted
+    # reader there still sees). Cleaned up to the LSO itself, the pass removed both, and
+    # gave the open transaction's tombstone a delete horizon before its commit.
+    log = compacted(tmp_path / "p", segment_bytes=100_000)
+    write(log, [(b"a", b"1")])
+    write(log, [(b"a", b"2")])
+    open_txn = txn_write(log, 9, [(b"t", None)], 0)
+    txn_write(log, 7, [(b"k7", b"x")], 0)
+    marker(log, 7, commit=False)
+    write(log, [(b"b", b"1")])
+    log.roll()
+    assert log.last_stable_offset == open_txn[0][0] == 2
+    measured = log_to_clean(log, None, log.clock_ms())
+    assert (measured.first_uncleanable, measured.cleanable_bytes) == (0, 0)
+    before = keyed_rows(log)
+    clean_pass(log, roll=False)
+    assert keyed_rows(log) == before
+    assert all(b.delete_horizon_ms is None for b in all_batches(log))
+    log.close()
+
+
+def test_max_compaction_lag_ms_looks_at_every_dirty_sealed_segment(tmp_path):
+    # Kafka's maxCompactionDelay: the earliest first-batch timestamp over every dirty sealed
+    # segment, those past min.compaction.lag.ms's reach too, makes the log due whatever its
+    # dirty ratio (when something is cleanable).
+    minute = 60_000
+    clock = Clock()
+    now = clock()
+    log = compacted(tmp_path / "p", clock, segment_bytes=100_000,
+                    min_cleanable_dirty_ratio=0.99, min_compaction_lag_ms=10 * minute,
+                    max_compaction_lag_ms=60 * minute)
+    for i in range(40):
+        write(log, [(b"s0-%d" % i, b"x" * 50)], timestamp=now - 40 * minute)
+    log.roll()
+    first_dirty = clean_pass(log, roll=False)
+    write(log, [(b"a", b"1")], timestamp=now - 30 * minute)   # cleanable, not overdue
+    write(log, [(b"a", b"2")], timestamp=now - 20 * minute)
+    log.roll()
+    write(log, [(b"b", b"1")], timestamp=now - 62 * minute)   # overdue first batch, in a
+    write(log, [(b"b", b"2")], timestamp=now - 5 * minute)    # segment min lag holds back
+    log.roll()
+    write(log, [(b"c", b"1")])
+    measured = log_to_clean(log, first_dirty, now)
+    assert measured.dirty_ratio < 0.99 and measured.cleanable_bytes > 0
+    assert measured.needs_compaction_now and measured.qualifies
+    log.close()
+
+
 def test_an_active_producers_last_batch_stays_as_an_empty_batch(tmp_path):
     log = compacted(tmp_path / "p")
     info = log.append(build_batch([b"old"], keys=[b"k"], producer_id=5, producer_epoch=0,
@@ -298,6 +349,64 @@ def test_an_active_producers_last_batch_stays_as_an_empty_batch(tmp_path):
     reopened.append(build_batch([b"next"], keys=[b"k"], producer_id=5, producer_epoch=0,
                                 timestamp=log.clock_ms(),
                                 base_sequence=1))
+    reopened.close()
+
+
+def test_a_batch_keeps_its_last_offset_and_so_its_producers_last_sequence(tmp_path):
+    # Kafka's MemoryRecords.buildRetainedRecordsInto overrides the filtered batch's last
+    # offset with the original's, "so the last sequence number from the batch remains":
+    # producer 5's batch [a, b] (sequences 0-1) losing b keeps last offset 1, and a state
+    # rebuilt from the log (no snapshot) takes a retry of 0-1 as a duplicate and 2 next.
+    # Shrunk to a's offset, the rebuilt state said sequence 0: both were refused
+    # OutOfOrderSequenceError.
+    log = compacted(tmp_path / "p")
+    log.append(build_batch([b"1", b"1"], keys=[b"a", b"b"], producer_id=5, producer_epoch=0,
+                           base_sequence=0, timestamp=log.clock_ms()))
+    write(log, [(b"b", b"2")])
+    write(log, [(b"z", b"x")])
+    clean_pass(log)
+    (batch,) = [b for b in all_batches(log) if b.base_offset == 0]
+    assert (batch.records_count, batch.last_offset) == (1, 1)
+    log.close()
+    for name in os.listdir(tmp_path / "p"):
+        if name.endswith(files.SNAPSHOT_SUFFIX):   # unreadable: the state comes from the log
+            with open(tmp_path / "p" / name, "wb") as f:
+                f.write(b"garbage")
+    reopened = compacted(tmp_path / "p")
+    retry = reopened.append(build_batch([b"1", b"1"], keys=[b"a", b"b"], producer_id=5,
+                                        producer_epoch=0, base_sequence=0,
+                                        timestamp=log.clock_ms()))
+    assert (retry.first_offset, retry.last_offset) == (0, 1)   # the original's offsets
+    reopened.append(build_batch([b"3"], keys=[b"c"], producer_id=5, producer_epoch=0,
+                                base_sequence=2, timestamp=log.clock_ms()))
+    reopened.close()
+
+
+def test_a_truncation_lowers_the_cleaner_checkpoint_to_the_active_segments_base(tmp_path):
+    # Kafka's LogManager.truncateTo (maybeTruncateCleanerCheckpointToActiveSegmentBaseOffset):
+    # left at 3 above a cut at 1, the leader's a=new written back at 1 counted as cleaned,
+    # and the a=old it supersedes stayed through every later pass.
+    from streamlog.storage.log_directory import LogDirectory
+    from streamlog.structs import TopicPartition
+    tp = TopicPartition("t", 0)
+    logs = LogDirectory(str(tmp_path / "root"), clock_ms=Clock())
+    log = logs.open_log(tp, config(cleanup_policy="compact", segment_bytes=100_000))
+    for key in (b"a", b"b", b"c"):
+        write(log, [(key, b"old")])
+    logs.write_cleaner_checkpoint(tp, clean_pass(log))
+    write(log, [(b"x", b"1")])
+    assert logs.cleaner_checkpoint(tp) == 3
+    log.start_replication(1)
+    log.truncate_to(1)
+    assert logs.cleaner_checkpoint(tp) == log.active_segment.base_offset == 0
+    log.append(build_batch([b"new"], keys=[b"a"], timestamp=log.clock_ms(), base_offset=1),
+               assign_offsets=False)
+    log.set_high_watermark(2)
+    clean_pass(log, logs.cleaner_checkpoint(tp))
+    assert [v for _, k, v in keyed_rows(log) if k == b"a"] == [b"new"]
+    logs.close()
+    reopened = LogDirectory(str(tmp_path / "root"), clock_ms=Clock())
+    assert reopened.cleaner_checkpoint(tp) == 0   # written to the file at the cut
     reopened.close()
 
 
