@@ -608,11 +608,12 @@ class ReplicaManager:
 
     def replica_fetch(self, replica_id, partitions, max_bytes=1 << 20, max_wait_ms=0,
                       broker_epoch=-1, stale=None):
-        """A follower's fetch: partitions = {tp: FollowerPosition (or a tuple of its fields)},
-        from the incarnation of broker_epoch (-1: unchecked, as Kafka's fetches without one). Records
-        up to the log end (not the HW); after a successful read, the follower's LEO,
-        caught-up time and ISR membership are updated, as Kafka's updateFollowerFetchState
-        does, and the answer carries the high watermark that follows. Waits up to
+        """A follower's fetch: partitions = {tp: FollowerPosition (or a tuple of its
+        fields)}, from the incarnation of broker_epoch (-1: unchecked, as Kafka's fetches
+        without one). Records up to the log end (not the HW); after a successful read, the
+        follower's LEO, log start, caught-up time and ISR membership are updated, as
+        Kafka's updateFollowerFetchState does, and the answer carries the high watermark
+        that follows. Waits up to
         max_wait_ms while nothing is new, and no longer once stale() (when given) is true:
         the asker has partitions to add to its fetch (a topic just made). Returns
         {tp: ReplicaFetch}."""

@@ -134,7 +134,7 @@ class GroupHandlers:
             rebalance_ms, self._rebalance_timeouts.get(body.group_id, 0))
         members = tuple(build(types.JoinGroupResponseMember, member_id=member_id,
                               group_instance_id=member_instance,
-                              metadata=_metadata_bytes(metadata))
+                              metadata=_wire_bytes(metadata, encode_subscription))
                         for member_id, member_instance, metadata in answer.members)
         return build(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.none,
                      generation_id=i32(answer.generation), protocol_type=body.protocol_type,
@@ -167,7 +167,7 @@ class GroupHandlers:
                 protocol_name=getattr(body, "protocol_name", None))
             timeout = self._rebalance_timeouts.get(body.group_id, 60_000)
             assignment = self._wait(pending, timeout, context)
-            blob = _assignment_bytes(assignment)
+            blob = _wire_bytes(assignment, encode_assignment)
             error = ErrorCode.none
         except errors.StreamlogError as exc:
             blob, error = b"", error_code(exc)
@@ -353,8 +353,8 @@ class GroupHandlers:
                 types.DescribedGroupMember, member_id=m.member_id,
                 group_instance_id=m.group_instance_id, client_id=m.client_id or "",
                 client_host="/" + context.host,
-                member_metadata=_metadata_bytes(m.metadata) if stable else b"",
-                member_assignment=_assignment_bytes(m.assignment) if stable else b"")
+                member_metadata=_wire_bytes(m.metadata, encode_subscription) if stable else b"",
+                member_assignment=_wire_bytes(m.assignment, encode_assignment) if stable else b"")
                 for m in group.members)
             described.append(_described(types, group_id, group.state, ErrorCode.none,
                                         group.protocol_type, group.protocol if stable else None,
@@ -411,27 +411,17 @@ def _assignment(blob):
         return bytes(blob)
 
 
-def _metadata_bytes(metadata):
-    """A member's JoinGroup metadata as the wire carries it: a wire member's bytes as it
-    sent them, consumer protocol bytes for an in-process member's Subscription, other
-    protocols' bytes as they came."""
-    if metadata is None:
+def _wire_bytes(value, encode):
+    """A member's JoinGroup metadata or SyncGroup assignment as the wire carries it: the
+    bytes a wire client sent, as it sent them (a WireSubscription's or a wire leader's
+    Assignment's `blob`); an in-process member's form as consumer protocol bytes (encode);
+    other protocols' bytes as they came."""
+    if value is None:
         return b""
-    if isinstance(metadata, (bytes, bytearray, memoryview)):
-        return bytes(metadata)
-    blob = getattr(metadata, "blob", None)   # a WireSubscription's
-    return blob if blob is not None else encode_subscription(metadata)
-
-
-def _assignment_bytes(assignment):
-    """A member's assignment as the wire carries it: a wire leader's bytes as it sent them,
-    consumer protocol bytes for an in-process leader's list, other protocols' as they came."""
-    if assignment is None:
-        return b""
-    if isinstance(assignment, (bytes, bytearray, memoryview)):
-        return bytes(assignment)
-    blob = getattr(assignment, "blob", None)   # a wire leader's Assignment
-    return blob if blob is not None else encode_assignment(assignment)
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value)
+    blob = getattr(value, "blob", None)
+    return blob if blob is not None else encode(value)
 
 
 def _ignore(_event, _member_id):

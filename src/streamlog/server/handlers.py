@@ -388,7 +388,7 @@ class Handlers:
                 done[0].wait()
             elif not done[0].wait(max(deadline - time.monotonic(), 0)):
                 answer["error"] = errors.RequestTimedOutError(
-                    "not replicated (or fsynced) within the timeout")
+                    "not replicated within the request's timeout")
             elif done[1] is not None:
                 answer["error"] = done[1]
         hints = self._leader_hints(version, types, answers, context)
