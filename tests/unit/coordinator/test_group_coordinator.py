@@ -479,16 +479,23 @@ def test_a_returning_static_leader_before_join_group_v9_is_answered_as_a_followe
 def test_a_static_member_that_misses_the_rebalance_keeps_its_place(coordinator):
     """Kafka's completeClassicGroupJoin removes only the dynamic members that did not
     rejoin: a static one stays until its session ends (KIP-345), and the leader assigns
-    to it too. It was removed at the rebalance timeout."""
+    to it too. It was removed at the rebalance timeout. Like every member of the new
+    generation, it must then sync within the rebalance timeout (expirePendingSync), or
+    it is removed, its session (60 s) notwithstanding."""
     a = Client(coordinator, instance="app-1", session_ms=60_000, rebalance_ms=100)
     join_alone(a)
-    b = Client(coordinator, rebalance_ms=100)
+    # The largest rebalance timeout of the members (1 s) bounds the join and the syncs: a
+    # margin for the checks between them.
+    b = Client(coordinator, rebalance_ms=1000)
     answer = b.joined(b.join())   # a does not rejoin; the join completes at the timeout
     assert answer.generation == 2 and answer.leader == b.member_id   # a joined leader
     assert sorted(m[0] for m in answer.members) == sorted([a.member_id, b.member_id])
     assert REMOVED not in [e for e, _ in a.events]
     assert [m.group_instance_id for m in coordinator.describe_group("g").members] == \
         ["app-1", None]
+    result(b.sync({a.member_id: [TP0], b.member_id: [TP1]}))
+    a.wait_for(REMOVED)
+    assert [m.member_id for m in coordinator.describe_group("g").members] == [b.member_id]
 
 
 def test_a_rebalance_waits_for_a_member_id_it_handed_out(coordinator):
