@@ -308,16 +308,22 @@ def test_members_that_never_sync_are_removed_a_rebalance_timeout_after_the_join(
     a.wait_for(REBALANCE)
     assert [m.member_id for m in coordinator.describe_group("g").members] == [a.member_id]
 
-    # A leader that never hands in the assignment holds no group for ever either.
-    c, d = Client(coordinator, group="h", rebalance_ms=200), Client(coordinator, group="h")
+    # A leader that never hands in the assignment holds no group for ever either: the
+    # follower waiting on its sync is told to rejoin, and leads the next generation.
+    c = Client(coordinator, group="h", rebalance_ms=200)
+    d = Client(coordinator, group="h", rebalance_ms=200)
     c.joined(c.join())
-    c_pending, d_pending = c.join(), d.join()
-    c.joined(c_pending)
+    result(c.sync({c.member_id: [TP0, TP1]}))
+    d_pending = d.join()
+    c.joined(c.join())   # generation 2, c leads it and never syncs
     d.joined(d_pending)
-    result(d.sync())   # answered once the leader syncs, or failed when it is removed
-    wait_until(lambda: state(coordinator, "h") == EMPTY, "the group empty")
+    waiting = d.sync()
+    assert waiting.wait(GENEROUS_S)
+    with pytest.raises(RebalanceInProgressError):
+        waiting.result()
     c.wait_for(REMOVED)
-    d.wait_for(REMOVED)
+    answer = d.joined(d.join())
+    assert answer.leader == d.member_id and answer.members == [(d.member_id, None, SUB)]
 
 
 def test_a_rejoin_brings_its_session_and_rebalance_timeouts(coordinator):
