@@ -602,14 +602,51 @@ def test_eight_producer_threads_and_four_consumer_threads_lose_and_duplicate_not
         assert mine == list(range(per_thread))
 
 
-def test_consumer_of_a_deleted_topic_gets_an_error(db):
+def test_a_partition_of_a_deleted_topic_reads_nothing_and_holds_no_other_back(db, caplog):
+    # Kafka's FetchCollector.handleInitializeErrors: UNKNOWN_TOPIC_OR_PARTITION is logged and
+    # the metadata refreshed, and the other partitions' records come as before. Raised out
+    # of every poll, it kept u-0's records from the application for as long as t-0 stayed
+    # assigned, and a deleted topic's partition listed first kept every other unread.
     fill(db, 1)
+    fill(db, 3, topic="u")
+    u0 = TopicPartition("u", 0)
     consumer = db.consumer(auto_offset_reset="earliest")
-    consumer.assign([TP0])
-    consumer.poll(timeout=5)
+    consumer.assign([TP0, u0])
     db.delete_topic("t")
-    with pytest.raises(streamlog.UnknownTopicOrPartitionError):
-        consumer.poll(timeout=1)
+    got = []
+    with caplog.at_level("WARNING", logger="streamlog.consumer"):
+        for _ in range(3):
+            got += [(r.topic, r.offset) for r in consumer.poll(timeout=0.2)]
+    assert got == [("u", 0), ("u", 1), ("u", 2)]
+    assert sum("t-0 is assigned but does not exist" in m for m in caplog.messages) == 1
+    consumer.close()
+
+
+def test_an_out_of_range_partition_without_a_reset_fails_after_the_others_are_read(db):
+    # Kafka's FetchCollector drops the failing partition's fetch alone and throws only when
+    # the poll has no records: with auto_offset_reset none, t-0 out of range raises, and
+    # t-1's records, fetched with it, come with the next poll, whatever the order of the
+    # assignment. Raised at once, they were never read when t-0 came first.
+    db.create_topic("t", partitions=2)
+    producer = db.producer()
+    for partition in (0, 1):
+        producer.send_batch("t", [b"v"] * 3, partition=partition)
+    producer.flush()
+    t1 = TopicPartition("t", 1)
+    for order in ([TP0, t1], [t1, TP0]):
+        consumer = db.consumer(auto_offset_reset="none")
+        consumer.assign(order)
+        consumer.seek(TP0, 99)
+        consumer.seek(t1, 0)
+        outcomes = []
+        for _ in range(3):
+            try:
+                outcomes.append([(r.partition, r.offset) for r in consumer.poll(timeout=1)])
+            except streamlog.OffsetOutOfRangeError:
+                outcomes.append("out of range")
+        assert [(1, 0), (1, 1), (1, 2)] in outcomes, (order, outcomes)
+        assert "out of range" in outcomes
+        consumer.close()
 
 
 def test_closing_the_database_wakes_a_waiting_consumer(db_path):
@@ -657,3 +694,39 @@ def test_poll_batch_to_arrow_has_sparks_kafka_schema_with_null_headers(db):
     with pytest.raises(ValueError, match="include_headers"):
         consumer.seek(TP0, 0)
         consumer.poll_batch(timeout=5)[0].to_arrow(include_headers=True)
+
+
+def test_a_commit_with_a_deleted_topics_partition_stores_the_others(db):
+    # Kafka's OffsetCommit answers per partition: the deleted topic's UNKNOWN_TOPIC_OR_PARTITION,
+    # and the live topics' offsets stored. All or nothing, the auto-commit before a rebalance
+    # (or on close) that followed a deletion stored none, and the group read the live
+    # topics again from their last commit.
+    fill(db, 3)
+    fill(db, 5, topic="u")
+    u0 = TopicPartition("u", 0)
+    consumer = db.consumer(group_id="g", auto_offset_reset="earliest")
+    consumer.subscribe(["t", "u"])
+    got = []
+    while len(got) < 8:
+        got += consumer.poll(timeout=5)
+    db.delete_topic("t")
+    with pytest.raises(streamlog.UnknownTopicOrPartitionError):
+        consumer.commit({TP0: 3, u0: 5})
+    assert consumer.committed([u0])[u0].offset == 5
+    consumer.close()
+
+
+def test_a_loop_left_early_commits_only_the_records_it_received(db):
+    # Kafka's consumer commits what poll() handed the application. The iterator polls a
+    # batch and hands it on one record at a time: a loop that broke after 10 records of
+    # 100 had the close() commit 100, and the group's next member never saw 10..99.
+    fill(db, 100)
+    with db.consumer(group_id="g", auto_offset_reset="earliest") as consumer:
+        consumer.subscribe(["t"])
+        for record in consumer:
+            if record.offset == 9:
+                break
+    with db.consumer(group_id="g", auto_offset_reset="earliest") as consumer:
+        consumer.subscribe(["t"])
+        assert consumer.committed([TP0])[TP0].offset == 10
+        assert next(iter(consumer)).offset == 10

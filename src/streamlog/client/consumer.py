@@ -31,6 +31,7 @@ the group.
 """
 import functools
 import heapq
+import logging
 import math
 import threading
 import time
@@ -41,15 +42,18 @@ import numpy as np
 
 from ..errors import (CorruptRecordError, IllegalStateError, InvalidGroupIdError,
                       KafkaTimeoutError, NoOffsetForPartitionError, OffsetOutOfRangeError,
-                      RecordDeserializationError, UnknownTopicOrPartitionError, WakeupError)
+                      RecordDeserializationError, StreamlogError, UnknownTopicOrPartitionError,
+                      WakeupError)
 from ..parsing import LONG_MAX
 from ..storage import codec
 from ..storage.record_batch import CONTROL_ABORT, NO_PARTITION_LEADER_EPOCH
-from ..structs import OffsetAndMetadata
+from ..structs import OffsetAndMetadata, TopicPartition
 from .config import CONSUMER, resolve
 from .group_member import GroupMembership, parse_subscription
 from .records import Record, RecordColumns
 from .validation import by_topic_partition, check_timeout, topic_partitions
+
+log = logging.getLogger("streamlog.consumer")
 
 EARLIEST, LATEST = -2, -1
 # How soon a partition whose committed offset is pending in a transaction is looked at
@@ -143,6 +147,7 @@ class Consumer:
         self._in_use = threading.RLock()
         self._manual = False             # assign() was used (exclusive with subscribe())
         self._wakeup_requested = False
+        self._missing_reported = set()   # assigned partitions said not to exist (_topic_missing)
         self._wait = threading.Event()   # ends the wait of a poll with nothing to fetch
         self._wakeup_key = ("consumer", id(self))
         self._group = None
@@ -507,7 +512,14 @@ class Consumer:
             self._exit()
 
     def __iter__(self):
-        """Records, one at a time, until the consumer is closed (from any thread)."""
+        """Records, one at a time, until the consumer is closed (from any thread).
+
+        A loop left early (a break, an exception in its body) gives back the records of its
+        last poll that it had not received: their partitions' positions go back to the
+        first of them, so the commit of close() or of a rebalance covers only the records
+        the loop received, as Kafka's consumer commits what poll() handed the application.
+        Python gives them back when the loop lets go of the iterator (one kept in a
+        variable: when it is closed or dropped)."""
         while not self._closing:
             try:
                 records = self.poll(timeout=1.0)
@@ -515,7 +527,32 @@ class Consumer:
                 if self._closing:
                     return  # close() began in another thread between the check and the poll
                 raise
-            yield from records
+            positions = dict(self._positions)
+            handed = 0
+            try:
+                for record in records:
+                    handed += 1
+                    yield record
+            finally:
+                if handed < len(records):
+                    self._give_back(records[handed:], positions)
+
+    def _give_back(self, records, positions):
+        """__iter__'s: the positions of records' partitions back to their first record,
+        where they are still what the poll left (a seek since stands)."""
+        if self._closing:
+            return
+        first = {}
+        for record in records:
+            first.setdefault(TopicPartition(record.topic, record.partition), record.offset)
+        self._enter()
+        try:
+            for tp, offset in first.items():
+                if tp in self._assignment and self._positions.get(tp) == positions.get(tp):
+                    self._forget_position(tp)
+                    self._positions[tp] = offset
+        finally:
+            self._exit()
 
     # --- fetching ----------------------------------------------------------------------
 
@@ -533,9 +570,8 @@ class Consumer:
                 try:
                     self._reset(tp)
                 except UnknownTopicOrPartitionError as exc:
-                    if exc.retriable:
-                        continue  # being created: no position yet, no records yet
-                    raise
+                    self._topic_missing(tp, exc)
+                    continue
             positions[tp] = self._positions[tp]
         if not positions:
             # Nothing to fetch (all paused, or the group is still assigning): wait for a wake().
@@ -546,19 +582,39 @@ class Consumer:
                                     self._partition_max_bytes, wakeup_key=self._wakeup_key,
                                     interrupted=self._interrupted,
                                     read_committed=self._read_committed)
+        # A partition's error fails this poll only once the others' records are buffered,
+        # which the next poll returns first, as Kafka's FetchCollector drops the failed
+        # partition's fetch alone: raised at once, it left them unread, and, when it came
+        # first, for good.
+        failed = None
         for tp, data in result.items():
             if data.error is not None:
-                if isinstance(data.error, OffsetOutOfRangeError):
-                    self._reset(tp, out_of_range=positions[tp])
-                    continue
-                if isinstance(data.error, UnknownTopicOrPartitionError) and (
-                        data.error.retriable or not self._manual):
-                    # Being created (Kafka's consumer retries UNKNOWN_TOPIC_OR_PARTITION), or
-                    # deleted under the group, whose next rebalance drops it.
-                    continue
-                raise data.error
+                try:
+                    if isinstance(data.error, OffsetOutOfRangeError):
+                        self._reset(tp, out_of_range=positions[tp])
+                    elif isinstance(data.error, UnknownTopicOrPartitionError):
+                        self._topic_missing(tp, data.error)
+                    else:
+                        raise data.error
+                except StreamlogError as exc:
+                    failed = failed or exc
+                continue
             if data.batches and self._positions.get(tp) == positions[tp]:
                 self._buffers[tp] = _Buffered(data.batches, data.aborted_transactions)
+        if failed is not None:
+            raise failed
+
+    def _topic_missing(self, tp, exc):
+        """UNKNOWN_TOPIC_OR_PARTITION for an assigned partition: not an error of the poll,
+        as Kafka's consumer takes it (FetchCollector.handleInitializeErrors logs it and
+        refreshes its metadata). A topic being created gets its records once it is; one
+        deleted under a group is dropped by the next rebalance; one deleted under assign()
+        is said once, and its partitions read nothing until the topic is back."""
+        if exc.retriable or not self._manual or tp in self._missing_reported:
+            return
+        self._missing_reported.add(tp)
+        log.warning("%s is assigned but does not exist (deleted?): %s; it reads nothing "
+                    "until it exists again", tp, exc)
 
     def _drain(self, max_records, columns, headers=False):
         out = []

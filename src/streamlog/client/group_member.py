@@ -38,8 +38,8 @@ from ..coordinator.assignors import (COOPERATIVE, EAGER, Subscription, get_assig
 from ..coordinator.group_coordinator import FENCED, REMOVED, find_coordinator
 from ..errors import (CommitFailedError, FencedInstanceIdError, IllegalGenerationError,
                       IllegalStateError, InvalidConfigurationError,
-                      InvalidRegularExpressionError, RebalanceInProgressError,
-                      StreamlogError, UnknownMemberIdError)
+                      InvalidRegularExpressionError, InvalidRequestError,
+                      RebalanceInProgressError, StreamlogError, UnknownMemberIdError)
 from ..structs import OffsetAndMetadata, TopicPartition
 from .validation import by_topic_partition
 
@@ -493,8 +493,21 @@ class GroupMembership:
         self._commit(offsets)
 
     def _commit(self, offsets):
+        """Commit offsets; a partition the coordinator refuses (its topic deleted, its
+        metadata too long) fails alone, after the others are stored, as Kafka's OffsetCommit
+        answers per partition: all or nothing, a deleted topic's position kept the live
+        topics' from being committed before a rebalance, which then read them again."""
         if not offsets:
             return
+        problems = {tp: exc for tp, exc in self._coordinator.offset_problems(offsets).items()
+                    if not isinstance(exc, InvalidRequestError)}   # bad arguments: ValueError
+        offsets = {tp: om for tp, om in offsets.items() if TopicPartition(*tp) not in problems}
+        if offsets:
+            self._commit_valid(offsets)
+        if problems:
+            raise next(iter(problems.values()))
+
+    def _commit_valid(self, offsets):
         managed = self.subscribed
         if managed and self.generation < 0:
             raise CommitFailedError(
