@@ -707,3 +707,16 @@ def test_a_send_blocked_on_buffer_memory_with_a_huge_max_block_ms_waits_instead_
         real_add_waiter(*waiter)
     blocked.join(10)
     assert not blocked.is_alive() and sent[0].result(timeout=10).offset == 2
+
+
+def test_close_with_timeout_0_fails_the_records_not_sent_yet(db):
+    # Kafka's close(Duration.ZERO) is a forced close: RecordAccumulator.abortIncompleteBatches
+    # "will fail any unsent and unacknowledged records immediately". A record still
+    # lingering was appended by it all the same.
+    db.create_topic("t")
+    producer = db.producer(linger_ms=60_000)
+    future = producer.send("t", value=b"lingering")
+    producer.close(timeout=0)
+    with pytest.raises(streamlog.ProducerClosedError, match="forced close"):
+        future.result(timeout=0)
+    assert db.describe_topic("t").partitions[0].high_watermark == 0

@@ -944,7 +944,9 @@ class Producer:
     def close(self, timeout=None):
         """Flush, then refuse further sends (ProducerClosedError). An open transaction is
         aborted first, unless timeout is 0 (Kafka's forced close). Records not acknowledged
-        within timeout are not waited for, and that is no error (Kafka's close)."""
+        within timeout are not waited for, and that is no error (Kafka's close). With timeout
+        0 the records not appended yet (a batch still lingering) fail, unwritten, as Kafka's
+        forced close aborts its incomplete batches."""
         timeout = check_timeout(timeout, "close()")
         if self._closed:
             return
@@ -957,6 +959,8 @@ class Producer:
         try:
             if timeout != 0 and self._txn is not None and self._txn.open:
                 self._abort_on_close()
+            if timeout == 0:
+                self._fail_unsent()
             self._flush(timeout, closing=True)
         except ProducerFencedError:
             # A fenced transactional producer is closed as the error told its owner to:
@@ -969,6 +973,26 @@ class Producer:
                 if self._sweep_handle is not None:
                     self._timer.cancel(self._sweep_handle)
                     self._sweep_handle = self._sweep_at = None
+
+    def _fail_unsent(self):
+        """close(timeout=0)'s: fail every batch not appended yet (Kafka's
+        RecordAccumulator.abortIncompleteBatches: "will fail any unsent and unacknowledged
+        records immediately"); a batch being appended meanwhile completes as it ends. No
+        error of close() itself, as Kafka's close raises none for them."""
+        with self._lock:
+            unsent = []
+            for state in self._partitions.values():
+                if state.open is not None:
+                    unsent.append(state.open)
+                    state.open = None
+                unsent.extend(state.sealed)
+                state.sealed.clear()
+        error = ProducerClosedError("the producer was closed with timeout 0 (a forced close) "
+                                    "before this record was sent; it was not written")
+        for batch in unsent:
+            self._finish(batch, -1, -1, error)
+        with self._lock:
+            self._failures = [f for f in self._failures if f[1] is not error]
 
     def __enter__(self):
         return self
