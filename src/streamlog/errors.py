@@ -82,13 +82,19 @@ class CorruptInputBatchError(InvalidRecordError):
     retriable = True
 
 
-class OffsetOutOfRangeError(StreamlogError):
-    """A fetch asked for an offset below the log start or above the log end."""
+class InvalidOffsetError(StreamlogError):
+    """A consumer has no valid position for a partition and no reset policy to find one
+    (Kafka's InvalidOffsetException): its position left the log (OffsetOutOfRangeError),
+    or it has none (NoOffsetForPartitionError)."""
 
     def __init__(self, message, partition=None, offset=None):
         super().__init__(message)
         self.partition = partition
         self.offset = offset
+
+
+class OffsetOutOfRangeError(InvalidOffsetError):
+    """A fetch asked for an offset below the log start or above the log end."""
 
 
 class KafkaStorageError(StreamlogError):
@@ -340,8 +346,9 @@ class IllegalStateError(StreamlogError):
     """A client call in a state that does not allow it (e.g. poll with no assignment)."""
 
 
-class NoOffsetForPartitionError(OffsetOutOfRangeError):
-    """No committed offset and auto_offset_reset='none'."""
+class NoOffsetForPartitionError(InvalidOffsetError):
+    """No committed offset and auto_offset_reset='none' (Kafka's sibling of
+    OffsetOutOfRangeError, not a kind of it)."""
 
 
 # --- replication (a cluster of brokers: streamlog.cluster) ---------------------------

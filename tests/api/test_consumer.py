@@ -59,8 +59,11 @@ def test_auto_offset_reset_latest_earliest_none(db):
     assert earliest.position(TP0) == 0
     none = db.consumer(auto_offset_reset="none")
     none.assign([TP0])
-    with pytest.raises(streamlog.NoOffsetForPartitionError):
+    with pytest.raises(streamlog.NoOffsetForPartitionError) as missing:
         none.poll(timeout=0)
+    # Kafka's two InvalidOffsetExceptions are siblings: catching one does not catch the other.
+    assert isinstance(missing.value, streamlog.InvalidOffsetError)
+    assert not isinstance(missing.value, streamlog.OffsetOutOfRangeError)
     none.seek(TP0, 99)
     with pytest.raises(streamlog.OffsetOutOfRangeError):
         none.poll(timeout=0)
