@@ -545,7 +545,10 @@ class Consumer:
         first = {}
         for record in records:
             first.setdefault(TopicPartition(record.topic, record.partition), record.offset)
-        self._enter()
+        try:
+            self._enter()
+        except IllegalStateError:
+            return   # closed meanwhile, or in use by another thread: nothing to give back to
         try:
             for tp, offset in first.items():
                 if tp in self._assignment and self._positions.get(tp) == positions.get(tp):
