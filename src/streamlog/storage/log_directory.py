@@ -349,17 +349,19 @@ class LogDirectory:
 
     def _lower_recovery_point(self, tp, offset):
         """Write tp's recovery point as offset now, when the file holds a higher one."""
-        with self._files_lock:
-            if self._recovery_points.get(tp, 0) > offset:
-                self._recovery_points[tp] = offset
-                self._recovery_file.write(self._recovery_points)
+        self._lower_entry(self._recovery_points, self._recovery_file, tp, offset)
 
     def _lower_cleaner_checkpoint(self, tp, offset):
         """Write tp's first dirty offset as offset now, when the file holds a higher one."""
+        self._lower_entry(self._cleaner_offsets, self._cleaner_file, tp, offset)
+
+    def _lower_entry(self, entries, checkpoint, tp, offset):
+        """Lower tp's entry of a checkpoint file to offset, and write the file, when the
+        entry is there and higher (a partition without one keeps none)."""
         with self._files_lock:
-            if self._cleaner_offsets.get(tp, -1) > offset:
-                self._cleaner_offsets[tp] = offset
-                self._cleaner_file.write(self._cleaner_offsets)
+            if entries.get(tp, -1) > offset:
+                entries[tp] = offset
+                checkpoint.write(entries)
 
     def cleaner_checkpoint(self, tp):
         """The first dirty offset the cleaner checkpointed for tp, or None."""
